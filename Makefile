@@ -1,0 +1,29 @@
+# Two commands do everything on a fresh machine:
+#   make demo   build the environment and replay the bundled trace on the default profile
+#   make test   build the environment and run the whole test suite
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test env bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+env: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/simctl replay traces/batch_arrivals.json --flush 0.5
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/replay_throughput.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

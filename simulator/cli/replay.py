@@ -1,0 +1,122 @@
+"""``simctl replay``: replay a trace through a modeled serving system."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import click
+import typer
+from rich.table import Table
+
+from simulator.cli import app
+from simulator.cli._common import console, user_errors, warn
+from simulator.model import DISPATCH_RULES, GPU_SHARING, POLICIES, TOPOLOGIES
+from simulator.outputs import check_writable, open_output
+from simulator.profile import DEFAULT_PROFILE, load_profile
+from simulator.replay import ReplayResult, replay
+from simulator.scenario import build_scenario
+
+
+def _choice(names: list[str]) -> click.Choice:
+    return click.Choice(names, case_sensitive=True)
+
+
+@app.command("replay")
+def replay_cli(
+    trace: Path = typer.Argument(..., help="Trace file (users' batch_arrivals.json or simctl-trace/1)."),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="TOML scenario file (per-task settings)."),
+    profile: str = typer.Option(DEFAULT_PROFILE, "--profile", "-p", help="Profile JSON file or bundled profile name."),
+    flush: Optional[float] = typer.Option(None, "--flush", help="Flush window in seconds (0 = no waiting), all tasks."),
+    max_batch: Optional[int] = typer.Option(None, "--max-batch", help="Max prompts per batch, all tasks."),
+    policy: Optional[str] = typer.Option(None, "--policy", click_type=_choice(POLICIES.names()), help="When the flush window starts."),
+    topology: Optional[str] = typer.Option(None, "--topology", click_type=_choice(TOPOLOGIES.names()), help="Queue topology, all tasks."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Workers per shared queue (default: one per GPU)."),
+    dispatch: Optional[str] = typer.Option(None, "--dispatch", click_type=_choice(DISPATCH_RULES.names()), help="Dispatch rule to queues/GPUs."),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Cap on every prompt's max tokens."),
+    gpus: Optional[int] = typer.Option(None, "--gpus", help="Number of GPUs (default 2)."),
+    gpu_sharing: Optional[str] = typer.Option(None, "--gpu-sharing", click_type=_choice(GPU_SHARING.names()), help="How concurrent batches share a GPU."),
+    deadline: Optional[float] = typer.Option(None, "--deadline", help="Seconds from trace start; prompts not done by then time out."),
+    rate_scale: Optional[float] = typer.Option(None, "--rate-scale", help="Scale the arrival rate (inter-arrival times / X)."),
+    seed: int = typer.Option(0, "--seed", help="Random seed (same seed, same result)."),
+    json_out: Optional[str] = typer.Option(None, "--json", help="Write the summary JSON to FILE ('-' for stdout)."),
+    events: Optional[str] = typer.Option(None, "--events", help="Write the per-prompt event log (.parquet or .csv)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
+) -> None:
+    """Replay TRACE through micro-batching queues, workers and GPUs; print latency,
+    throughput, batch sizes and GPU utilisation per task."""
+    with user_errors():
+        from simulator.trace.formats import load_trace
+
+        # Refuse bad outputs before doing any work.
+        for out in (json_out, events):
+            if out and out != "-":
+                check_writable(out, force=force, inputs=(trace,))
+        task_defaults = dict(policy=policy, topology=topology, flush=flush, max_batch=max_batch,
+                             workers=workers, dispatch=dispatch, max_tokens=max_tokens)
+        scenario = build_scenario(
+            path=config,
+            defaults=task_defaults,
+            run=dict(gpus=gpus, gpu_sharing=gpu_sharing, deadline=deadline, rate_scale=rate_scale),
+        )
+        loaded = load_trace(trace)
+        prof = load_profile(profile)
+        for name, value in task_defaults.items():
+            shadowed = [t for t in loaded.tasks if value is not None and name in scenario.tasks.get(t, {})]
+            if shadowed:
+                warn(f"--{name.replace('_', '-')} is overridden by the scenario for task(s) {', '.join(shadowed)}")
+        result = replay(loaded, scenario, prof, seed=seed)
+        if events:
+            from simulator.events import write_event_log
+
+            write_event_log(result.log, events, force=force)
+        if json_out == "-":
+            sys.stdout.write(json.dumps(result.summary, indent=2) + "\n")
+            return
+        if json_out:
+            with open_output(json_out, force=force) as fh:
+                json.dump(result.summary, fh, indent=2)
+        print_summary(result)
+
+
+def _fmt(x: Any, digits: int = 2) -> str:
+    if x is None:
+        return "–"
+    if isinstance(x, float):
+        return f"{x:,.{digits}f}"
+    return str(x)
+
+
+def print_summary(result: ReplayResult) -> None:
+    """Rich tables: one row per task plus overall, then one row per GPU."""
+    s = result.summary
+    sc = result.scenario
+    console.print(
+        f"[bold]replay[/bold] scenario={sc.name} profile={result.profile.name} gpus={sc.gpus} "
+        f"sharing={sc.gpu_sharing} seed={result.seed} rate_scale={sc.rate_scale:g}"
+        + (f" deadline={sc.deadline:g}s" if sc.deadline else "")
+    )
+    table = Table(title="Latency per task (seconds)", title_justify="left")
+    for col in ("task", "prompts", "done", "timed out", "calls done", "mean", "p50", "p95", "p99",
+                "max", "call p95", "wait", "service", "batch", "prompts/s"):
+        table.add_column(col, justify="left" if col == "task" else "right")
+    rows = [(name, s["tasks"][name]) for name in s["tasks"]] + [("overall", s["overall"])]
+    for name, r in rows:
+        lat = r["latency"]
+        table.add_row(
+            f"[bold]{name}[/bold]" if name == "overall" else name,
+            str(r["prompts"]), str(r["completed"]), str(r["timed_out"]),
+            f"{r['calls_completed']}/{r['calls']}",
+            _fmt(lat["mean"]), _fmt(lat["p50"]), _fmt(lat["p95"]), _fmt(lat["p99"]), _fmt(lat["max"]),
+            _fmt(r["call_latency"]["p95"]), _fmt(r["wait"]["mean"]), _fmt(r["service"]["mean"]),
+            _fmt(r["mean_batch_size"]), _fmt(r["throughput_prompts_per_s"], 3),
+        )
+    console.print(table)
+    gtable = Table(title=f"GPUs (makespan {s['makespan_s']:,.1f} s)", title_justify="left")
+    for col in ("gpu", "utilisation", "batches", "mean batch"):
+        gtable.add_column(col, justify="right")
+    for g in s["gpus"]:
+        gtable.add_row(str(g["id"]), f"{100 * g['utilization']:.1f} %", str(g["batches"]), _fmt(g["mean_batch_size"]))
+    console.print(gtable)

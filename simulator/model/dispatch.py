@@ -1,0 +1,69 @@
+"""Dispatch rules: which of several places (queues or GPUs) gets the next prompt or batch.
+
+Each rule is a small class with one decision method, ``choose(loads, rng) -> index``,
+where ``loads[i]`` is the outstanding prompts at place i (waiting plus in service). A rule
+instance belongs to one decision site (one task's router), so round-robin state is not
+shared between tasks.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from typing import Sequence
+
+import numpy as np
+
+from simulator.registry import Registry
+
+
+class DispatchRule(ABC):
+    """Base class of dispatch rules."""
+
+    name = ""
+
+    @abstractmethod
+    def choose(self, loads: Sequence[int], rng: np.random.Generator) -> int:
+        """Index of the chosen place."""
+
+
+DISPATCH_RULES: Registry[type[DispatchRule]] = Registry("dispatch rule")
+
+
+@DISPATCH_RULES.register("round-robin")
+class RoundRobin(DispatchRule):
+    """Places in turn: 0, 1, ..., n-1, 0, ..."""
+
+    name = "round-robin"
+
+    def __init__(self) -> None:
+        self._next = 0
+
+    def choose(self, loads: Sequence[int], rng: np.random.Generator) -> int:
+        index = self._next % len(loads)
+        self._next = index + 1
+        return index
+
+
+@DISPATCH_RULES.register("least-loaded")
+class LeastLoaded(DispatchRule):
+    """The place with the fewest outstanding prompts; ties go to the lowest index."""
+
+    name = "least-loaded"
+
+    def choose(self, loads: Sequence[int], rng: np.random.Generator) -> int:
+        best = 0
+        for i in range(1, len(loads)):
+            if loads[i] < loads[best]:
+                best = i
+        return best
+
+
+@DISPATCH_RULES.register("random")
+class UniformRandom(DispatchRule):
+    """A place drawn uniformly at random (from the run's dispatch stream)."""
+
+    name = "random"
+
+    def choose(self, loads: Sequence[int], rng: np.random.Generator) -> int:
+        return int(rng.integers(len(loads)))

@@ -1,0 +1,108 @@
+"""Batch-release policies: when a micro-batch queue hands a batch to a free worker.
+
+A policy is consulted only while the queue is non-empty *and* a worker is free. It reads
+nothing but its arguments and returns a decision: release the first ``count`` waiting
+prompts now (FIFO), or wait until an instant (the engine sets a timer and asks again then,
+or earlier if prompts arrive or the queue fills).
+
+Timelines (flush window W, max batch B, one worker)::
+
+    oldest  (Triton max_queue_delay; the worker loop of the design notes)
+      the window is anchored at the enqueue time of the oldest waiting prompt:
+      release at  max(oldest_enqueued_at + W, worker free)  or as soon as B are waiting.
+      A worker that was busy finds an overdue head and releases at once.
+
+          prompt a arrives t=0 ─┐          worker busy until t=3
+          prompt b arrives t=1 ─┤  W=2     t=2: a has waited W, but no worker
+                                └──────►  t=3: worker free, head overdue → batch {a, b} at 3
+
+    pickup  (TorchServe)
+      the window starts when a free worker finds the queue non-empty:
+      release at  pickup_at + W  or as soon as B are waiting.
+
+          same arrivals, worker free at t=3 finds {a, b} → window runs 3..5 → batch at 5
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import math
+from dataclasses import dataclass
+
+from simulator.registry import Registry
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseNow:
+    """Release the first ``count`` waiting prompts as one batch, now."""
+
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class WaitUntil:
+    """Release nothing before instant ``at`` (``inf``: only when the batch is full)."""
+
+    at: float
+
+
+Decision = ReleaseNow | WaitUntil
+
+
+class BatchingPolicy(ABC):
+    """Base class: a flush window ``flush`` (seconds) and a ``max_batch`` size."""
+
+    name = ""
+
+    def __init__(self, flush: float, max_batch: int) -> None:
+        if not flush >= 0:
+            raise ValueError(f"flush must be >= 0, got {flush}")
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        self.flush = float(flush)
+        self.max_batch = int(max_batch)
+
+    @abstractmethod
+    def release(self, waiting: int, oldest_enqueued_at: float, now: float, pickup_at: float) -> Decision:
+        """Decide for a non-empty queue with a free worker.
+
+        ``waiting``: prompts in the queue (> 0); ``oldest_enqueued_at``: when the head
+        prompt joined; ``pickup_at``: when a free worker first found the queue non-empty
+        since the last release.
+        """
+
+    def _decide(self, waiting: int, window_end: float, now: float) -> Decision:
+        if waiting >= self.max_batch:
+            return ReleaseNow(self.max_batch)
+        if now >= window_end:
+            return ReleaseNow(waiting)
+        return WaitUntil(window_end)
+
+
+POLICIES: Registry[type[BatchingPolicy]] = Registry("batching policy")
+
+
+@POLICIES.register("oldest")
+class OldestTimer(BatchingPolicy):
+    """Window anchored at the oldest waiting prompt's enqueue time."""
+
+    name = "oldest"
+
+    def release(self, waiting: int, oldest_enqueued_at: float, now: float, pickup_at: float) -> Decision:
+        return self._decide(waiting, oldest_enqueued_at + self.flush, now)
+
+
+@POLICIES.register("pickup")
+class PickupTimer(BatchingPolicy):
+    """Window started when a free worker finds the queue non-empty."""
+
+    name = "pickup"
+
+    def release(self, waiting: int, oldest_enqueued_at: float, now: float, pickup_at: float) -> Decision:
+        return self._decide(waiting, pickup_at + self.flush, now)
+
+
+def is_unbounded(instant: float) -> bool:
+    """True for a wait that only a full batch can end (an infinite flush window)."""
+    return math.isinf(instant)

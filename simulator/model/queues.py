@@ -1,0 +1,117 @@
+"""Micro-batch queues and the workers that drain them.
+
+A :class:`BatchQueue` holds waiting prompts of one task in FIFO order. Whenever it is
+non-empty and one of its workers is idle it asks its batching policy what to do: release
+the first prompts as a batch to the idle worker, or wait (a timer re-asks at the instant
+the policy named). A worker hands its batch to a GPU (its own, or one chosen per batch by
+the dispatch rule) and is busy until the batch is done.
+
+Idle workers are served longest-idle first, as ``threading.Condition.notify`` wakes the
+longest waiter in the real worker loops.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Callable
+
+from simulator.model.kernel import TIMER
+from simulator.model.policies import BatchingPolicy, ReleaseNow
+from simulator.model.resources import Batch, Device
+
+if TYPE_CHECKING:
+    from simpy.events import Event
+
+    from simulator.model.engine import System
+
+
+class Worker:
+    """A batch worker: bound to one device, or (``device is None``) picking one per batch."""
+
+    __slots__ = ("id", "device")
+
+    def __init__(self, id: int, device: Device | None) -> None:
+        self.id = id
+        self.device = device
+
+
+class BatchQueue:
+    """One micro-batch queue with its workers.
+
+    ``workers=None`` means unlimited workers (a new one appears whenever all are busy),
+    which is how a thread-per-request CPU path behaves. ``pick_device`` chooses a device
+    for a batch of a worker that is not bound to one.
+    """
+
+    def __init__(
+        self,
+        system: System,
+        task: str,
+        name: str,
+        policy: BatchingPolicy,
+        workers: list[Worker] | None,
+        pick_device: Callable[[], Device] | None = None,
+        unbound_device: Device | None = None,
+    ) -> None:
+        self.system = system
+        self.env = system.env
+        self.task = task
+        self.name = name
+        self.policy = policy
+        self.waiting: deque[int] = deque()
+        self.unlimited = workers is None
+        self.idle: deque[Worker] = deque(workers or ())
+        self.pick_device = pick_device
+        self.unbound_device = unbound_device
+        self.pickup_at: float | None = None
+        self.timer_at: float | None = None
+        self.in_service = 0
+
+    @property
+    def outstanding(self) -> int:
+        """Prompts waiting here plus prompts in this queue's batches being served."""
+        return len(self.waiting) + self.in_service
+
+    def add(self, prompt_ids: list[int]) -> None:
+        """Prompts join the queue now (a call's group for this task)."""
+        self.waiting.extend(prompt_ids)
+        self.poll()
+
+    def poll(self) -> None:
+        """Release batches while prompts wait, a worker is idle and the policy says so."""
+        arrived_at = self.system.arrived_at
+        while self.waiting and (self.idle or self.unlimited):
+            now = self.env._now
+            if self.pickup_at is None:
+                self.pickup_at = now
+            decision = self.policy.release(len(self.waiting), arrived_at[self.waiting[0]], now, self.pickup_at)
+            if not isinstance(decision, ReleaseNow):
+                at = decision.at
+                if at != self.timer_at and at != float("inf"):
+                    self.timer_at = at
+                    self.env.call_at(at, TIMER, self._on_timer, at)
+                return
+            ids = [self.waiting.popleft() for _ in range(decision.count)]
+            self.pickup_at = None
+            self.timer_at = None
+            worker = self.idle.popleft() if self.idle else Worker(self.system.new_worker_id(), self.unbound_device)
+            self._dispatch(worker, ids)
+
+    def _dispatch(self, worker: Worker, ids: list[int]) -> None:
+        batch = self.system.form_batch(self.task, self.name, ids, worker.id)
+        self.in_service += len(ids)
+        device = worker.device if worker.device is not None else self.pick_device()  # type: ignore[misc]
+        batch.holder = worker
+        batch.on_done = self._batch_done
+        device.submit(batch)
+
+    def _batch_done(self, batch: Batch) -> None:
+        self.in_service -= len(batch.prompts)
+        self.idle.append(batch.holder)
+        self.poll()
+
+    def _on_timer(self, event: Event) -> None:
+        if event._value != self.timer_at:
+            return  # superseded: the batch was released earlier or the window moved
+        self.timer_at = None
+        self.poll()

@@ -1,0 +1,36 @@
+"""``direct``: no micro-batching. Each call's group of this task goes at once, as batches of
+at most ``max_batch`` prompts, to a device chosen by the dispatch rule; a busy device holds
+it in its own line (exclusive GPUs) or shares itself (processor sharing)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from simulator.model.topologies import TOPOLOGIES, Topology
+
+if TYPE_CHECKING:
+    from simulator.model.engine import System
+    from simulator.scenario import TaskConfig
+
+
+def _finished(batch: object) -> None:
+    """Nothing waits on a direct batch: the prompts' instants are on the batch record."""
+
+
+@TOPOLOGIES.register("direct")
+class Direct(Topology):
+    """Batches formed from each call's group on arrival, dispatched straight to devices."""
+
+    name = "direct"
+
+    def __init__(self, system: System, task: str, config: TaskConfig) -> None:
+        super().__init__(system, task, config)
+        self.pick = system.device_picker(system.devices_for(task, config), config)
+        self.max_batch = config.max_batch
+
+    def accept(self, prompt_ids: list[int]) -> None:
+        size = self.max_batch
+        for start in range(0, len(prompt_ids), size):
+            batch = self.system.form_batch(self.task, f"{self.task}/direct", prompt_ids[start:start + size], -1)
+            batch.on_done = _finished
+            self.pick().submit(batch)

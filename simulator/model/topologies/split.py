@@ -1,0 +1,48 @@
+"""``split``: one micro-batch queue per task per GPU, each with one worker bound to its GPU.
+
+Each prompt is dispatched on arrival to one queue by the task's rule (``round-robin``,
+``least-loaded`` by outstanding prompts, or ``random``). For a task on the CPU there is one
+queue per CPU server, so ``cpu_workers`` must be set.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from simulator.errors import ScenarioError
+from simulator.model.queues import BatchQueue, Worker
+from simulator.model.topologies import TOPOLOGIES, Topology
+
+if TYPE_CHECKING:
+    from simulator.model.engine import System
+    from simulator.scenario import TaskConfig
+
+
+@TOPOLOGIES.register("split")
+class SplitQueues(Topology):
+    """A queue per GPU; prompts dispatched to queues one by one on arrival."""
+
+    name = "split"
+
+    def __init__(self, system: System, task: str, config: TaskConfig) -> None:
+        super().__init__(system, task, config)
+        devices = system.devices_for(task, config)
+        if system.resource_of(task) == "cpu":
+            servers = system.cpu_servers(task)
+            if servers is None:
+                raise ScenarioError(system.scenario.source, f"tasks.{task}", "cpu_workers",
+                                    "the split topology on the CPU needs a finite cpu_workers")
+            devices = devices * servers
+        self.queues = [
+            BatchQueue(system, task, f"{task}@{i}", system.policy_for(config),
+                       [Worker(system.new_worker_id(), device)])
+            for i, device in enumerate(devices)
+        ]
+        self.rule = system.dispatch_rule(config)
+        self.rng = system.dispatch_rng
+
+    def accept(self, prompt_ids: list[int]) -> None:
+        queues = self.queues
+        for pid in prompt_ids:
+            index = self.rule.choose([q.outstanding for q in queues], self.rng)
+            queues[index].add([pid])

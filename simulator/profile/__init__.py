@@ -1,0 +1,164 @@
+"""Service profiles: per task, where it runs and how long a batch of its prompts takes.
+
+A profile is JSON (``simctl-profile/1``)::
+
+    {"format": "simctl-profile/1", "name": str, "source": str,
+     "tasks": {TASK: {"resource": "gpu" | "cpu", "prompt_tokens": int, "max_tokens": int,
+                      "service": {"kind": KIND, ...}}}}
+
+``prompt_tokens``/``max_tokens`` are the task's defaults for prompts whose trace gives none.
+``service`` is one of the registered kinds (:mod:`simulator.profile.kinds`); every kind
+answers :meth:`Profile.batch_service_time`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from simulator.errors import ProfileError
+from simulator.profile.kinds import KINDS, BatchShape, ServiceModel
+from simulator.profile.spec import Where
+from simulator.registry import UnknownName
+
+FORMAT = "simctl-profile/1"
+RESOURCES = ("gpu", "cpu")
+
+#: The folder of bundled profiles, looked up when a profile is given by name.
+BUNDLED_DIR = Path(__file__).resolve().parents[2] / "profiles"
+DEFAULT_PROFILE = "seed-calibrated"
+
+
+@dataclass(frozen=True)
+class TaskProfile:
+    """How one task is served: its resource, token defaults and batch service model."""
+
+    resource: str
+    prompt_tokens: int
+    max_tokens: int
+    service: ServiceModel
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "resource": self.resource,
+            "prompt_tokens": self.prompt_tokens,
+            "max_tokens": self.max_tokens,
+            "service": self.service.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A named set of task profiles, with the provenance of its numbers in ``source``."""
+
+    name: str
+    source: str
+    tasks: Mapping[str, TaskProfile]
+    path: str | None = None
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def task(self, name: str) -> TaskProfile:
+        """The profile of task ``name``; :class:`ProfileError` if the profile lacks it."""
+        try:
+            return self.tasks[name]
+        except KeyError:
+            raise ProfileError(
+                self.path or self.name, f"task '{name}'", "tasks",
+                f"the profile has no service model for this task (it has: {', '.join(self.tasks)})",
+            ) from None
+
+    def batch_service_time(
+        self, task: str, prompts: Sequence[tuple[int, int]], rng: np.random.Generator
+    ) -> float:
+        """Seconds of exclusive device time for one batch of ``task``.
+
+        ``prompts`` holds ``(prompt_tokens, max_tokens)`` for each prompt of the batch.
+        """
+        return self.task(task).service.sample(BatchShape.of(prompts), rng)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"format": FORMAT, "name": self.name, "source": self.source}
+        if self.meta:
+            out["meta"] = dict(self.meta)
+        out["tasks"] = {k: v.to_dict() for k, v in self.tasks.items()}
+        return out
+
+
+def _need_int(value: Any, path: str, task: str, fld: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ProfileError(path, f"task '{task}'", fld, f"must be an integer >= 1, got {value!r}")
+    return value
+
+
+def profile_from_dict(data: Any, path: str | None = None) -> Profile:
+    """Validate and build a :class:`Profile` from parsed JSON."""
+    where_path = path or "<profile>"
+    if not isinstance(data, dict):
+        raise ProfileError(where_path, None, None, "a profile must be a JSON object")
+    fmt = data.get("format", FORMAT)
+    if fmt != FORMAT:
+        raise ProfileError(where_path, None, "format", f"expected '{FORMAT}', got {fmt!r}")
+    tasks_raw = data.get("tasks")
+    if not isinstance(tasks_raw, dict) or not tasks_raw:
+        raise ProfileError(where_path, None, "tasks", "must be a non-empty object of task -> profile")
+    tasks: dict[str, TaskProfile] = {}
+    for name, spec in tasks_raw.items():
+        if not isinstance(spec, dict):
+            raise ProfileError(where_path, f"task '{name}'", None, "must be an object")
+        resource = spec.get("resource", "gpu")
+        if resource not in RESOURCES:
+            raise ProfileError(where_path, f"task '{name}'", "resource", f"must be gpu or cpu, got {resource!r}")
+        service_raw = spec.get("service")
+        if not isinstance(service_raw, dict):
+            raise ProfileError(where_path, f"task '{name}'", "service", "missing or not an object")
+        kind = service_raw.get("kind", "distribution")
+        try:
+            parser = KINDS.get(kind)
+        except UnknownName as exc:
+            raise ProfileError(where_path, f"task '{name}'", "service.kind", str(exc)) from None
+        tasks[name] = TaskProfile(
+            resource=resource,
+            prompt_tokens=_need_int(spec.get("prompt_tokens", 256), where_path, name, "prompt_tokens"),
+            max_tokens=_need_int(spec.get("max_tokens", 256), where_path, name, "max_tokens"),
+            service=parser(service_raw, Where(where_path, name)),
+        )
+    name = data.get("name") or (Path(path).stem if path else "unnamed")
+    source = data.get("source", "")
+    if not isinstance(source, str):
+        raise ProfileError(where_path, None, "source", "must be a string")
+    return Profile(name=str(name), source=source, tasks=tasks, path=path, meta=data.get("meta", {}))
+
+
+def resolve_profile_path(name_or_path: str | Path) -> Path:
+    """A path as given if it exists, else the bundled profile of that name."""
+    candidate = Path(name_or_path)
+    if candidate.exists():
+        return candidate
+    bundled = BUNDLED_DIR / f"{name_or_path}.json"
+    if bundled.exists():
+        return bundled
+    known = sorted(p.stem for p in BUNDLED_DIR.glob("*.json")) if BUNDLED_DIR.exists() else []
+    raise ProfileError(
+        str(name_or_path), None, None,
+        f"no such file, and no bundled profile of that name (bundled: {', '.join(known) or 'none'})",
+    )
+
+
+def load_profile(name_or_path: str | Path = DEFAULT_PROFILE) -> Profile:
+    """Read a profile from a JSON file, or a bundled one by name (``seed-calibrated``)."""
+    path = resolve_profile_path(name_or_path)
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ProfileError(str(path), None, None, f"not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}") from None
+    return profile_from_dict(data, str(path))
+
+
+__all__ = [
+    "BatchShape", "Profile", "TaskProfile", "ServiceModel", "load_profile",
+    "profile_from_dict", "DEFAULT_PROFILE",
+]

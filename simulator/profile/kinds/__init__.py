@@ -1,0 +1,58 @@
+"""Service-model kinds. Each kind is one module registered here by its ``kind`` name.
+
+A service model answers, for a batch of prompts of one task, how long the batch keeps its
+device busy (seconds of exclusive use). Every kind implements :class:`ServiceModel`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol, Sequence
+
+import numpy as np
+
+from simulator.registry import Registry
+
+
+@dataclass(frozen=True, slots=True)
+class BatchShape:
+    """What a service model may look at: the batch's size and its token counts.
+
+    ``prompt_tokens`` and ``max_tokens`` are the largest in the batch: a batched
+    generation runs until its longest row is done, over its longest (padded) prompt.
+    """
+
+    size: int
+    prompt_tokens: int
+    max_tokens: int
+
+    @classmethod
+    def of(cls, prompts: Sequence[tuple[int, int]]) -> "BatchShape":
+        """Shape of a batch given ``(prompt_tokens, max_tokens)`` per prompt."""
+        return cls(
+            size=len(prompts),
+            prompt_tokens=max(p for p, _ in prompts),
+            max_tokens=max(m for _, m in prompts),
+        )
+
+
+class ServiceModel(Protocol):
+    """Batch service time of one task. ``mean``/``variance`` let theory tests read the
+    parameters from the object under test; ``sample`` draws one service time."""
+
+    kind: str
+
+    def mean(self, shape: BatchShape) -> float: ...
+
+    def variance(self, shape: BatchShape) -> float: ...
+
+    def sample(self, shape: BatchShape, rng: np.random.Generator) -> float: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+#: kind name -> parser ``(spec: dict, where: Where) -> ServiceModel``
+KINDS: Registry[Callable[..., ServiceModel]] = Registry("profile service kind")
+
+from simulator.profile.kinds import distribution as _distribution  # noqa: E402,F401
+from simulator.profile.kinds import table as _table  # noqa: E402,F401

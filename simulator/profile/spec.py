@@ -1,0 +1,43 @@
+"""Small validation helpers shared by the profile kinds: where a field sits, and checks
+that raise :class:`ProfileError` naming the file, the task and the field."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from simulator.errors import ProfileError
+
+
+@dataclass(frozen=True)
+class Where:
+    """A place in a profile file: its path and the task whose ``service`` is being read."""
+
+    path: str | None
+    task: str
+    prefix: str = "service"
+
+    def error(self, field: str, message: str) -> ProfileError:
+        return ProfileError(self.path, f"task '{self.task}'", f"{self.prefix}.{field}", message)
+
+
+def need_number(
+    value: Any,
+    where: Where,
+    field: str,
+    *,
+    positive: bool = False,
+    minimum: float | None = None,
+) -> float:
+    """``value`` as a finite float, or a :class:`ProfileError` saying what is wrong."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise where.error(field, f"must be a number, got {value!r}")
+    x = float(value)
+    if not math.isfinite(x):
+        raise where.error(field, f"must be finite, got {value!r}")
+    if positive and x <= 0:
+        raise where.error(field, f"must be > 0, got {value!r}")
+    if minimum is not None and x < minimum:
+        raise where.error(field, f"must be >= {minimum:g}, got {value!r}")
+    return x

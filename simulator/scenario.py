@@ -1,0 +1,224 @@
+"""Scenarios: the modeled serving system, as frozen, validated configuration.
+
+A scenario says how many GPUs there are and how they are shared, and per task which
+batching policy, queue topology, flush window, max batch, workers, dispatch rule, max
+tokens and resource to use. It is read from TOML (``--config``)::
+
+    name = "design-notes"
+    description = "..."
+
+    [run]                      # system-wide
+    gpus = 2
+    gpu_sharing = "processor-sharing"   # or "exclusive"
+    deadline = 1200            # seconds from trace start; optional
+
+    [defaults]                 # applies to every task (CLI flags set these too)
+    flush = 0.5
+    max_batch = 8
+
+    [tasks.infobench]          # per-task overrides: win over [defaults] and CLI flags
+    flush = 5.0
+    max_batch = 10
+    workers = 2
+
+Precedence, lowest first: built-in defaults, the file's ``[defaults]``, CLI flags, the
+file's ``[tasks.NAME]``. CLI flags for ``[run]`` (``--gpus``...) override the file.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from simulator.errors import ScenarioError
+
+RESOURCES = ("gpu", "cpu")
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """How one task's prompts are queued, batched and served.
+
+    ``workers``: for ``shared``, how many workers serve the queue (``None``: one per GPU,
+    each bound to its GPU; fewer than the GPUs: each takes a GPU per batch by ``dispatch``).
+    ``resource``: ``None`` takes the profile's. ``cpu_workers``: size of the CPU pool for a
+    task on the CPU (``None``: unlimited, like a thread per request). ``max_tokens``: caps
+    every prompt's max tokens (the trace's value otherwise, then the profile's default).
+    """
+
+    policy: str = "oldest"
+    topology: str = "shared"
+    flush: float = 0.0
+    max_batch: int = 8
+    workers: int | None = None
+    dispatch: str = "round-robin"
+    max_tokens: int | None = None
+    resource: str | None = None
+    cpu_workers: int | None = None
+
+
+TASK_FIELDS = {f.name for f in fields(TaskConfig)}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """The whole modeled system for one replay. ``tasks`` holds per-task overrides only;
+    :meth:`for_task` gives a task's complete configuration."""
+
+    name: str = "cli"
+    description: str = ""
+    gpus: int = 2
+    gpu_sharing: str = "exclusive"
+    deadline: float | None = None
+    rate_scale: float = 1.0
+    defaults: TaskConfig = field(default_factory=TaskConfig)
+    tasks: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    source: str | None = None
+
+    def for_task(self, task: str) -> TaskConfig:
+        """The complete configuration of ``task``: defaults with its overrides applied."""
+        overrides = self.tasks.get(task)
+        return replace(self.defaults, **overrides) if overrides else self.defaults
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready record of the scenario (written beside every result)."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "source": self.source,
+            "gpus": self.gpus,
+            "gpu_sharing": self.gpu_sharing,
+            "deadline": self.deadline,
+            "rate_scale": self.rate_scale,
+            "defaults": asdict(self.defaults),
+            "tasks": {k: dict(v) for k, v in self.tasks.items()},
+        }
+
+
+def _check_task_values(values: Mapping[str, Any], where: str | None, record: str) -> dict[str, Any]:
+    """Type- and range-check task fields; names are checked against the registries later."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in TASK_FIELDS:
+            raise ScenarioError(where, record, key, f"unknown setting; valid: {', '.join(sorted(TASK_FIELDS))}")
+        if value is None:
+            out[key] = None
+            continue
+        if key in ("policy", "topology", "dispatch", "resource"):
+            if not isinstance(value, str) or not value:
+                raise ScenarioError(where, record, key, f"must be a name, got {value!r}")
+            if key == "resource" and value not in RESOURCES:
+                raise ScenarioError(where, record, key, f"must be gpu or cpu, got {value!r}")
+        elif key == "flush":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise ScenarioError(where, record, key, f"must be a number of seconds >= 0, got {value!r}")
+            value = float(value)
+        else:  # max_batch, workers, max_tokens, cpu_workers
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ScenarioError(where, record, key, f"must be an integer >= 1, got {value!r}")
+        out[key] = value
+    return out
+
+
+def validate_names(scenario: Scenario, tasks: list[str]) -> None:
+    """Check every policy, topology, dispatch and sharing name against its registry."""
+    from simulator.model import DISPATCH_RULES, GPU_SHARING, POLICIES, TOPOLOGIES
+    from simulator.registry import UnknownName
+
+    if scenario.gpu_sharing not in GPU_SHARING:
+        raise ScenarioError(scenario.source, "run", "gpu_sharing", str(UnknownName("GPU sharing mode", scenario.gpu_sharing, GPU_SHARING.names())))
+    for task in ["defaults", *tasks]:
+        cfg = scenario.defaults if task == "defaults" else scenario.for_task(task)
+        record = "defaults" if task == "defaults" else f"tasks.{task}"
+        for key, reg, what in (
+            ("policy", POLICIES, "batching policy"),
+            ("topology", TOPOLOGIES, "topology"),
+            ("dispatch", DISPATCH_RULES, "dispatch rule"),
+        ):
+            name = getattr(cfg, key)
+            if name not in reg:
+                raise ScenarioError(scenario.source, record, key, str(UnknownName(what, name, reg.names())))
+
+
+def build_scenario(
+    *,
+    path: str | Path | None = None,
+    defaults: Mapping[str, Any] | None = None,
+    run: Mapping[str, Any] | None = None,
+    tasks: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Scenario:
+    """Build a scenario from an optional TOML file plus CLI-style overrides.
+
+    ``defaults`` (task settings for every task) override the file's ``[defaults]`` but not
+    its ``[tasks.*]``; ``run`` (``gpus``, ``gpu_sharing``, ``deadline``, ``rate_scale``)
+    overrides the file's ``[run]``; ``tasks`` adds per-task overrides on top of the file's.
+    Keys whose value is ``None`` are ignored (an option the user did not give).
+    """
+    where = str(path) if path is not None else None
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.exists():
+            raise ScenarioError(where, None, None, "no such file")
+        try:
+            data = tomllib.loads(p.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise ScenarioError(where, None, None, f"not valid TOML: {exc}") from None
+        unknown = set(data) - {"name", "description", "run", "defaults", "tasks"}
+        if unknown:
+            raise ScenarioError(where, None, sorted(unknown)[0], "unknown section; valid: name, description, run, defaults, tasks")
+    file_run = data.get("run", {})
+    file_defaults = data.get("defaults", {})
+    file_tasks = data.get("tasks", {})
+    for section, value in (("run", file_run), ("defaults", file_defaults), ("tasks", file_tasks)):
+        if not isinstance(value, dict):
+            raise ScenarioError(where, section, None, "must be a table")
+
+    merged_defaults = _check_task_values(file_defaults, where, "defaults")
+    merged_defaults.update(
+        _check_task_values({k: v for k, v in (defaults or {}).items() if v is not None}, None, "option")
+    )
+    task_overrides: dict[str, dict[str, Any]] = {}
+    for name, values in file_tasks.items():
+        if not isinstance(values, dict):
+            raise ScenarioError(where, f"tasks.{name}", None, "must be a table")
+        task_overrides[name] = _check_task_values(values, where, f"tasks.{name}")
+    for name, values in (tasks or {}).items():
+        task_overrides.setdefault(name, {}).update(
+            _check_task_values({k: v for k, v in values.items() if v is not None}, None, f"tasks.{name}")
+        )
+
+    run_values = dict(file_run)
+    run_values.update({k: v for k, v in (run or {}).items() if v is not None})
+    unknown = set(run_values) - {"gpus", "gpu_sharing", "deadline", "rate_scale"}
+    if unknown:
+        raise ScenarioError(where, "run", sorted(unknown)[0], "unknown setting; valid: gpus, gpu_sharing, deadline, rate_scale")
+    gpus = run_values.get("gpus", 2)
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise ScenarioError(where, "run", "gpus", f"must be an integer >= 1, got {gpus!r}")
+    deadline = run_values.get("deadline")
+    if deadline is not None and (isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or not deadline > 0):
+        raise ScenarioError(where, "run", "deadline", f"must be a number of seconds > 0, got {deadline!r}")
+    rate_scale = run_values.get("rate_scale", 1.0)
+    if isinstance(rate_scale, bool) or not isinstance(rate_scale, (int, float)) or not (rate_scale > 0 and math.isfinite(rate_scale)):
+        raise ScenarioError(where, "run", "rate_scale", f"must be a number > 0, got {rate_scale!r}")
+    sharing = run_values.get("gpu_sharing", "exclusive")
+    if not isinstance(sharing, str):
+        raise ScenarioError(where, "run", "gpu_sharing", f"must be a name, got {sharing!r}")
+
+    scenario = Scenario(
+        name=str(data.get("name", Path(path).stem if path else "cli")),
+        description=str(data.get("description", "")),
+        gpus=gpus,
+        gpu_sharing=sharing,
+        deadline=None if deadline is None else float(deadline),
+        rate_scale=float(rate_scale),
+        defaults=replace(TaskConfig(), **merged_defaults),
+        tasks=task_overrides,
+        source=where,
+    )
+    validate_names(scenario, list(task_overrides))
+    return scenario

@@ -1,0 +1,111 @@
+"""The in-memory trace: calls that arrive at instants, each carrying prompts of tasks.
+
+A *call* is one API request; it carries one or more *prompts*, each of one *task*
+(``graph``, ``mmlu``, ``infobench`` ...). Token counts are optional: where a trace does
+not give them, the profile's task defaults apply when the trace is replayed.
+
+Every reader in :mod:`simulator.trace.formats` returns a :class:`Trace`; every writer
+takes one. Times are seconds from the start of the trace (absolute epochs are
+normalised to start at 0 by the readers).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterator
+
+import numpy as np
+import pandas as pd
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """One prompt of a call. ``None`` token counts mean "use the task's default"."""
+
+    task: str
+    prompt_tokens: int | None = None
+    max_tokens: int | None = None
+    text: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One API call: arrives at ``t`` seconds and completes when its last prompt does."""
+
+    id: str
+    t: float
+    prompts: tuple[Prompt, ...]
+
+
+@dataclass(frozen=True)
+class Trace:
+    """An arrival trace: calls sorted by arrival time (stable for equal times).
+
+    ``meta`` carries free-form provenance (source file, generator command, format);
+    ``source`` is the path the trace was read from, if any.
+    """
+
+    calls: tuple[Call, ...]
+    meta: dict[str, Any] = field(default_factory=dict)
+    source: str | None = None
+
+    def __len__(self) -> int:
+        return len(self.calls)
+
+    def __iter__(self) -> Iterator[Call]:
+        return iter(self.calls)
+
+    @property
+    def n_prompts(self) -> int:
+        """Total number of prompts over all calls."""
+        return sum(len(c.prompts) for c in self.calls)
+
+    @property
+    def tasks(self) -> list[str]:
+        """Task names in order of first appearance."""
+        seen: dict[str, None] = {}
+        for call in self.calls:
+            for p in call.prompts:
+                seen.setdefault(p.task, None)
+        return list(seen)
+
+    def task_counts(self) -> Counter[str]:
+        """Number of prompts per task."""
+        return Counter(p.task for c in self.calls for p in c.prompts)
+
+    def arrival_times(self) -> np.ndarray:
+        """Arrival instants of the calls, in trace order."""
+        return np.fromiter((c.t for c in self.calls), dtype=float, count=len(self.calls))
+
+    def scaled(self, rate_scale: float) -> "Trace":
+        """The same calls with inter-arrival times scaled by ``1 / rate_scale``.
+
+        ``rate_scale`` 2 doubles the arrival rate (halves every gap); 0.5 halves it.
+        Times are scaled about the trace start (0), so the first call moves too.
+        """
+        if not rate_scale > 0:
+            raise ValueError(f"rate_scale must be > 0, got {rate_scale}")
+        if rate_scale == 1:
+            return self
+        calls = tuple(replace(c, t=c.t / rate_scale) for c in self.calls)
+        meta = dict(self.meta, rate_scale=rate_scale * float(self.meta.get("rate_scale", 1.0)))
+        return Trace(calls=calls, meta=meta, source=self.source)
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per prompt: call_index, call_id, t, prompt_index, task, tokens."""
+        rows = [
+            (ci, c.id, c.t, pi, p.task, p.prompt_tokens, p.max_tokens)
+            for ci, c in enumerate(self.calls)
+            for pi, p in enumerate(c.prompts)
+        ]
+        frame = pd.DataFrame(
+            rows,
+            columns=[
+                "call_index", "call_id", "t", "prompt_index", "task",
+                "prompt_tokens", "max_tokens",
+            ],
+        )
+        for col in ("prompt_tokens", "max_tokens"):
+            frame[col] = frame[col].astype("Int64")
+        return frame

@@ -1,0 +1,49 @@
+"""Small builders shared by the tests: in-memory traces, one-line profiles, quick runs."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+import pandas as pd
+
+from simulator.model import simulate
+from simulator.profile import Profile, profile_from_dict
+from simulator.scenario import build_scenario
+from simulator.trace.model import Call, Prompt, Trace
+
+
+def make_trace(calls: Iterable[tuple[float, Sequence[str]]]) -> Trace:
+    """A trace from ``(t, [task, task, ...])`` pairs; call ids are their positions."""
+    return Trace(tuple(
+        Call(str(i), float(t), tuple(Prompt(task) for task in tasks))
+        for i, (t, tasks) in enumerate(calls)
+    ))
+
+
+def fixed_profile(**seconds: Any) -> Profile:
+    """Deterministic service per task: ``fixed_profile(a=3.0, b={"base": 1, "per_prompt": 1})``.
+
+    A task named ``cpu_*`` runs on the CPU."""
+    return profile_from_dict({"tasks": {
+        task: {"resource": "cpu" if task.startswith("cpu") else "gpu",
+               "service": {"kind": "distribution", "dist": "deterministic", "mean": mean}}
+        for task, mean in seconds.items()
+    }})
+
+
+def run(trace: Trace, profile: Profile, seed: int = 0, tasks: dict | None = None,
+        **settings: Any) -> pd.DataFrame:
+    """Simulate with task ``settings`` for every task and ``gpus``/``gpu_sharing`` for the run."""
+    run_keys = {"gpus", "gpu_sharing", "deadline", "rate_scale"}
+    scenario = build_scenario(
+        defaults={k: v for k, v in settings.items() if k not in run_keys},
+        run={k: v for k, v in settings.items() if k in run_keys},
+        tasks=tasks,
+    )
+    return simulate(trace, scenario, profile, seed)
+
+
+def timeline(log: pd.DataFrame, column: str = "done_at") -> list[tuple[str, float]]:
+    """``[(call_id.prompt_index, instant)]`` in trace order, for whole-timeline asserts."""
+    return [(f"{c}.{p}", float(x)) for c, p, x in
+            zip(log["call_id"], log["prompt_index"], log[column])]

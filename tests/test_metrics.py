@@ -1,0 +1,99 @@
+"""Metrics are pure functions of the event log: check each formula on hand-made logs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from simulator.events import EVENT_COLUMNS, with_durations
+from simulator.metrics import busy_time, call_table, describe, summarize, time_average_in_system
+
+
+def make_log(rows):
+    """rows: (call_index, prompt_index, task, arrived, batched, started, done, gpu, batch, size)."""
+    df = pd.DataFrame(rows, columns=["call_index", "prompt_index", "task", "arrived_at", "batched_at",
+                                     "started_at", "done_at", "gpu", "batch_id", "batch_size"])
+    df["call_id"] = df["call_index"].astype(str)
+    df["resource"] = np.where(df["gpu"].isna(), "cpu", "gpu")
+    df["queue"] = df["task"]
+    df["worker"] = 0
+    df["prompt_tokens"] = 10
+    df["max_tokens"] = 20
+    df["gpu"] = df["gpu"].astype("Int64")
+    return df[EVENT_COLUMNS]
+
+
+LOG = make_log([
+    # call 0: a (gpu 0) and g (cpu); call 1: a, a in one batch on gpu 1; call 2: a late
+    (0, 0, "a", 0.0, 1.0, 2.0, 5.0, 0, 0, 1),
+    (0, 1, "g", 0.0, 0.0, 0.0, 0.5, None, 1, 1),
+    (1, 0, "a", 1.0, 1.5, 1.5, 4.0, 1, 2, 2),
+    (1, 1, "a", 1.0, 1.5, 1.5, 4.0, 1, 2, 2),
+    (2, 0, "a", 3.0, 5.0, 5.0, 10.0, 0, 3, 1),
+])
+
+
+def test_durations_are_differences_of_instants():
+    d = with_durations(LOG)
+    assert list(d["latency_s"]) == [5.0, 0.5, 3.0, 3.0, 7.0]
+    assert list(d["wait_s"]) == [2.0, 0.0, 0.5, 0.5, 2.0]
+    assert list(d["batching_s"]) == [1.0, 0.0, 0.5, 0.5, 2.0]
+    assert list(d["service_s"]) == [3.0, 0.5, 2.5, 2.5, 5.0]
+
+
+def test_describe_uses_linear_percentiles_and_handles_empty():
+    s = describe([1, 2, 3, 4])
+    assert s == {"mean": 2.5, "p50": 2.5, "p90": pytest.approx(3.7), "p95": pytest.approx(3.85),
+                 "p99": pytest.approx(3.97), "max": 4.0}
+    assert describe([]) == {k: None for k in s}
+
+
+def test_calls_complete_with_their_last_prompt_and_know_their_tasks():
+    calls = call_table(with_durations(LOG), deadline=6.0)
+    assert list(calls["latency_s"]) == [5.0, 3.0, 7.0]
+    assert list(calls["tasks"]) == ["a+g", "a", "a"]
+    assert list(calls["completed"]) == [True, True, False]
+
+
+def test_busy_time_is_the_union_of_intervals():
+    assert busy_time(np.array([0.0, 1.0, 5.0]), np.array([2.0, 3.0, 6.0])) == 4.0
+    assert busy_time(np.array([]), np.array([])) == 0.0
+
+
+def test_summary_figures_from_the_log():
+    s = summarize(LOG, {"x": 1}, deadline=6.0, gpus=3)
+    o = s["overall"]
+    assert (o["prompts"], o["completed"], o["timed_out"]) == (5, 4, 1)
+    assert o["latency"]["mean"] == pytest.approx((5 + 0.5 + 3 + 3) / 4)
+    assert o["latency"]["max"] == 5.0
+    assert o["call_latency"]["mean"] == pytest.approx((5 + 3) / 2)
+    assert s["makespan_s"] == 10.0
+    assert o["throughput_prompts_per_s"] == pytest.approx(4 / 10)
+    a = s["tasks"]["a"]
+    assert (a["prompts"], a["completed"], a["timed_out"]) == (4, 3, 1)
+    assert a["mean_batch_size"] == pytest.approx((1 + 2 + 1) / 3)
+    assert a["wait"]["mean"] == pytest.approx((2 + 0.5 + 0.5) / 3)
+    assert s["tasks"]["g"]["service"]["mean"] == 0.5
+    # GPU 0 busy [2,5) and [5,10): 8 of 10 s; GPU 1 busy [1.5, 4): 2.5 s; GPU 2 idle.
+    assert [g["utilization"] for g in s["gpus"]] == pytest.approx([0.8, 0.25, 0.0])
+    assert [g["batches"] for g in s["gpus"]] == [2, 1, 0]
+    assert s["config"] == {"x": 1}
+
+
+def test_summary_keys_are_stable():
+    s = summarize(LOG)
+    assert set(s) == {"overall", "tasks", "gpus", "makespan_s", "deadline_s", "config"}
+    assert set(s["overall"]) == {"prompts", "completed", "timed_out", "calls", "calls_completed",
+                                 "latency", "call_latency", "wait", "service", "mean_batch_size",
+                                 "throughput_prompts_per_s"}
+    assert set(s["gpus"][0]) == {"id", "utilization", "batches", "mean_batch_size"}
+
+
+def test_time_average_in_system_by_hand():
+    # Prompts in system: [0,0.5): 2, [0.5,1): 1, [1,4): 3, [4,5): 1, ... integrate by hand.
+    area = 2 * 0.5 + 1 * 0.5 + 3 * 2.0 + 4 * 1.0 + 2 * 1.0 + 1 * 5.0  # [1,3):3 [3,4):4 [4,5):2 [5,10):1
+    assert time_average_in_system(LOG) == pytest.approx(area / 10.0)
+    # Little's law holds exactly on a finished sample path: L = (N / T) * W.
+    w = with_durations(LOG)["latency_s"].mean()
+    assert time_average_in_system(LOG) == pytest.approx(len(LOG) / 10.0 * w)

@@ -1,0 +1,145 @@
+"""Contract tests over the registries: every topology, policy, dispatch rule and sharing mode
+keeps the invariants, on traces that hypothesis generates.
+
+* every prompt of every call is in the log exactly once, and is served;
+* nothing happens before it may: arrived_at <= batched_at <= started_at <= done_at;
+* no batch exceeds max batch, and a batch's recorded size is its number of prompts;
+* with exclusive GPUs, no GPU serves two batches at once;
+* with flush 0 and max batch 1 on a shared queue, no prompt waits while a GPU is idle;
+* same seed, same event log.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from helpers import make_trace
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simulator.model import DISPATCH_RULES, GPU_SHARING, POLICIES, TOPOLOGIES, simulate
+from simulator.profile import profile_from_dict
+from simulator.scenario import build_scenario
+
+PROFILE = profile_from_dict({"tasks": {
+    "x": {"resource": "gpu", "service": {"kind": "distribution", "dist": "exponential",
+                                         "mean": {"base": 1.0, "per_prompt": 0.5}}},
+    "y": {"resource": "gpu", "service": {"kind": "distribution", "dist": "gamma", "cv": 0.5,
+                                         "mean": 2.0}},
+    "z": {"resource": "cpu", "service": {"kind": "distribution", "dist": "deterministic",
+                                         "mean": 0.3}},
+}})
+
+calls = st.lists(
+    st.tuples(
+        st.floats(min_value=0, max_value=60, allow_nan=False).map(lambda t: round(t, 1)),
+        st.lists(st.sampled_from(["x", "y", "z"]), min_size=1, max_size=8),
+    ),
+    min_size=1, max_size=25,
+).map(lambda cs: sorted(cs, key=lambda c: c[0]))
+
+task_settings = st.fixed_dictionaries({
+    "topology": st.sampled_from(TOPOLOGIES.names()),
+    "policy": st.sampled_from(POLICIES.names()),
+    "dispatch": st.sampled_from(DISPATCH_RULES.names()),
+    "flush": st.sampled_from([0.0, 0.5, 3.0]),
+    "max_batch": st.integers(1, 5),
+    "workers": st.sampled_from([None, 1, 2, 3]),
+})
+
+
+def _check_invariants(log: pd.DataFrame, trace, per_task: dict, sharing: str) -> None:
+    # Every prompt of every call exactly once.
+    expected = {(ci, pi) for ci, c in enumerate(trace.calls) for pi in range(len(c.prompts))}
+    seen = list(zip(log["call_index"], log["prompt_index"]))
+    assert len(seen) == len(set(seen)) == len(expected)
+    assert set(seen) == expected
+    assert np.isfinite(log["done_at"]).all()
+    # Causality.
+    assert (log["batched_at"] >= log["arrived_at"]).all()
+    assert (log["started_at"] >= log["batched_at"]).all()
+    assert (log["done_at"] > log["started_at"]).all()
+    # Batch sizes.
+    sizes = log.groupby("batch_id").size()
+    recorded = log.groupby("batch_id")["batch_size"].first()
+    assert (sizes == recorded).all()
+    for task, cfg in per_task.items():
+        rows = log[log["task"] == task]
+        assert (rows["batch_size"] <= cfg["max_batch"]).all()
+        assert rows.groupby("batch_id")["task"].nunique().eq(1).all()
+    # Exclusive GPUs serve one batch at a time.
+    if sharing == "exclusive":
+        batches = log[log["gpu"].notna()].groupby("batch_id").agg(
+            gpu=("gpu", "first"), s=("started_at", "first"), e=("done_at", "first"))
+        for _, b in batches.groupby("gpu"):
+            b = b.sort_values("s")
+            assert (b["s"].to_numpy()[1:] >= b["e"].to_numpy()[:-1] - 1e-9).all()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    calls=calls,
+    x=task_settings, y=task_settings, z=task_settings,
+    gpus=st.integers(1, 3),
+    sharing=st.sampled_from(GPU_SHARING.names()),
+    cpu_workers=st.sampled_from([None, 1, 2]),
+    seed=st.integers(0, 2**16),
+)
+def test_every_configuration_keeps_the_invariants(calls, x, y, z, gpus, sharing, cpu_workers, seed):
+    trace = make_trace(calls)
+    z = dict(z, cpu_workers=cpu_workers)
+    if z["topology"] == "split" and cpu_workers is None:
+        z["cpu_workers"] = 2  # split on the CPU needs a finite pool (its own error test below)
+    scenario = build_scenario(run={"gpus": gpus, "gpu_sharing": sharing},
+                              tasks={"x": x, "y": y, "z": z})
+    log = simulate(trace, scenario, PROFILE, seed)
+    _check_invariants(log, trace, {"x": x, "y": y, "z": z}, sharing)
+    again = simulate(trace, scenario, PROFILE, seed)
+    pd.testing.assert_frame_equal(log, again)
+
+
+@settings(max_examples=40, deadline=None)
+@given(calls=calls, gpus=st.integers(1, 3), policy=st.sampled_from(POLICIES.names()),
+       seed=st.integers(0, 2**16))
+def test_flush_zero_max_batch_one_never_holds_a_prompt_while_a_gpu_idles(calls, gpus, policy, seed):
+    trace = make_trace([(t, ["x"] * len(tasks)) for t, tasks in calls])
+    scenario = build_scenario(defaults={"flush": 0.0, "max_batch": 1, "policy": policy},
+                              run={"gpus": gpus})
+    log = simulate(trace, scenario, PROFILE, seed)
+    busy = {g: list(zip(b["started_at"], b["done_at"]))
+            for g, b in log.groupby("gpu")[["started_at", "done_at"]]}
+    waited = log[log["started_at"] > log["arrived_at"]]
+    for a, s in zip(waited["arrived_at"], waited["started_at"]):
+        # Every GPU must be busy throughout (a, s): check at a few instants inside it.
+        for t in np.linspace(a, s, 7)[1:-1]:
+            for g in range(gpus):
+                assert any(b0 <= t < b1 for b0, b1 in busy.get(g, [])), (g, t)
+
+
+def test_split_on_an_unlimited_cpu_pool_is_a_clear_error():
+    import pytest
+
+    from simulator.errors import ScenarioError
+
+    scenario = build_scenario(tasks={"z": {"topology": "split"}})
+    with pytest.raises(ScenarioError, match="cpu_workers"):
+        simulate(make_trace([(0, ["z"])]), scenario, PROFILE, 0)
+
+
+def test_different_seeds_give_different_service_times():
+    trace = make_trace([(i, ["x", "y"]) for i in range(20)])
+    scenario = build_scenario()
+    a = simulate(trace, scenario, PROFILE, 1)
+    b = simulate(trace, scenario, PROFILE, 2)
+    assert not np.allclose(a["done_at"], b["done_at"])
+
+
+def test_changing_one_task_leaves_other_tasks_service_draws_alone():
+    # Service streams are per task: y's service times do not move when x's setup changes.
+    trace = make_trace([(10 * i, ["x", "y"]) for i in range(20)])
+    base = simulate(trace, build_scenario(run={"gpus": 4}), PROFILE, 5)
+    other = simulate(trace, build_scenario(run={"gpus": 4}, tasks={"x": {"max_batch": 1, "flush": 2.0}}), PROFILE, 5)
+    y0 = base[base["task"] == "y"]
+    y1 = other[other["task"] == "y"]
+    np.testing.assert_allclose((y0["done_at"] - y0["started_at"]).to_numpy(),
+                               (y1["done_at"] - y1["started_at"]).to_numpy())
