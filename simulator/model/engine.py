@@ -63,7 +63,8 @@ class System:
         self.arrived_at: list[float] = []
         self.call_of: list[int] = []
         self.task_of: list[str] = []
-        self.tokens: list[tuple[int, int]] = []
+        self.prompt_tokens: list[int] = []
+        self.max_tokens: list[int] = []
         self.batch_of: list[int] = []
         self.configs: dict[str, TaskConfig] = {}
         self.groups: list[list[tuple[Topology, list[int]]]] = []
@@ -72,28 +73,37 @@ class System:
     # -- construction -----------------------------------------------------------------
     def _build(self, trace: Trace) -> None:
         fronts: dict[str, Topology] = {}
+        # Per task: its front end, default prompt tokens, default max tokens and cap.
+        info: dict[str, tuple[Topology, int, int, int | None]] = {}
+        arrived_at, call_of, task_of = self.arrived_at, self.call_of, self.task_of
+        ptoks, mtoks = self.prompt_tokens, self.max_tokens
         index = 0
         for ci, call in enumerate(trace.calls):
             by_task: dict[str, list[int]] = {}
             for prompt in call.prompts:
                 task = prompt.task
-                if task not in self.configs:
-                    self.configs[task] = self.scenario.for_task(task)
-                    self.profile.task(task)  # fail early on a task the profile lacks
-                cfg = self.configs[task]
-                tp = self.profile.tasks[task]
-                max_tokens = prompt.max_tokens or tp.max_tokens
-                if cfg.max_tokens is not None:
-                    max_tokens = min(max_tokens, cfg.max_tokens)
-                prompt_tokens = tp.prompt_tokens if prompt.prompt_tokens is None else prompt.prompt_tokens
-                self.arrived_at.append(call.t)
-                self.call_of.append(ci)
-                self.task_of.append(task)
-                self.tokens.append((prompt_tokens, max_tokens))
-                self.batch_of.append(-1)
-                by_task.setdefault(task, []).append(index)
+                task_info = info.get(task)
+                if task_info is None:
+                    self.configs[task] = cfg = self.scenario.for_task(task)
+                    tp = self.profile.task(task)  # fails early on a task the profile lacks
+                    task_info = info[task] = (self._front(fronts, task), tp.prompt_tokens,
+                                              tp.max_tokens, cfg.max_tokens)
+                max_tokens = prompt.max_tokens or task_info[2]
+                if task_info[3] is not None and max_tokens > task_info[3]:
+                    max_tokens = task_info[3]
+                ptoks.append(task_info[1] if prompt.prompt_tokens is None else prompt.prompt_tokens)
+                mtoks.append(max_tokens)
+                arrived_at.append(call.t)
+                call_of.append(ci)
+                task_of.append(task)
+                group = by_task.get(task)
+                if group is None:
+                    by_task[task] = [index]
+                else:
+                    group.append(index)
                 index += 1
-            self.groups.append([(self._front(fronts, t), ids) for t, ids in by_task.items()])
+            self.groups.append([(info[t][0], ids) for t, ids in by_task.items()])
+        self.batch_of = [-1] * index
 
     def _front(self, fronts: dict[str, Topology], task: str) -> Topology:
         front = fronts.get(task)
@@ -144,15 +154,12 @@ class System:
 
     def form_batch(self, task: str, queue: str, ids: list[int], worker: int) -> Batch:
         """Make a batch of ``ids`` now and draw its service time."""
-        tokens = self.tokens
         if len(ids) == 1:
-            shape = BatchShape(1, *tokens[ids[0]])
+            i = ids[0]
+            shape = BatchShape(1, self.prompt_tokens[i], self.max_tokens[i])
         else:
-            shape = BatchShape(
-                size=len(ids),
-                prompt_tokens=max(tokens[i][0] for i in ids),
-                max_tokens=max(tokens[i][1] for i in ids),
-            )
+            shape = BatchShape(len(ids), max(map(self.prompt_tokens.__getitem__, ids)),
+                               max(map(self.max_tokens.__getitem__, ids)))
         work = self.profile.tasks[task].service.sample(shape, self.service_rng(task))
         batch = Batch(next(self._batch_ids), task, queue, ids, worker, self.env._now, work)
         self.batches.append(batch)
@@ -198,7 +205,6 @@ class System:
         call_of = np.asarray(self.call_of, dtype=np.int64)
         call_ids = np.array([c.id for c in calls], dtype=object)
         prompt_index = np.concatenate([np.arange(len(c.prompts)) for c in calls]) if calls else np.zeros(0, np.int64)
-        tokens = np.asarray(self.tokens, dtype=np.int64).reshape(-1, 2)
         resource = {t: self.resource_of(t) for t in self.configs}
         task = np.asarray(self.task_of, dtype=object)
         gpu = b_device[bid] if len(bid) else np.zeros(0, np.int64)
@@ -208,8 +214,8 @@ class System:
             "prompt_index": prompt_index.astype(np.int64),
             "task": task,
             "resource": np.array([resource[t] for t in self.task_of], dtype=object),
-            "prompt_tokens": tokens[:, 0],
-            "max_tokens": tokens[:, 1],
+            "prompt_tokens": np.asarray(self.prompt_tokens, dtype=np.int64),
+            "max_tokens": np.asarray(self.max_tokens, dtype=np.int64),
             "queue": b_queue[bid] if len(bid) else b_queue[:0],
             "arrived_at": np.asarray(self.arrived_at, dtype=float),
             "batched_at": b_formed[bid] if len(bid) else b_formed[:0],
