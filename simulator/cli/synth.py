@@ -1,0 +1,89 @@
+"""``simctl synth``: write a synthetic trace drawn from stated statistics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Optional, TypeVar
+
+import typer
+
+from simulator.cli import app
+from simulator.cli._common import console, user_errors
+from simulator.outputs import check_writable
+from simulator.trace.formats import FORMATS, save_trace
+from simulator.trace.synth import (
+    SynthSpec,
+    SynthSpecError,
+    parse_prompts_per_call,
+    parse_task_mix,
+    parse_token_dists,
+    synthesize,
+)
+
+T = TypeVar("T")
+
+#: The option that sets each SynthSpec field, for error messages.
+_OPTIONS = {
+    "duration": "--duration", "arrival": "--arrival", "mean": "--mean", "cv": "--cv",
+    "prompts_per_call": "--prompts-per-call", "task_mix": "--task-mix",
+    "prompt_tokens": "--prompt-tokens", "max_tokens": "--max-tokens", "seed": "--seed",
+}
+
+
+def _as_option(build: Callable[[], T]) -> T:
+    """Run ``build``; re-raise a :class:`SynthSpecError` naming the CLI option, not the field."""
+    try:
+        return build()
+    except SynthSpecError as exc:
+        option = _OPTIONS.get(exc.field or "", exc.field)
+        raise SynthSpecError(None, None, None, f"{option}: {exc.message}" if option else exc.message) from None
+
+
+@app.command("synth")
+def synth_cli(
+    output: Path = typer.Option(..., "--output", "-o", help="Trace file to write."),
+    duration: float = typer.Option(..., "--duration", help="Seconds; calls arrive in (0, duration]."),
+    arrival: str = typer.Option("poisson", "--arrival", help="Inter-arrival distribution: poisson, gamma or lognormal."),
+    mean: float = typer.Option(10.0, "--mean", help="Mean inter-arrival time (s)."),
+    cv: float = typer.Option(1.0, "--cv", help="Coefficient of variation of the inter-arrival time (ignored by poisson)."),
+    prompts_per_call: str = typer.Option(
+        "1:0.25,2:0.2,3:0.3,4-8:0.25", "--prompts-per-call",
+        help="SIZE:P,... ; a range LOW-HIGH:P spreads P uniformly over its sizes.",
+    ),
+    task_mix: str = typer.Option("graph:0.34,mmlu:0.36,infobench:0.3", "--task-mix", help="TASK:P,..."),
+    prompt_tokens: Optional[str] = typer.Option(
+        None, "--prompt-tokens",
+        help="TASK:MEAN (fixed) or TASK:MEAN:CV (lognormal), comma-separated; '*' = every other task. "
+             "Default: lengths measured on the users' trace.",
+    ),
+    max_tokens: Optional[str] = typer.Option(
+        None, "--max-tokens", help="Same syntax as --prompt-tokens. Default: 2048 for every task.",
+    ),
+    seed: int = typer.Option(0, "--seed", help="Random seed (same seed and options, same trace)."),
+    fmt: str = typer.Option("native", "--format", help=f"Output format: {' or '.join(FORMATS)}."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing output file."),
+) -> None:
+    """Write a synthetic trace to OUTPUT: arrivals from a poisson, gamma or lognormal
+    inter-arrival process, prompts per call and tasks drawn from the given mixes."""
+    with user_errors():
+        if fmt not in FORMATS:
+            raise SynthSpecError(None, None, None, f"--format: unknown format {fmt!r} (expected {' or '.join(FORMATS)})")
+        check_writable(output, force=force)
+        spec = _as_option(lambda: SynthSpec(
+            duration=duration,
+            arrival=arrival,
+            mean=mean,
+            cv=cv,
+            prompts_per_call=parse_prompts_per_call(prompts_per_call),
+            task_mix=parse_task_mix(task_mix),
+            prompt_tokens=parse_token_dists(prompt_tokens, "prompt_tokens") if prompt_tokens else {},
+            max_tokens=parse_token_dists(max_tokens, "max_tokens") if max_tokens else {},
+        ))
+        trace = _as_option(lambda: synthesize(spec, seed))
+        save_trace(trace, output, format=fmt, force=force)
+        span = trace.calls[-1].t
+        console.print(
+            f"wrote {len(trace)} calls, {trace.n_prompts} prompts over {span:,.1f} s to {output} "
+            f"({fmt} format, seed {seed})",
+            highlight=False,
+        )

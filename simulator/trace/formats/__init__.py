@@ -1,0 +1,94 @@
+"""Reading and writing trace files; the one place that recognises a file's format.
+
+Two formats (one module each):
+
+* ``client`` — the users' load-testing client's ``batch_arrivals.json``
+  (:mod:`simulator.trace.formats.client`): prompt *texts*, classified into tasks by
+  keyword rules;
+* ``native`` — simctl's own ``simctl-trace/1`` (:mod:`simulator.trace.formats.native`):
+  task names and optional token counts.
+
+:func:`load_trace` detects the format from the content (:func:`detect_format`), never
+from the file name.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from simulator.outputs import open_output
+from simulator.trace.classify import DEFAULT_CLASSIFIER, KeywordClassifier
+from simulator.trace.formats._common import read_json
+from simulator.trace.formats.client import read_client, write_client
+from simulator.trace.formats.native import read_native, write_native
+from simulator.trace.model import Trace
+
+#: Names of the formats :func:`save_trace` writes and :func:`detect_format` returns.
+FORMATS = ("native", "client")
+
+#: Keys only the client format has: a list whose first record has one of them (and whose
+#: prompts are not objects) is a client-format file.
+_CLIENT_KEYS = frozenset({"batch_id", "batch_size", "prompt_idxs", "max_length"})
+
+
+def detect_format(obj: Any) -> str:
+    """``"client"`` or ``"native"``: the format of parsed JSON ``obj``.
+
+    Client: a JSON list whose first object record has a client key (``batch_id``,
+    ``batch_size``, ``prompt_idxs`` or ``max_length``) and whose ``prompts`` is not a list
+    holding objects (in the client format it is a list of texts). Everything else is
+    native, whose reader then reports what is wrong with it.
+    """
+    if isinstance(obj, list):
+        first = next((rec for rec in obj if isinstance(rec, dict)), None)
+        if first is not None and _CLIENT_KEYS & first.keys():
+            prompts = first.get("prompts")
+            if not (isinstance(prompts, list) and any(isinstance(p, dict) for p in prompts)):
+                return "client"
+    return "native"
+
+
+def load_trace(path: str | Path, classifier: KeywordClassifier = DEFAULT_CLASSIFIER) -> Trace:
+    """Read the trace at ``path`` in whichever format it is in (see :func:`detect_format`).
+
+    ``classifier`` gives the tasks of prompt texts (client format). The result's calls are
+    sorted by time with times starting from the trace's own zero (absolute epochs shifted
+    to 0), ``meta["format"]`` names the format read and ``source`` is ``str(path)``.
+
+    Raises :class:`~simulator.errors.TraceError` (one line naming file, record and field)
+    for a missing, unreadable or invalid file; issues
+    :class:`~simulator.errors.SimctlWarning` for what it repaired (unsorted calls) or
+    could not classify.
+    """
+    obj = read_json(path)
+    if detect_format(obj) == "client":
+        return read_client(obj, path, classifier)
+    return read_native(obj, path)
+
+
+def save_trace(
+    trace: Trace,
+    path: str | Path,
+    format: str = "native",
+    force: bool = False,
+    classifier: KeywordClassifier = DEFAULT_CLASSIFIER,
+) -> Path:
+    """Write ``trace`` to ``path`` in ``format`` (``"native"`` or ``"client"``); return the path.
+
+    The file is written atomically and an existing file is refused
+    (:class:`~simulator.errors.OutputError`) unless ``force``. ``classifier`` is used by
+    the client writer to invent prompt texts for prompts without one. Raises
+    :class:`ValueError` for an unknown format.
+    """
+    if format not in FORMATS:
+        raise ValueError(f"unknown trace format {format!r} (expected one of {', '.join(FORMATS)})")
+    with open_output(path, force=force) as handle:
+        if format == "client":
+            write_client(trace, handle, classifier)
+        else:
+            write_native(trace, handle)
+    return Path(path)
+
+
+__all__ = ["FORMATS", "detect_format", "load_trace", "save_trace"]

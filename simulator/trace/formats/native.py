@@ -1,0 +1,166 @@
+"""simctl's own trace format, ``simctl-trace/1`` (JSON).
+
+The file is either a bare list of calls or the wrapped form the writer produces::
+
+    {"format": "simctl-trace/1",
+     "meta": {...free-form provenance...},
+     "calls": [
+        {"id": "0", "t": 3.09, "prompts": [
+            {"task": "mmlu", "prompt_tokens": 190, "max_tokens": 2048},
+            "graph"]},
+        ...]}
+
+A call is ``{"id": str (optional; default its index in the list, as a string), "t":
+seconds, "prompts": [prompt, ...]}``; ``timestamp``, ``arrival_time`` and ``time`` are
+synonyms of ``t``. A prompt is ``{"task": str, "prompt_tokens": int >= 0 (optional),
+"max_tokens": int >= 1 (optional), "text": str (optional)}``, with ``task_type`` and
+``type`` synonyms of ``task``, or a bare string, which is the task name. ``null`` token
+counts mean "absent".
+
+Times are seconds ``>= 0`` or ISO-8601 strings; absolute times (ISO, or numbers whose
+smallest is ``>= 1e9``) are shifted to start at 0, the original start kept in
+``meta["epoch_start"]``. See :func:`simulator.trace.formats._common.build_trace`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import IO, Any
+
+from simulator.errors import TraceError
+from simulator.trace.formats._common import (
+    CallRecord,
+    UnknownFields,
+    build_trace,
+    check_count,
+    check_task,
+    is_int,
+    json_default,
+    one_of,
+    parse_time,
+    show,
+    type_name,
+)
+from simulator.trace.model import Prompt, Trace
+
+FORMAT_NAME = "simctl-trace/1"
+TIME_KEYS = ("t", "timestamp", "arrival_time", "time")
+TASK_KEYS = ("task", "task_type", "type")
+_CALL_KEYS = ("id", "prompts", *TIME_KEYS)
+_PROMPT_KEYS = ("prompt_tokens", "max_tokens", "text", *TASK_KEYS)
+
+
+def read_native(obj: Any, path: str | Path) -> Trace:
+    """The :class:`Trace` of parsed JSON ``obj`` read from ``path`` (used in messages).
+
+    Raises :class:`TraceError` for any invalid record; warns (:class:`SimctlWarning`)
+    about unsorted calls and ignored fields.
+    """
+    path = Path(path)
+    meta: dict[str, Any] = {}
+    if isinstance(obj, dict):
+        fmt = obj.get("format", FORMAT_NAME)
+        if fmt != FORMAT_NAME:
+            raise TraceError(path, None, "format", f"unsupported format {show(fmt)} (expected {FORMAT_NAME!r})")
+        if "calls" not in obj:
+            raise TraceError(path, None, "calls", "missing (expected a list of calls)")
+        file_meta = obj.get("meta", {})
+        if not isinstance(file_meta, dict):
+            raise TraceError(path, None, "meta", f"must be an object, got {type_name(file_meta)}")
+        meta.update(file_meta)
+        obj = obj["calls"]
+        if not isinstance(obj, list):
+            raise TraceError(path, None, "calls", f"must be a list of calls, got {type_name(obj)}")
+    elif not isinstance(obj, list):
+        raise TraceError(
+            path, None, None,
+            f"expected a JSON list of calls or a {FORMAT_NAME} object, got {type_name(obj)}",
+        )
+    meta["format"] = "native"
+
+    unknown = UnknownFields()
+    records = [_read_call(path, i, rec, unknown) for i, rec in enumerate(obj)]
+    unknown.warn(path)
+    return build_trace(path, records, meta, id_field="id")
+
+
+def _read_call(path: Path, i: int, rec: Any, unknown: UnknownFields) -> CallRecord:
+    if not isinstance(rec, dict):
+        raise TraceError(path, i, None, f"must be an object with 't' and 'prompts', got {show(rec)}")
+    unknown.note(i, rec, _CALL_KEYS)
+
+    call_id = rec.get("id", str(i))
+    if is_int(call_id):
+        call_id = str(call_id)
+    if not isinstance(call_id, str) or not call_id:
+        raise TraceError(path, i, "id", f"must be a non-empty string, got {show(call_id)}")
+
+    time_key = one_of(path, i, rec, TIME_KEYS)
+    if time_key is None:
+        raise TraceError(path, i, "t", "missing (give the arrival time as 't', 'timestamp', 'arrival_time' or 'time')")
+    t, is_iso = parse_time(path, i, time_key, rec[time_key])
+
+    if "prompts" not in rec:
+        raise TraceError(path, i, "prompts", "missing (a call needs at least one prompt)")
+    raw = rec["prompts"]
+    if not isinstance(raw, list):
+        raise TraceError(path, i, "prompts", f"must be a list of prompts, got {type_name(raw)}")
+    if not raw:
+        raise TraceError(path, i, "prompts", "is empty (a call needs at least one prompt)")
+    prompts = tuple(_read_prompt(path, i, j, p, unknown) for j, p in enumerate(raw))
+    return CallRecord(i, call_id, t, is_iso, time_key, prompts)
+
+
+def _read_prompt(path: Path, i: int, j: int, p: Any, unknown: UnknownFields) -> Prompt:
+    where = f"prompts[{j}]"
+    if isinstance(p, str):
+        return Prompt(check_task(path, i, where, p))
+    if not isinstance(p, dict):
+        raise TraceError(path, i, where, f"must be a task name or an object with 'task', got {show(p)}")
+    unknown.note(i, p, _PROMPT_KEYS, prefix="prompts[].")
+    task_key = one_of(path, i, p, TASK_KEYS)
+    if task_key is None:
+        raise TraceError(path, i, f"{where}.task", "missing (give the prompt's task as 'task')")
+    task = check_task(path, i, f"{where}.{task_key}", p[task_key])
+    prompt_tokens = p.get("prompt_tokens")
+    if prompt_tokens is not None:
+        prompt_tokens = check_count(path, i, f"{where}.prompt_tokens", prompt_tokens, 0)
+    max_tokens = p.get("max_tokens")
+    if max_tokens is not None:
+        max_tokens = check_count(path, i, f"{where}.max_tokens", max_tokens, 1)
+    text = p.get("text")
+    if text is not None and not isinstance(text, str):
+        raise TraceError(path, i, f"{where}.text", f"must be a string, got {type_name(text)}")
+    return Prompt(task, prompt_tokens, max_tokens, text)
+
+
+def write_native(trace: Trace, handle: IO[str]) -> None:
+    """Write ``trace`` to ``handle`` in the wrapped ``simctl-trace/1`` form, one call a line.
+
+    ``meta`` is written as given, except its ``format`` key (which records the format the
+    trace was read from). Token counts and texts that are ``None`` are left out.
+    """
+    meta = {k: v for k, v in trace.meta.items() if k != "format"}
+    handle.write("{\n")
+    handle.write(f'  "format": "{FORMAT_NAME}",\n')
+    handle.write('  "meta": ' + _dumps(meta, indent=2).replace("\n", "\n  ") + ",\n")
+    handle.write('  "calls": [')
+    for n, call in enumerate(trace.calls):
+        prompts = []
+        for p in call.prompts:
+            entry: dict[str, Any] = {"task": p.task}
+            if p.prompt_tokens is not None:
+                entry["prompt_tokens"] = p.prompt_tokens
+            if p.max_tokens is not None:
+                entry["max_tokens"] = p.max_tokens
+            if p.text is not None:
+                entry["text"] = p.text
+            prompts.append(entry)
+        record = {"id": call.id, "t": call.t, "prompts": prompts}
+        handle.write(("\n    " if n == 0 else ",\n    ") + _dumps(record))
+    handle.write("\n  ]\n}\n")
+
+
+def _dumps(value: Any, indent: int | None = None) -> str:
+    return json.dumps(value, indent=indent, default=json_default, allow_nan=True)
