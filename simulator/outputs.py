@@ -42,8 +42,17 @@ def open_output(path: str | Path, mode: str = "w", force: bool = False) -> Itera
     try:
         with os.fdopen(fd, mode) as handle:
             yield handle
+        # mkstemp creates the file 0600; give it the permissions a plain open() would.
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    """The process umask (reading it means setting it, so set it straight back)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

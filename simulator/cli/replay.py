@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-import click
 import typer
+from rich import box
 from rich.table import Table
 
 from simulator.cli import app
@@ -20,8 +20,8 @@ from simulator.replay import ReplayResult, replay
 from simulator.scenario import build_scenario
 
 
-def _choice(names: list[str]) -> click.Choice:
-    return click.Choice(names, case_sensitive=True)
+def _names(registry) -> str:
+    return ", ".join(registry.names())
 
 
 @app.command("replay")
@@ -31,13 +31,13 @@ def replay_cli(
     profile: str = typer.Option(DEFAULT_PROFILE, "--profile", "-p", help="Profile JSON file or bundled profile name."),
     flush: Optional[float] = typer.Option(None, "--flush", help="Flush window in seconds (0 = no waiting), all tasks."),
     max_batch: Optional[int] = typer.Option(None, "--max-batch", help="Max prompts per batch, all tasks."),
-    policy: Optional[str] = typer.Option(None, "--policy", click_type=_choice(POLICIES.names()), help="When the flush window starts."),
-    topology: Optional[str] = typer.Option(None, "--topology", click_type=_choice(TOPOLOGIES.names()), help="Queue topology, all tasks."),
+    policy: Optional[str] = typer.Option(None, "--policy", help=f"When the flush window starts: {_names(POLICIES)}."),
+    topology: Optional[str] = typer.Option(None, "--topology", help=f"Queue topology, all tasks: {_names(TOPOLOGIES)}."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Workers per shared queue (default: one per GPU)."),
-    dispatch: Optional[str] = typer.Option(None, "--dispatch", click_type=_choice(DISPATCH_RULES.names()), help="Dispatch rule to queues/GPUs."),
+    dispatch: Optional[str] = typer.Option(None, "--dispatch", help=f"Dispatch rule to queues/GPUs: {_names(DISPATCH_RULES)}."),
     max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Cap on every prompt's max tokens."),
     gpus: Optional[int] = typer.Option(None, "--gpus", help="Number of GPUs (default 2)."),
-    gpu_sharing: Optional[str] = typer.Option(None, "--gpu-sharing", click_type=_choice(GPU_SHARING.names()), help="How concurrent batches share a GPU."),
+    gpu_sharing: Optional[str] = typer.Option(None, "--gpu-sharing", help=f"How concurrent batches share a GPU: {_names(GPU_SHARING)}."),
     deadline: Optional[float] = typer.Option(None, "--deadline", help="Seconds from trace start; prompts not done by then time out."),
     rate_scale: Optional[float] = typer.Option(None, "--rate-scale", help="Scale the arrival rate (inter-arrival times / X)."),
     seed: int = typer.Option(0, "--seed", help="Random seed (same seed, same result)."),
@@ -89,32 +89,43 @@ def _fmt(x: Any, digits: int = 2) -> str:
     return str(x)
 
 
+def _label(name: str) -> str:
+    return f"[bold]{name}[/bold]" if name == "overall" else name
+
+
 def print_summary(result: ReplayResult) -> None:
     """Rich tables: one row per task plus overall, then one row per GPU."""
     s = result.summary
     sc = result.scenario
     console.print(
-        f"[bold]replay[/bold] scenario={sc.name} profile={result.profile.name} gpus={sc.gpus} "
+        f"[bold]replay[/bold] {sc.name} profile={result.profile.name} gpus={sc.gpus} "
         f"sharing={sc.gpu_sharing} seed={result.seed} rate_scale={sc.rate_scale:g}"
         + (f" deadline={sc.deadline:g}s" if sc.deadline else "")
     )
-    table = Table(title="Latency per task (seconds)", title_justify="left")
-    for col in ("task", "prompts", "done", "timed out", "calls done", "mean", "p50", "p95", "p99",
-                "max", "call p95", "wait", "service", "batch", "prompts/s"):
-        table.add_column(col, justify="left" if col == "task" else "right")
     rows = [(name, s["tasks"][name]) for name in s["tasks"]] + [("overall", s["overall"])]
+    # Two narrow tables rather than one wide one, so an 80-column terminal shows every figure.
+    counts = Table(title="Prompts per task", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    for col in ("task", "prompts", "done", "timed out", "calls done", "mean batch", "prompts/s"):
+        counts.add_column(col, justify="left" if col == "task" else "right")
+    for name, r in rows:
+        counts.add_row(
+            _label(name), str(r["prompts"]), str(r["completed"]), str(r["timed_out"]),
+            f"{r['calls_completed']}/{r['calls']}", _fmt(r["mean_batch_size"]),
+            _fmt(r["throughput_prompts_per_s"], 3),
+        )
+    console.print(counts)
+    latency = Table(title="Latency per task (seconds)", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    for col in ("task", "mean", "p50", "p95", "p99", "max", "call p95", "wait", "service"):
+        latency.add_column(col, justify="left" if col == "task" else "right")
     for name, r in rows:
         lat = r["latency"]
-        table.add_row(
-            f"[bold]{name}[/bold]" if name == "overall" else name,
-            str(r["prompts"]), str(r["completed"]), str(r["timed_out"]),
-            f"{r['calls_completed']}/{r['calls']}",
-            _fmt(lat["mean"]), _fmt(lat["p50"]), _fmt(lat["p95"]), _fmt(lat["p99"]), _fmt(lat["max"]),
-            _fmt(r["call_latency"]["p95"]), _fmt(r["wait"]["mean"]), _fmt(r["service"]["mean"]),
-            _fmt(r["mean_batch_size"]), _fmt(r["throughput_prompts_per_s"], 3),
+        latency.add_row(
+            _label(name), *(_fmt(lat[k], 1) for k in ("mean", "p50", "p95", "p99", "max")),
+            _fmt(r["call_latency"]["p95"], 1), _fmt(r["wait"]["mean"], 1),
+            _fmt(r["service"]["mean"], 1),
         )
-    console.print(table)
-    gtable = Table(title=f"GPUs (makespan {s['makespan_s']:,.1f} s)", title_justify="left")
+    console.print(latency)
+    gtable = Table(title=f"GPUs (makespan {s['makespan_s']:,.1f} s)", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     for col in ("gpu", "utilisation", "batches", "mean batch"):
         gtable.add_column(col, justify="right")
     for g in s["gpus"]:
