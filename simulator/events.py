@@ -28,6 +28,8 @@ Durations come from :func:`with_durations` only.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
 EVENT_COLUMNS = [
@@ -55,25 +57,36 @@ def with_durations(log: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def write_event_log(log: pd.DataFrame, path: str, force: bool = False) -> None:
-    """Write the log as Parquet (``.parquet``) or CSV (``.csv``), atomically."""
+EVENT_LOG_SUFFIXES = (".parquet", ".csv")
+
+
+def event_log_suffix(path: str | Path) -> str:
+    """``.parquet`` or ``.csv``: the format of an event log path; :class:`OutputError` otherwise."""
     from simulator.errors import OutputError
+
+    suffix = Path(path).suffix.lower()
+    if suffix not in EVENT_LOG_SUFFIXES:
+        raise OutputError(path, None, None, "an event log must end in .parquet or .csv")
+    return suffix
+
+
+def write_event_log(log: pd.DataFrame, path: str | Path, force: bool = False) -> None:
+    """Write the log as Parquet (``.parquet``) or CSV (``.csv``), atomically."""
     from simulator.outputs import open_output
 
-    if path.endswith(".parquet"):
+    if event_log_suffix(path) == ".parquet":
         with open_output(path, "wb", force=force) as fh:
             log.to_parquet(fh, index=False)
-    elif path.endswith(".csv"):
-        with open_output(path, "w", force=force) as fh:
-            log.to_csv(fh, index=False)
     else:
-        raise OutputError(path, None, None, "event log must end in .parquet or .csv")
+        with open_output(path, "w", force=force) as fh:
+            # 17 significant digits round-trip every float64 exactly.
+            log.to_csv(fh, index=False, float_format="%.17g")
 
 
-def read_event_log(path: str) -> pd.DataFrame:
+def read_event_log(path: str | Path) -> pd.DataFrame:
     """Read an event log written by :func:`write_event_log`."""
-    if path.endswith(".parquet"):
+    if event_log_suffix(path) == ".parquet":
         return pd.read_parquet(path)
-    log = pd.read_csv(path)
+    log = pd.read_csv(path, dtype={"call_id": str, "task": str})
     log["gpu"] = log["gpu"].astype("Int64")
     return log

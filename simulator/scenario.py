@@ -112,6 +112,8 @@ def _check_task_values(values: Mapping[str, Any], where: str | None, record: str
                 raise ScenarioError(where, record, key, f"must be a name, got {value!r}")
             if key == "resource" and value not in RESOURCES:
                 raise ScenarioError(where, record, key, f"must be gpu or cpu, got {value!r}")
+            if key != "resource":
+                _check_name(key, value, where, record)
         elif key == "flush":
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
                 raise ScenarioError(where, record, key, f"must be a number of seconds >= 0, got {value!r}")
@@ -121,6 +123,50 @@ def _check_task_values(values: Mapping[str, Any], where: str | None, record: str
                 raise ScenarioError(where, record, key, f"must be an integer >= 1, got {value!r}")
         out[key] = value
     return out
+
+
+RUN_FIELDS = ("gpus", "gpu_sharing", "deadline", "rate_scale")
+
+
+def _check_run_values(values: Mapping[str, Any], where: str | None, record: str) -> dict[str, Any]:
+    """Type- and range-check run settings (``gpus``, ``gpu_sharing``, ``deadline``, ``rate_scale``)."""
+    from simulator.model import GPU_SHARING
+    from simulator.registry import UnknownName
+
+    unknown = set(values) - set(RUN_FIELDS)
+    if unknown:
+        raise ScenarioError(where, record, sorted(unknown)[0], f"unknown setting; valid: {', '.join(RUN_FIELDS)}")
+    out = dict(values)
+    if "gpus" in values:
+        gpus = values["gpus"]
+        if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+            raise ScenarioError(where, record, "gpus", f"must be an integer >= 1, got {gpus!r}")
+    if values.get("deadline") is not None:
+        deadline = values["deadline"]
+        if isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or not (deadline > 0 and math.isfinite(deadline)):
+            raise ScenarioError(where, record, "deadline", f"must be a number of seconds > 0, got {deadline!r}")
+    if "rate_scale" in values:
+        rate_scale = values["rate_scale"]
+        if isinstance(rate_scale, bool) or not isinstance(rate_scale, (int, float)) or not (rate_scale > 0 and math.isfinite(rate_scale)):
+            raise ScenarioError(where, record, "rate_scale", f"must be a number > 0, got {rate_scale!r}")
+    if "gpu_sharing" in values:
+        sharing = values["gpu_sharing"]
+        if not isinstance(sharing, str):
+            raise ScenarioError(where, record, "gpu_sharing", f"must be a name, got {sharing!r}")
+        if sharing not in GPU_SHARING:
+            raise ScenarioError(where, record, "gpu_sharing", str(UnknownName("GPU sharing mode", sharing, GPU_SHARING.names())))
+    return out
+
+
+def _check_name(key: str, name: str, where: str | None, record: str) -> None:
+    """``name`` must be registered for ``key`` (policy, topology or dispatch)."""
+    from simulator.model import DISPATCH_RULES, POLICIES, TOPOLOGIES
+    from simulator.registry import UnknownName
+
+    reg, what = {"policy": (POLICIES, "batching policy"), "topology": (TOPOLOGIES, "topology"),
+                 "dispatch": (DISPATCH_RULES, "dispatch rule")}[key]
+    if name not in reg:
+        raise ScenarioError(where, record, key, str(UnknownName(what, name, reg.names())))
 
 
 def validate_names(scenario: Scenario, tasks: list[str]) -> None:
@@ -191,23 +237,13 @@ def build_scenario(
             _check_task_values({k: v for k, v in values.items() if v is not None}, None, f"tasks.{name}")
         )
 
-    run_values = dict(file_run)
-    run_values.update({k: v for k, v in (run or {}).items() if v is not None})
-    unknown = set(run_values) - {"gpus", "gpu_sharing", "deadline", "rate_scale"}
-    if unknown:
-        raise ScenarioError(where, "run", sorted(unknown)[0], "unknown setting; valid: gpus, gpu_sharing, deadline, rate_scale")
+    # Each source is checked on its own, so an error names the file or the option at fault.
+    run_values = _check_run_values(file_run, where, "run")
+    run_values.update(_check_run_values({k: v for k, v in (run or {}).items() if v is not None}, None, "option"))
     gpus = run_values.get("gpus", 2)
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
-        raise ScenarioError(where, "run", "gpus", f"must be an integer >= 1, got {gpus!r}")
     deadline = run_values.get("deadline")
-    if deadline is not None and (isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or not deadline > 0):
-        raise ScenarioError(where, "run", "deadline", f"must be a number of seconds > 0, got {deadline!r}")
     rate_scale = run_values.get("rate_scale", 1.0)
-    if isinstance(rate_scale, bool) or not isinstance(rate_scale, (int, float)) or not (rate_scale > 0 and math.isfinite(rate_scale)):
-        raise ScenarioError(where, "run", "rate_scale", f"must be a number > 0, got {rate_scale!r}")
     sharing = run_values.get("gpu_sharing", "exclusive")
-    if not isinstance(sharing, str):
-        raise ScenarioError(where, "run", "gpu_sharing", f"must be a name, got {sharing!r}")
 
     scenario = Scenario(
         name=str(data.get("name", Path(path).stem if path else "cli")),

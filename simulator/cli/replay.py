@@ -17,6 +17,8 @@ from simulator.model import DISPATCH_RULES, GPU_SHARING, POLICIES, TOPOLOGIES
 from simulator.outputs import check_writable, open_output
 from simulator.profile import DEFAULT_PROFILE, load_profile
 from simulator.replay import ReplayResult, replay
+from simulator.errors import ScenarioError
+from simulator.events import event_log_suffix, write_event_log
 from simulator.scenario import build_scenario
 
 
@@ -54,12 +56,13 @@ def replay_cli(
         for out in (json_out, events):
             if out and out != "-":
                 check_writable(out, force=force, inputs=(trace,))
+        if events:
+            event_log_suffix(events)
         task_defaults = dict(policy=policy, topology=topology, flush=flush, max_batch=max_batch,
                              workers=workers, dispatch=dispatch, max_tokens=max_tokens)
-        scenario = build_scenario(
-            path=config,
-            defaults=task_defaults,
-            run=dict(gpus=gpus, gpu_sharing=gpu_sharing, deadline=deadline, rate_scale=rate_scale),
+        scenario = _scenario_from_options(
+            config, task_defaults,
+            dict(gpus=gpus, gpu_sharing=gpu_sharing, deadline=deadline, rate_scale=rate_scale),
         )
         loaded = load_trace(trace)
         prof = load_profile(profile)
@@ -69,8 +72,6 @@ def replay_cli(
                 warn(f"--{name.replace('_', '-')} is overridden by the scenario for task(s) {', '.join(shadowed)}")
         result = replay(loaded, scenario, prof, seed=seed)
         if events:
-            from simulator.events import write_event_log
-
             write_event_log(result.log, events, force=force)
         if json_out == "-":
             sys.stdout.write(json.dumps(result.summary, indent=2) + "\n")
@@ -79,6 +80,16 @@ def replay_cli(
             with open_output(json_out, force=force) as fh:
                 json.dump(result.summary, fh, indent=2)
         print_summary(result)
+
+
+def _scenario_from_options(config: Optional[Path], defaults: dict, run: dict):
+    """The scenario; an invalid option value is reported by its flag (``--max-batch: ...``)."""
+    try:
+        return build_scenario(path=config, defaults=defaults, run=run)
+    except ScenarioError as exc:
+        if exc.path is None and exc.record == "option" and exc.field:
+            raise ScenarioError(None, None, None, f"--{exc.field.replace('_', '-')}: {exc.message}") from None
+        raise
 
 
 def _fmt(x: Any, digits: int = 2) -> str:

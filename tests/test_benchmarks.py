@@ -1,0 +1,29 @@
+"""The benchmark scripts run end to end in quick mode (their figures go in the README)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.benchmark
+def test_replay_throughput_quick_mode(capsys):
+    bench = load("replay_throughput")
+    assert bench.main(["--calls", "300", "--repeat", "1", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["calls"] == 300
+    assert 300 <= result["prompts"] <= 8 * 300
+    assert result["simulate_prompts_per_s"] == pytest.approx(result["prompts"] / result["simulate_s"])
+    assert result["replay_s"] >= result["simulate_s"] > 0
