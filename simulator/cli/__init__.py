@@ -15,6 +15,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",
 )
 
 # Command modules register themselves on ``app`` when imported.

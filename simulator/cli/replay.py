@@ -47,8 +47,10 @@ def replay_cli(
     events: Optional[str] = typer.Option(None, "--events", help="Write the per-prompt event log (.parquet or .csv)."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
 ) -> None:
-    """Replay TRACE through micro-batching queues, workers and GPUs; print latency,
-    throughput, batch sizes and GPU utilisation per task."""
+    """Replay TRACE through micro-batching queues, workers and GPUs.
+
+    Prints latency, throughput, batch sizes and GPU utilisation per task.
+    """
     with user_errors():
         from simulator.trace.formats import load_trace
 

@@ -63,8 +63,11 @@ def synth_cli(
     fmt: str = typer.Option("native", "--format", help=f"Output format: {' or '.join(FORMATS)}."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing output file."),
 ) -> None:
-    """Write a synthetic trace to OUTPUT: arrivals from a poisson, gamma or lognormal
-    inter-arrival process, prompts per call and tasks drawn from the given mixes."""
+    """Write a synthetic trace drawn from stated statistics.
+
+    Arrivals come from a poisson, gamma or lognormal inter-arrival process; prompts per
+    call, tasks and token counts are drawn from the given mixes.
+    """
     with user_errors():
         if fmt not in FORMATS:
             raise SynthSpecError(None, None, None, f"--format: unknown format {fmt!r} (expected {' or '.join(FORMATS)})")

@@ -19,9 +19,12 @@ def validate_cli(
     trace: Path = typer.Argument(..., help="Trace file (users' batch_arrivals.json or simctl-trace/1)."),
     json_out: bool = typer.Option(False, "--json", help="Print the statistics as JSON on stdout instead of tables."),
 ) -> None:
-    """Check TRACE (every record, field and time) and print its statistics: calls, prompts,
-    duration, inter-arrival times, prompts per call and task mix. Exit status 2 if it is
-    not a valid trace."""
+    """Check a trace and print its statistics.
+
+    Reads every record, field and time of TRACE, then prints calls, prompts, duration,
+    inter-arrival times, prompts per call and task mix. Exit status 2 if it is not a
+    valid trace.
+    """
     with user_errors():
         stats = trace_stats(load_trace(trace))
         if json_out:
