@@ -47,3 +47,13 @@ def timeline(log: pd.DataFrame, column: str = "done_at") -> list[tuple[str, floa
     """``[(call_id.prompt_index, instant)]`` in trace order, for whole-timeline asserts."""
     return [(f"{c}.{p}", float(x)) for c, p, x in
             zip(log["call_id"], log["prompt_index"], log[column])]
+
+
+def assert_one_line_error(result, *needles: str) -> None:
+    """A CLI result that exited 2 with a single ``error:`` line naming every needle, no traceback."""
+    assert result.exit_code == 2, (result.exit_code, result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])

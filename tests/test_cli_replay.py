@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from helpers import assert_one_line_error
 from simulator.cli import app
 from simulator.events import EVENT_COLUMNS, read_event_log
 from simulator.metrics import summarize
@@ -22,16 +23,6 @@ runner = CliRunner()
 
 def invoke(*args: str):
     return runner.invoke(app, ["replay", *map(str, args)])
-
-
-def assert_one_line_error(result, *needles: str) -> None:
-    """Exit 2, a single ``error:`` line on stderr naming every needle, no traceback."""
-    assert result.exit_code == 2, (result.exit_code, result.stdout, result.stderr)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    assert "Traceback" not in result.stderr + result.stdout
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
 
 
 def test_replay_prints_a_table_per_task_and_the_gpus():
