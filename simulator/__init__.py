@@ -10,30 +10,38 @@ The public API (what the CLI and notebooks use)::
     result.log                    # the per-prompt event log (pandas)
 """
 
-from simulator.errors import (
-    OutputError,
-    ProfileError,
-    ScenarioError,
-    SimctlError,
-    SimctlWarning,
-    TraceError,
-)
-from simulator.events import EVENT_COLUMNS, read_event_log, with_durations, write_event_log
-from simulator.metrics import call_table, describe, summarize
-from simulator.model import DISPATCH_RULES, GPU_SHARING, POLICIES, TOPOLOGIES, simulate
-from simulator.profile import Profile, load_profile, profile_from_dict
-from simulator.replay import ReplayResult, replay
-from simulator.scenario import Scenario, TaskConfig, build_scenario
-from simulator.trace.formats import load_trace, save_trace
-from simulator.trace.model import Call, Prompt, Trace
-from simulator.trace.stats import trace_stats
-from simulator.trace.synth import SynthSpec, synthesize
+import importlib
+from typing import Any
 
-__all__ = [
-    "Call", "DISPATCH_RULES", "EVENT_COLUMNS", "GPU_SHARING", "OutputError", "POLICIES",
-    "Profile", "ProfileError", "Prompt", "ReplayResult", "Scenario", "ScenarioError",
-    "SimctlError", "SimctlWarning", "SynthSpec", "TOPOLOGIES", "TaskConfig", "Trace",
-    "TraceError", "build_scenario", "call_table", "describe", "load_profile", "load_trace",
-    "profile_from_dict", "read_event_log", "replay", "save_trace", "simulate", "summarize",
-    "synthesize", "trace_stats", "with_durations", "write_event_log",
-]
+# Names are imported on first use (PEP 562), so that ``import simulator.harness`` on a GPU
+# machine without simpy, or ``import simulator.trace`` in a light script, pulls in only what
+# it needs.
+_EXPORTS = {
+    "simulator.errors": ["OutputError", "ProfileError", "ScenarioError", "SimctlError",
+                         "SimctlWarning", "TraceError"],
+    "simulator.events": ["EVENT_COLUMNS", "read_event_log", "with_durations", "write_event_log"],
+    "simulator.metrics": ["call_table", "describe", "summarize"],
+    "simulator.model": ["DISPATCH_RULES", "GPU_SHARING", "POLICIES", "TOPOLOGIES", "simulate"],
+    "simulator.profile": ["Profile", "load_profile", "profile_from_dict"],
+    "simulator.replay": ["ReplayResult", "replay"],
+    "simulator.scenario": ["Scenario", "TaskConfig", "build_scenario"],
+    "simulator.trace.formats": ["load_trace", "save_trace"],
+    "simulator.trace.model": ["Call", "Prompt", "Trace"],
+    "simulator.trace.stats": ["trace_stats"],
+    "simulator.trace.synth": ["SynthSpec", "synthesize"],
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'simulator' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -47,6 +47,8 @@ class TaskConfig:
     ``resource``: ``None`` takes the profile's. ``cpu_workers``: size of the CPU pool for a
     task on the CPU (``None``: unlimited, like a thread per request). ``max_tokens``: caps
     every prompt's max tokens (the trace's value otherwise, then the profile's default).
+    ``acceptance``, ``lookahead``, ``discipline``: override a ``spec_decode`` profile's
+    draft acceptance rate, drafts per iteration and batch discipline (``None``: the profile's).
     """
 
     policy: str = "oldest"
@@ -58,6 +60,9 @@ class TaskConfig:
     max_tokens: int | None = None
     resource: str | None = None
     cpu_workers: int | None = None
+    acceptance: float | None = None
+    lookahead: int | None = None
+    discipline: str | None = None
 
 
 TASK_FIELDS = {f.name for f in fields(TaskConfig)}
@@ -114,11 +119,18 @@ def _check_task_values(values: Mapping[str, Any], where: str | None, record: str
                 raise ScenarioError(where, record, key, f"must be gpu or cpu, got {value!r}")
             if key != "resource":
                 _check_name(key, value, where, record)
+        elif key == "acceptance":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+                raise ScenarioError(where, record, key, f"must be a probability in [0, 1], got {value!r}")
+            value = float(value)
+        elif key == "discipline":
+            if value not in ("ragged", "lockstep"):
+                raise ScenarioError(where, record, key, f"must be ragged or lockstep, got {value!r}")
         elif key == "flush":
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
                 raise ScenarioError(where, record, key, f"must be a number of seconds >= 0, got {value!r}")
             value = float(value)
-        else:  # max_batch, workers, max_tokens, cpu_workers
+        else:  # max_batch, workers, max_tokens, cpu_workers, lookahead
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ScenarioError(where, record, key, f"must be an integer >= 1, got {value!r}")
         out[key] = value

@@ -7,6 +7,8 @@ line on stderr and exit status 2, with no traceback.
 
 from __future__ import annotations
 
+import importlib
+
 import typer
 
 app = typer.Typer(
@@ -18,10 +20,29 @@ app = typer.Typer(
     rich_markup_mode="markdown",
 )
 
-# Command modules register themselves on ``app`` when imported.
-from simulator.cli import replay as _replay  # noqa: E402,F401
-from simulator.cli import synth as _synth  # noqa: E402,F401
-from simulator.cli import validate as _validate  # noqa: E402,F401
+# Command modules register themselves on ``app`` when imported. A command whose core
+# dependency is missing on this machine (a GPU box may have torch but not simpy) is still
+# listed, and says what to install instead of breaking every other command.
+_COMMANDS = ("replay", "validate", "synth", "profile")
+
+
+def _unavailable(name: str, missing: str) -> None:
+    @app.command(name, help=f"(unavailable here: needs the Python package '{missing}')",
+                 context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+    def _command() -> None:
+        from simulator.cli._common import err_console
+
+        err_console.print(f"error: simctl {name} needs the Python package '{missing}': pip install simctl")
+        raise typer.Exit(2)
+
+
+for _name in _COMMANDS:
+    try:
+        importlib.import_module(f"simulator.cli.{_name}")
+    except ModuleNotFoundError as _exc:
+        if _exc.name is None or _exc.name.startswith("simulator"):
+            raise
+        _unavailable(_name, _exc.name)
 
 
 def main() -> None:

@@ -38,6 +38,9 @@ def replay_cli(
     workers: Optional[int] = typer.Option(None, "--workers", help="Workers per shared queue (default: one per GPU)."),
     dispatch: Optional[str] = typer.Option(None, "--dispatch", help=f"Dispatch rule to queues/GPUs: {_names(DISPATCH_RULES)}."),
     max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Cap on every prompt's max tokens."),
+    lookahead: Optional[int] = typer.Option(None, "--lookahead", help="Drafts per speculative iteration (spec_decode profiles), all tasks."),
+    acceptance: Optional[float] = typer.Option(None, "--acceptance", help="Draft acceptance rate alpha (spec_decode profiles), all tasks."),
+    discipline: Optional[str] = typer.Option(None, "--discipline", help="Speculative batch discipline: ragged or lockstep (spec_decode profiles)."),
     gpus: Optional[int] = typer.Option(None, "--gpus", help="Number of GPUs (default 2)."),
     gpu_sharing: Optional[str] = typer.Option(None, "--gpu-sharing", help=f"How concurrent batches share a GPU: {_names(GPU_SHARING)}."),
     deadline: Optional[float] = typer.Option(None, "--deadline", help="Seconds from trace start; prompts not done by then time out."),
@@ -61,7 +64,8 @@ def replay_cli(
         if events:
             event_log_suffix(events)
         task_defaults = dict(policy=policy, topology=topology, flush=flush, max_batch=max_batch,
-                             workers=workers, dispatch=dispatch, max_tokens=max_tokens)
+                             workers=workers, dispatch=dispatch, max_tokens=max_tokens,
+                             lookahead=lookahead, acceptance=acceptance, discipline=discipline)
         scenario = _scenario_from_options(
             config, task_defaults,
             dict(gpus=gpus, gpu_sharing=gpu_sharing, deadline=deadline, rate_scale=rate_scale),

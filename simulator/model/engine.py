@@ -52,6 +52,7 @@ class System:
         root = np.random.SeedSequence(seed)
         self.dispatch_rng = np.random.default_rng(root.spawn(1)[0])
         self._service_rngs: dict[str, np.random.Generator] = {}
+        self._services: dict[str, object] = {}
         self._worker_ids = itertools.count()
         self._batch_ids = itertools.count()
         make_gpu = GPU_SHARING.get(scenario.gpu_sharing)
@@ -152,15 +153,32 @@ class System:
             rng = self._service_rngs[task] = np.random.default_rng([self.seed, 1, _task_key(task)])
         return rng
 
+    def service_of(self, task: str):
+        """The task's service model, with the scenario's speculative-decoding overrides applied."""
+        service = self._services.get(task)
+        if service is None:
+            service = self.profile.tasks[task].service
+            cfg = self.scenario.for_task(task)
+            overrides = {k: getattr(cfg, k) for k in ("acceptance", "lookahead", "discipline")
+                         if getattr(cfg, k) is not None}
+            if overrides:
+                if not hasattr(service, "with_overrides"):
+                    raise ScenarioError(self.scenario.source, f"tasks.{task}", next(iter(overrides)),
+                                        f"applies to spec_decode profiles only; task '{task}' has a "
+                                        f"'{service.kind}' service model")
+                service = service.with_overrides(**overrides)
+            self._services[task] = service
+        return service
+
     def form_batch(self, task: str, queue: str, ids: list[int], worker: int) -> Batch:
         """Make a batch of ``ids`` now and draw its service time."""
         if len(ids) == 1:
             i = ids[0]
             shape = BatchShape(1, self.prompt_tokens[i], self.max_tokens[i])
         else:
-            shape = BatchShape(len(ids), max(map(self.prompt_tokens.__getitem__, ids)),
-                               max(map(self.max_tokens.__getitem__, ids)))
-        work = self.profile.tasks[task].service.sample(shape, self.service_rng(task))
+            rows = tuple(map(self.max_tokens.__getitem__, ids))
+            shape = BatchShape(len(ids), max(map(self.prompt_tokens.__getitem__, ids)), max(rows), rows)
+        work = self.service_of(task).sample(shape, self.service_rng(task))
         batch = Batch(next(self._batch_ids), task, queue, ids, worker, self.env._now, work)
         self.batches.append(batch)
         batch_of = self.batch_of

@@ -25,6 +25,8 @@ class BatchShape:
     size: int
     prompt_tokens: int
     max_tokens: int
+    #: Each row's max tokens, where a kind needs them (spec_decode: rows finish apart).
+    rows_max_tokens: tuple[int, ...] | None = None
 
     @classmethod
     def of(cls, prompts: Sequence[tuple[int, int]]) -> "BatchShape":
@@ -33,6 +35,7 @@ class BatchShape:
             size=len(prompts),
             prompt_tokens=max(p for p, _ in prompts),
             max_tokens=max(m for _, m in prompts),
+            rows_max_tokens=tuple(m for _, m in prompts),
         )
 
 
@@ -55,4 +58,5 @@ class ServiceModel(Protocol):
 KINDS: Registry[Callable[..., ServiceModel]] = Registry("profile service kind")
 
 from simulator.profile.kinds import distribution as _distribution  # noqa: E402,F401
+from simulator.profile.kinds import spec_decode as _spec_decode  # noqa: E402,F401
 from simulator.profile.kinds import table as _table  # noqa: E402,F401

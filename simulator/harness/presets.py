@@ -1,0 +1,91 @@
+"""Model shapes the harness builds with random weights (timing depends on shapes only).
+
+Each preset copies the published ``config.json`` of the model it names: hidden size,
+intermediate (MLP) size, layers, attention heads, key/value heads (grouped-query attention),
+head dimension, vocabulary, whether the output head shares the embedding matrix, whether
+the q/k/v projections have biases (Qwen2) and whether queries and keys are RMS-normalised
+per head (Qwen3). ``tiny`` is a toy for tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The architecture of a Llama/Qwen-style decoder."""
+
+    name: str
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    tied_embeddings: bool
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    rope_theta: float = 10_000.0
+    norm_eps: float = 1e-6
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if self.heads % self.kv_heads:
+            raise ValueError(f"{self.name}: heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
+
+    def parameters(self) -> int:
+        """Number of weights (embedding counted once when tied)."""
+        attn = self.hidden * self.head_dim * (self.heads * 2 + self.kv_heads * 2)
+        if self.qkv_bias:
+            attn += self.head_dim * (self.heads + 2 * self.kv_heads)
+        mlp = 3 * self.hidden * self.intermediate
+        norms = 2 * self.hidden + (2 * self.head_dim if self.qk_norm else 0)
+        embed = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
+        return self.layers * (attn + mlp + norms) + embed + self.hidden
+
+    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        """Bytes of K and V cache one token occupies over all layers."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _hf(model: str) -> str:
+    return f"config.json of {model} on the Hugging Face hub"
+
+
+PRESETS: dict[str, ModelShape] = {s.name: s for s in [
+    # Untied: with a tied head and tiny random weights every model just repeats its input.
+    ModelShape("tiny", 64, 128, 2, 4, 2, 16, 256, False, source="toy shape for tests"),
+    ModelShape("llama-68m", 768, 3072, 2, 12, 12, 64, 32000, False, source=_hf("JackFram/llama-68m")),
+    ModelShape("qwen2.5-0.5b", 896, 4864, 24, 14, 2, 64, 151936, True, qkv_bias=True,
+               rope_theta=1e6, source=_hf("Qwen/Qwen2.5-0.5B")),
+    ModelShape("qwen2.5-1.5b", 1536, 8960, 28, 12, 2, 128, 151936, True, qkv_bias=True,
+               rope_theta=1e6, source=_hf("Qwen/Qwen2.5-1.5B")),
+    ModelShape("qwen2.5-7b", 3584, 18944, 28, 28, 4, 128, 152064, False, qkv_bias=True,
+               rope_theta=1e6, source=_hf("Qwen/Qwen2.5-7B")),
+    ModelShape("llama-2-7b", 4096, 11008, 32, 32, 32, 128, 32000, False, norm_eps=1e-5,
+               source=_hf("meta-llama/Llama-2-7b-hf")),
+    ModelShape("qwen3-0.6b", 1024, 3072, 28, 16, 8, 128, 151936, True, qk_norm=True,
+               rope_theta=1e6, source=_hf("Qwen/Qwen3-0.6B")),
+    ModelShape("qwen3-4b", 2560, 9728, 36, 32, 8, 128, 151936, True, qk_norm=True,
+               rope_theta=1e6, source=_hf("Qwen/Qwen3-4B")),
+    ModelShape("qwen3-8b", 4096, 12288, 36, 32, 8, 128, 151936, False, qk_norm=True,
+               rope_theta=1e6, source=_hf("Qwen/Qwen3-8B")),
+]}
+
+
+class UnknownPreset(ValueError):
+    """A preset name that is not in :data:`PRESETS`."""
+
+
+def get_preset(name: str) -> ModelShape:
+    """The preset ``name``; :class:`UnknownPreset` listing the valid names otherwise."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise UnknownPreset(f"unknown model preset {name!r}; valid: {', '.join(PRESETS)}") from None

@@ -1,0 +1,201 @@
+"""The ``spec_decode`` kind: batched speculative decoding composed from fitted operation costs.
+
+::
+
+    {"kind": "spec_decode",
+     "costs": {"prefill_target": {"form": "prefill", "coef": [c0, c1, c2]},
+               "prefill_draft": {...}, "draft_step": {"form": "step", ...},
+               "verify": {...}, "decode": {...}, "iteration": {"form": "iteration", ...}},
+     "acceptance": 0.3, "lookahead": 3, "discipline": "ragged" | "lockstep", "view_step": 256}
+
+written by ``simctl profile`` (:mod:`simulator.harness.profiler`). The cost forms (seconds;
+B rows, T tokens per row, V attended cache length, P prompt length) are
+
+* ``prefill``: ``c0 + c1·B·P + c2·B·P²``;
+* ``step``: ``c0 + c1·B·T + c2·B·T·V``;
+* ``iteration``: ``c0 + c1·k`` (bookkeeping outside the model calls).
+
+A batch of B prompts (longest prompt P, max tokens per row) takes
+``prefill_target(B, P) + prefill_draft(B, P)`` plus, per iteration i,
+``draft_step(B, 2, V_i) + (k - 1)·draft_step(B, 1, V_i) + verify(B, k + 1, V_i) + iteration(k)``,
+where ``V_i`` is the cache view the harness attends in iteration i (a multiple of
+``view_step`` above the longest possible row). The first token comes from the prefill;
+each iteration every unfinished row accepts ``n`` drafts, drawn from the run's random
+stream as a truncated geometric (each draft accepted with probability ``acceptance`` until
+the first rejection, at most k), and commits ``n + 1`` tokens (``ragged``) or ``m + 1`` with
+m the minimum over the unfinished rows (``lockstep``). The batch ends when its slowest row
+has its max tokens. This module needs numpy only: replay never imports torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+import numpy as np
+
+from simulator.profile.kinds import KINDS, BatchShape
+from simulator.profile.spec import Where, need_number
+
+DISCIPLINES = ("ragged", "lockstep")
+
+#: form name -> (expression, design-matrix builder)
+FORMS: dict[str, tuple[str, Callable[..., np.ndarray]]] = {
+    "prefill": ("c0 + c1*B*P + c2*B*P^2", lambda B, P: np.stack([np.ones_like(B), B * P, B * P * P], -1)),
+    "step": ("c0 + c1*B*T + c2*B*T*V", lambda B, T, V: np.stack([np.ones_like(B), B * T, B * T * V], -1)),
+    "iteration": ("c0 + c1*k", lambda k: np.stack([np.ones_like(k), k], -1)),
+}
+#: operation -> the form its cost has
+OPERATIONS = {"prefill_target": "prefill", "prefill_draft": "prefill", "draft_step": "step",
+              "verify": "step", "decode": "step", "iteration": "iteration"}
+
+
+@dataclass(frozen=True)
+class Cost:
+    """A fitted cost: its form and coefficients; call it with the form's variables."""
+
+    form: str
+    coef: tuple[float, ...]
+
+    def __call__(self, *args: Any) -> np.ndarray:
+        cols = FORMS[self.form][1](*(np.asarray(a, dtype=float) for a in args))
+        return cols @ np.asarray(self.coef)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"form": self.form, "expr": FORMS[self.form][0], "coef": list(self.coef)}
+
+
+def draw_accepted(rng: np.random.Generator, alpha: float, k: int, size) -> np.ndarray:
+    """Accepted drafts: each accepted with probability ``alpha`` until the first rejection, at most ``k``."""
+    if alpha >= 1:
+        return np.full(size, k)
+    if alpha <= 0:
+        return np.zeros(size, dtype=np.int64)
+    return np.minimum(rng.geometric(1.0 - alpha, size) - 1, k)
+
+
+def iterations_needed(needs: np.ndarray, accepted: np.ndarray, discipline: str) -> int:
+    """Iterations until every row has committed ``needs[b]`` tokens, given ``accepted[i, b]``."""
+    needs = np.asarray(needs)
+    if needs.max() <= 0:
+        return 0
+    if discipline == "ragged":
+        done_at = np.argmax(np.cumsum(accepted + 1, axis=0) >= needs, axis=0)
+        return int(done_at[needs > 0].max()) + 1
+    # lockstep: all unfinished rows commit min(n) + 1; go from one finishing row to the next
+    remaining = needs.astype(np.int64).copy()
+    active = remaining > 0
+    t = 0
+    while active.any():
+        step = accepted[t:, active].min(axis=1) + 1
+        progress = np.cumsum(step)
+        first = int(np.argmax(progress >= remaining[active].min()))
+        remaining[active] -= progress[first]
+        t += first + 1
+        active &= remaining > 0
+    return t
+
+
+@dataclass(frozen=True)
+class SpecDecodeService:
+    """Batch times of speculative decoding from fitted operation costs (see module docstring)."""
+
+    costs: dict[str, Cost]
+    acceptance: float
+    lookahead: int
+    discipline: str = "ragged"
+    view_step: int = 256
+    kind: str = "spec_decode"
+    _moments: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def with_overrides(self, acceptance: float | None = None, lookahead: int | None = None,
+                       discipline: str | None = None) -> "SpecDecodeService":
+        """The same costs with another acceptance, lookahead or discipline (scenario/CLI overrides)."""
+        changes = {k: v for k, v in (("acceptance", acceptance), ("lookahead", lookahead),
+                                      ("discipline", discipline)) if v is not None}
+        return replace(self, **changes) if changes else self
+
+    def time_for(self, B: int, P: int, iterations: int, max_new: int) -> float:
+        """Seconds of a batch that ran ``iterations`` speculative iterations."""
+        c, k = self.costs, self.lookahead
+        t = float(c["prefill_target"](B, P) + c["prefill_draft"](B, P))
+        if iterations == 0:
+            return t
+        s_max = P + max_new + 2 * (k + 1)
+        bound = np.minimum(P + np.arange(iterations) * (k + 1), P + max_new + k + 1)
+        views = np.minimum(s_max, self.view_step * np.ceil((bound + k + 1) / self.view_step))
+        Bv = np.full(iterations, float(B))
+        ones = np.ones(iterations)
+        per_iter = (c["draft_step"](Bv, 2 * ones, views) + (k - 1) * c["draft_step"](Bv, ones, views)
+                    + c["verify"](Bv, (k + 1) * ones, views) + c["iteration"](k * ones))
+        return t + float(per_iter.sum())
+
+    def sample(self, shape: BatchShape, rng: np.random.Generator) -> float:
+        rows = shape.rows_max_tokens or (shape.max_tokens,) * shape.size
+        needs = np.asarray(rows) - 1   # the prefill gives every row its first token
+        horizon = max(int(needs.max()), 0)
+        accepted = draw_accepted(rng, self.acceptance, self.lookahead, (horizon, len(rows)))
+        its = iterations_needed(needs, accepted, self.discipline) if horizon else 0
+        return self.time_for(shape.size, shape.prompt_tokens, its, max(rows))
+
+    def _moments_of(self, shape: BatchShape) -> tuple[float, float]:
+        key = (shape.size, shape.prompt_tokens, shape.max_tokens, shape.rows_max_tokens)
+        if key not in self._moments:
+            # Monte Carlo on a fixed stream: deterministic, and never touches a run's stream.
+            rng = np.random.default_rng(12345)
+            draws = np.array([self.sample(shape, rng) for _ in range(200)])
+            self._moments[key] = (float(draws.mean()), float(draws.var()))
+        return self._moments[key]
+
+    def mean(self, shape: BatchShape) -> float:
+        return self._moments_of(shape)[0]
+
+    def variance(self, shape: BatchShape) -> float:
+        return self._moments_of(shape)[1]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "costs": {k: v.to_dict() for k, v in self.costs.items()},
+                "acceptance": self.acceptance, "lookahead": self.lookahead,
+                "discipline": self.discipline, "view_step": self.view_step}
+
+
+@KINDS.register("spec_decode")
+def parse(spec: dict[str, Any], where: Where) -> SpecDecodeService:
+    """Build a :class:`SpecDecodeService`, checking every cost and parameter."""
+    costs_raw = spec.get("costs")
+    if not isinstance(costs_raw, dict):
+        raise where.error("costs", "must be an object of operation -> {form, coef}")
+    costs = {}
+    for op, form in OPERATIONS.items():
+        if op == "decode" and op not in costs_raw:
+            continue  # plain decode is measured but not needed for service times
+        entry = costs_raw.get(op)
+        if not isinstance(entry, dict):
+            raise where.error(f"costs.{op}", "missing (an object with 'form' and 'coef')")
+        if entry.get("form") != form:
+            raise where.error(f"costs.{op}.form", f"must be '{form}', got {entry.get('form')!r}")
+        coef = entry.get("coef")
+        n = FORMS[form][1](*([np.zeros(1)] * (3 if form == "step" else 2 if form == "prefill" else 1))).shape[-1]
+        if not isinstance(coef, list) or len(coef) != n:
+            raise where.error(f"costs.{op}.coef", f"must be a list of {n} numbers")
+        costs[op] = Cost(form, tuple(need_number(c, where, f"costs.{op}.coef", minimum=0.0) for c in coef))
+    alpha = need_number(spec.get("acceptance"), where, "acceptance", minimum=0.0)
+    if alpha > 1:
+        raise where.error("acceptance", f"must be in [0, 1], got {alpha:g}")
+    k = spec.get("lookahead")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise where.error("lookahead", f"must be an integer >= 1, got {k!r}")
+    discipline = spec.get("discipline", "ragged")
+    if discipline not in DISCIPLINES:
+        raise where.error("discipline", f"must be one of {', '.join(DISCIPLINES)}, got {discipline!r}")
+    step = spec.get("view_step", 256)
+    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+        raise where.error("view_step", f"must be an integer >= 1, got {step!r}")
+    return SpecDecodeService(costs, alpha, k, discipline, step)
+
+
+def expected_iterations(max_new: int, alpha: float, k: int) -> float:
+    """Rough mean iterations of one row: (max_new - 1) / E[tokens per iteration]."""
+    per = k + 1 if alpha == 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
+    return max(max_new - 1, 0) / per if per else math.inf
