@@ -161,11 +161,16 @@ class System:
             cfg = self.scenario.for_task(task)
             overrides = {k: getattr(cfg, k) for k in ("acceptance", "lookahead", "discipline")
                          if getattr(cfg, k) is not None}
-            if overrides:
-                if not hasattr(service, "with_overrides"):
-                    raise ScenarioError(self.scenario.source, f"tasks.{task}", next(iter(overrides)),
+            if overrides and not hasattr(service, "with_overrides"):
+                # Defaults (CLI flags, [defaults]) apply where they can; a task's own setting
+                # that cannot apply is a mistake worth stopping for.
+                own = [k for k in overrides if k in self.scenario.tasks.get(task, {})]
+                if own:
+                    raise ScenarioError(self.scenario.source, f"tasks.{task}", own[0],
                                         f"applies to spec_decode profiles only; task '{task}' has a "
                                         f"'{service.kind}' service model")
+                overrides = {}
+            if overrides:
                 service = service.with_overrides(**overrides)
             self._services[task] = service
         return service
