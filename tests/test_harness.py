@@ -279,3 +279,29 @@ def test_harness_never_imports_simpy_and_replay_never_imports_torch():
     check = ("import sys, simulator, simulator.replay, simulator.cli.replay; "
              "assert 'torch' not in sys.modules, 'replay imported torch'")
     subprocess.run([sys.executable, "-c", check], check=True)
+
+
+def test_out_of_memory_is_recorded_and_larger_batches_are_skipped(monkeypatch):
+    """A grid point that runs out of GPU memory is recorded, every larger batch of that
+    operation is skipped, and the rest of the grid still runs (simulated OOM on the CPU)."""
+    from simulator.harness import profiler
+
+    real = profiler.time_call
+
+    def flaky(fn, device, *args, **kwargs):
+        frame = sys._getframe(1)
+        B = frame.f_locals.get("B")
+        if B is not None and B >= 2 and "model" in frame.f_locals and frame.f_code.co_name == "run":
+            raise torch.cuda.OutOfMemoryError("simulated")
+        return real(fn, device, *args, **kwargs)
+
+    monkeypatch.setattr(profiler, "time_call", flaky)
+    grid = dataclasses.replace(profiler.Grid.quick(), batch=(1, 2, 4), prompt_tokens=(16,), lookahead=(1,),
+                               acceptance=(0.5,), disciplines=("ragged",), repeats=1)
+    profile = profiler.run_profile(grid, torch.device("cpu"))
+    errors = profile["meta"]["errors"]
+    prefill = [e for e in errors if e["op"] == "prefill_target"]
+    assert [(e["batch"], e["error"].split(":")[0]) for e in prefill][:2] == [(2, "CUDA out of memory"), (4, "skipped")]
+    measured = {(r["op"], r["batch"]) for r in profile["meta"]["measurements"]}
+    assert ("prefill_target", 1) in measured and ("prefill_target", 2) not in measured
+    assert len(profile["meta"]["generations"]) == 3   # generations were not affected

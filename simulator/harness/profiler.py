@@ -255,10 +255,13 @@ def run_profile(grid: Grid, dev: torch.device,
     return build_profile(grid, dev, dtype, target_shape, draft_shape, bandwidth, m)
 
 
-def _fit(rows: list[dict[str, Any]], op: str, form: str, keys: tuple[str, ...]):
+def _fit(rows: list[dict[str, Any]], op: str, form: str, keys: tuple[str, ...], notes: list[dict[str, Any]]):
     pts = [r for r in rows if r["op"] == op]
+    if not pts:
+        raise HarnessError(f"no {op} measurement succeeded: nothing to fit (see the errors above)")
     if len(pts) < 3:
-        raise HarnessError(f"too few {op} measurements to fit a cost ({len(pts)})")
+        notes.append({"op": op, "batch": max(r["batch"] for r in pts),
+                      "error": f"only {len(pts)} measurement(s): its 3-term cost is underdetermined"})
     return fit_cost(form, [[r[k] for r in pts] for k in keys], [r["median_s"] for r in pts])
 
 
@@ -266,9 +269,9 @@ def fit_costs(m: Measurements) -> tuple[dict[str, Cost], dict[str, Any]]:
     """Fit every operation; the iteration overhead on even-numbered generations; check on the odd."""
     costs, fit_err = {}, {}
     for op in ("prefill_target", "prefill_draft"):
-        costs[op], fit_err[op] = _fit(m.rows, op, "prefill", ("batch", "prompt_tokens"))
+        costs[op], fit_err[op] = _fit(m.rows, op, "prefill", ("batch", "prompt_tokens"), m.errors)
     for op in ("draft_step", "verify", "decode"):
-        costs[op], fit_err[op] = _fit(m.rows, op, "step", ("batch", "tokens", "view"))
+        costs[op], fit_err[op] = _fit(m.rows, op, "step", ("batch", "tokens", "view"), m.errors)
     records = [GenerationRecord(g["batch"], g["prompt_tokens"], g["lookahead_per_iteration"], g["views"],
                                 g["median_s"]) for g in m.generations]
     train, held_out = records[0::2], records[1::2]
