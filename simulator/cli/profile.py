@@ -56,6 +56,7 @@ def profile_cli(
     repeats: Optional[int] = typer.Option(None, "--repeats", help="Timed repeats per step (median, p10, p90)."),
     quick: bool = typer.Option(False, "--quick", help="A small grid on the tiny preset (under a minute on a CPU)."),
     no_graphs: bool = typer.Option(False, "--no-graphs", help="Do not capture CUDA graphs (GPU only)."),
+    compile_: bool = typer.Option(False, "--compile", help="Run the model forwards through torch.compile."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Profile to write (default profiles/<device>__<target>__<draft>.json)."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing profile."),
 ) -> None:
@@ -80,7 +81,7 @@ def profile_cli(
             base, target=target, draft=draft, batch=_ints(batch, "--batch"),
             lookahead=_ints(lookahead, "--lookahead"), acceptance=_floats(acceptance, "--acceptance"),
             prompt_tokens=_ints(prompt_tokens, "--prompt-tokens"), max_tokens=max_tokens, repeats=repeats,
-            graphs=False if no_graphs else None,
+            graphs=False if no_graphs else None, compile=True if compile_ else None,
         )
         try:
             get_preset(grid.target), get_preset(grid.draft)

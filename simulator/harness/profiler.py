@@ -63,6 +63,7 @@ class Grid:
     warmup: int = 2
     generation_repeats: int = 1
     graphs: bool = True
+    compile: bool = False
     view_step: int = 256
     seed: int = 0
 
@@ -141,8 +142,6 @@ def run_profile(grid: Grid, dev: torch.device,
                            f"(vocab {draft_shape.vocab}) must share a vocabulary")
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     tick = progress or (lambda _desc: None)
-    if dev.type == "cuda" and grid.graphs is False:
-        pass
     s_needed = max(grid.prompt_tokens) + grid.max_tokens + 4 * (max(grid.lookahead) + 1)
     try:
         target = Decoder(target_shape, dev, dtype, seed=grid.seed, max_len=s_needed)
@@ -150,6 +149,10 @@ def run_profile(grid: Grid, dev: torch.device,
     except OOM_ERRORS:
         raise HarnessError(f"the models do not fit on {device_name(dev)}: out of memory loading "
                            f"{grid.target} and {grid.draft}") from None
+    if grid.compile:
+        # Optional: compiled forwards (Inductor). CUDA graphs stay the default on a GPU.
+        for model in (target, draft):
+            model.forward = torch.compile(model.forward, dynamic=False)
     bandwidth = measure_bandwidth(dev) if dev.type == "cuda" else None
     m = Measurements()
     generator = torch.Generator(device="cpu").manual_seed(grid.seed)
