@@ -1,0 +1,446 @@
+"""Sweeps: replay one trace under the cross product of configuration axes, in parallel.
+
+A sweep is a :class:`SweepSpec` (axes and seeds) over a *base*: the trace, the profile and
+a base scenario (built-ins or a scenario file). Task axes (``flush``, ``topology``,
+``max_batch`` ...) are applied as per-task overrides to ``--task`` if given, else to every
+task served on a GPU (CPU tasks keep the base scenario's settings: the questions a sweep
+answers are about GPU queues); run axes (``gpus``, ``gpu_sharing``, ``rate_scale``) to the
+run. Each (configuration, seed) is one replay and one result row: every axis value plus the
+replay summary flattened to dotted names (``tasks.infobench.latency.p95``).
+
+Results are durable as they arrive: each finished row is appended to a journal beside the
+output (``OUT.journal``, one JSON line each, flushed), and the Parquet file is (re)written
+atomically from everything done when the sweep ends or is interrupted. Re-running the same
+command resumes: rows already in the file or journal are skipped. The Parquet metadata
+holds content hashes of the trace, the profile and the base scenario; a file from a
+different base is refused rather than mixed.
+
+Executors: a local process pool (``workers`` processes, forked so imports and the loaded
+trace and profile are shared, not re-done per configuration), or a ``dask.distributed``
+cluster (``cluster="tcp://host:8786"``, or a ``distributed.Client``), which receives the
+base once (scattered) and the configurations as tasks.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import hashlib
+import itertools
+import json
+import math
+import multiprocessing
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from simulator.errors import ScenarioError, SimctlError
+from simulator.metrics import summarize
+from simulator.model import simulate
+from simulator.profile import Profile
+from simulator.replay import resolved_config
+from simulator.scenario import Scenario, build_scenario
+from simulator.trace.model import Trace
+
+TASK_AXES = ("policy", "topology", "flush", "max_batch", "workers", "dispatch", "max_tokens",
+             "acceptance", "lookahead", "discipline")
+RUN_AXES = ("gpus", "gpu_sharing", "rate_scale")
+AXES = TASK_AXES + RUN_AXES
+META_KEY = b"simctl.sweep"
+
+
+class SweepError(SimctlError):
+    """A sweep that cannot run or a results file that cannot be used."""
+
+    kind = "sweep"
+
+
+# -- what a sweep is ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """Axis name -> values (in order), the seeds, and the task the task axes apply to."""
+
+    axes: Mapping[str, tuple[Any, ...]]
+    seeds: tuple[int, ...] = (0,)
+    task: str | None = None
+
+    def __post_init__(self) -> None:
+        for name, values in self.axes.items():
+            if name not in AXES:
+                raise SweepError(None, None, name, f"unknown sweep axis; valid: {', '.join(AXES)}")
+            if not values:
+                raise SweepError(None, None, name, "needs at least one value")
+        if not self.seeds:
+            raise SweepError(None, None, "seeds", "needs at least one seed")
+
+    def configurations(self) -> list[dict[str, Any]]:
+        """The cross product, in axis order (the last axis varies fastest)."""
+        names = list(self.axes)
+        return [dict(zip(names, values)) for values in itertools.product(*self.axes.values())]
+
+    def jobs(self) -> list[tuple[str, dict[str, Any], int]]:
+        """``(config_key, config, seed)`` for every configuration and seed."""
+        return [(config_key(c), c, s) for c in self.configurations() for s in self.seeds]
+
+
+def config_key(config: Mapping[str, Any]) -> str:
+    """A canonical text key of a configuration (sorted axis names, JSON values)."""
+    return json.dumps({k: config[k] for k in sorted(config)}, sort_keys=True)
+
+
+def content_hash(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def trace_hash(trace: Trace) -> str:
+    """Hash of what a replay sees of the trace (times, tasks, token counts), not of its file."""
+    return content_hash([[c.id, c.t, [[p.task, p.prompt_tokens, p.max_tokens] for p in c.prompts]]
+                         for c in trace.calls])
+
+
+@dataclass(frozen=True)
+class Base:
+    """What every configuration of a sweep shares."""
+
+    trace: Trace
+    profile: Profile
+    scenario: Scenario
+
+    def hashes(self) -> dict[str, str]:
+        return {"trace": trace_hash(self.trace), "profile": content_hash(self.profile.to_dict()),
+                "scenario": content_hash(self.scenario.to_dict())}
+
+    def swept_tasks(self, task: str | None) -> list[str]:
+        if task is not None:
+            if task not in self.trace.tasks:
+                raise SweepError(None, None, "task", f"the trace has no task {task!r} (it has: {', '.join(self.trace.tasks)})")
+            return [task]
+        return [t for t in self.trace.tasks
+                if (self.scenario.for_task(t).resource or self.profile.task(t).resource) == "gpu"]
+
+
+def scenario_for(base: Base, config: Mapping[str, Any], task: str | None) -> Scenario:
+    """The base scenario with ``config`` applied (task axes as per-task overrides)."""
+    task_values = {k: v for k, v in config.items() if k in TASK_AXES}
+    run_values = {k: v for k, v in config.items() if k in RUN_AXES}
+    tasks = {t: dict(o) for t, o in base.scenario.tasks.items()}
+    for t in base.swept_tasks(task):
+        tasks[t] = {**tasks.get(t, {}), **task_values}
+    return replace(base.scenario, tasks=tasks, **run_values)
+
+
+def validate(spec: SweepSpec, base: Base) -> None:
+    """Check every axis value once (types, ranges, registered names) before any replay."""
+    base.swept_tasks(spec.task)
+    for name, values in spec.axes.items():
+        for value in values:
+            try:
+                if name in TASK_AXES:
+                    build_scenario(defaults={name: value})
+                else:
+                    build_scenario(run={name: value})
+            except ScenarioError as exc:
+                raise SweepError(None, None, name, exc.message) from None
+
+
+# -- one replay -------------------------------------------------------------------------
+
+
+def flatten(summary: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"tasks": {"a": {"latency": {"p95": 1}}}}`` -> ``{"tasks.a.latency.p95": 1}``; lists by index."""
+    out: dict[str, Any] = {}
+    for key, value in summary.items():
+        if key == "config" and not prefix:
+            continue
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten(value, name + "."))
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                if isinstance(item, Mapping):
+                    out.update(flatten({k: v for k, v in item.items() if k != "id"}, f"{name}.{i}."))
+                else:
+                    out[f"{name}.{i}"] = item
+        else:
+            out[name] = value
+    return out
+
+
+_BASE: Base | None = None
+
+
+def _set_base(base: Base) -> None:
+    global _BASE
+    _BASE = base
+
+
+def run_job(job: tuple[str, dict[str, Any], int], task: str | None, base: Base | None = None) -> dict[str, Any]:
+    """Replay one (configuration, seed); the result row. ``base`` defaults to the process's."""
+    base = base or _BASE
+    key, config, seed = job
+    scenario = scenario_for(base, config, task)
+    trace = base.trace.scaled(scenario.rate_scale) if scenario.rate_scale != 1 else base.trace
+    log = simulate(trace, scenario, base.profile, seed)
+    summary = summarize(log, config=None, deadline=scenario.deadline, gpus=scenario.gpus)
+    return {"config_key": key, "seed": seed, **config, **flatten(summary)}
+
+
+# -- durable results --------------------------------------------------------------------
+
+
+class ResultStore:
+    """The Parquet results file and its journal; see the module docstring."""
+
+    def __init__(self, path: str | Path, meta: dict[str, Any], force: bool = False) -> None:
+        self.path = Path(path)
+        self.journal = self.path.with_name(self.path.name + ".journal")
+        self.meta = meta
+        self.rows: list[dict[str, Any]] = []
+        if force:
+            self.journal.unlink(missing_ok=True)
+        else:
+            self._load()
+        self.resumed = len(self.rows)
+        self._handle = None
+
+    def _check(self, found: Mapping[str, Any], where: Path) -> None:
+        for part in ("trace", "profile", "scenario"):
+            if found.get("hashes", {}).get(part) != self.meta["hashes"][part]:
+                raise SweepError(where, None, None,
+                                 f"holds results for a different {part} (content hash "
+                                 f"{found.get('hashes', {}).get(part)} != {self.meta['hashes'][part]}); "
+                                 f"use another --out, or --force to start over")
+        if found.get("task") != self.meta["task"]:
+            raise SweepError(where, None, "task", f"holds results whose axes apply to task "
+                             f"{found.get('task')!r}, not {self.meta['task']!r}; use another --out or --force")
+
+    def _load(self) -> None:
+        if self.path.exists():
+            import pyarrow.parquet as pq
+
+            try:
+                table = pq.read_table(self.path)
+            except Exception as exc:  # noqa: BLE001 - any unreadable file is the same user error
+                raise SweepError(self.path, None, None, f"not a readable Parquet results file ({exc}); "
+                                 "use --force to overwrite it") from None
+            raw = (table.schema.metadata or {}).get(META_KEY)
+            if raw is None:
+                raise SweepError(self.path, None, None, "is not a simctl sweep results file; use --force to overwrite it")
+            self._check(json.loads(raw), self.path)
+            self.rows.extend(table.to_pandas().to_dict("records"))
+        if self.journal.exists():
+            lines = self.journal.read_text().splitlines()
+            if lines:
+                self._check(json.loads(lines[0]), self.journal)
+                for line in lines[1:]:
+                    try:
+                        self.rows.append(json.loads(line))
+                    except json.JSONDecodeError:
+                        break  # a line cut short by the interruption: that run is redone
+
+    def done(self) -> set[tuple[str, int]]:
+        return {(r["config_key"], int(r["seed"])) for r in self.rows}
+
+    def add(self, row: dict[str, Any]) -> None:
+        if self._handle is None:
+            fresh = not self.journal.exists() or self.journal.stat().st_size == 0
+            self._handle = open(self.journal, "a", encoding="utf-8")
+            if fresh:
+                self._handle.write(json.dumps(self.meta) + "\n")
+        self._handle.write(json.dumps(row, default=_json_default) + "\n")
+        self._handle.flush()
+        self.rows.append(row)
+
+    def frame(self) -> pd.DataFrame:
+        df = pd.DataFrame(self.rows)
+        if df.empty:
+            return df
+        df = df.drop_duplicates(["config_key", "seed"], keep="first")
+        return df.sort_values(["config_key", "seed"], kind="stable").reset_index(drop=True)
+
+    def close(self) -> pd.DataFrame:
+        """Write the Parquet file from every row done; remove the journal."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from simulator.outputs import open_output
+
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+        df = self.frame()
+        table = pa.Table.from_pandas(df, preserve_index=False)
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                               META_KEY: json.dumps(self.meta).encode()})
+        with open_output(self.path, "wb", force=True) as fh:
+            pq.write_table(table, fh)
+        self.journal.unlink(missing_ok=True)
+        return df
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    return str(value)
+
+
+# -- running ----------------------------------------------------------------------------
+
+
+@dataclass
+class SweepResult:
+    frame: pd.DataFrame
+    ran: int
+    skipped: int
+    total: int
+
+
+def _local_results(jobs: list, task: str | None, base: Base, workers: int) -> Iterator[dict[str, Any]]:
+    if workers <= 1 or len(jobs) <= 1:
+        _set_base(base)
+        for job in jobs:
+            yield run_job(job, task)
+        return
+    ctx = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
+    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_set_base,
+                                initargs=(base,)) as pool:
+        # Chunks amortise the inter-process round trip over several millisecond-long replays.
+        chunk = max(1, min(8, len(jobs) // (4 * workers)))
+        futures = [pool.submit(_run_chunk, jobs[i:i + chunk], task) for i in range(0, len(jobs), chunk)]
+        try:
+            for fut in cf.as_completed(futures):
+                yield from fut.result()
+        except BaseException:
+            for fut in futures:
+                fut.cancel()
+            raise
+
+
+def _run_chunk(jobs: list, task: str | None, base: Base | None = None) -> list[dict[str, Any]]:
+    return [run_job(job, task, base) for job in jobs]
+
+
+def _dask_results(jobs: list, task: str | None, base: Base, cluster: Any) -> Iterator[dict[str, Any]]:
+    try:
+        from distributed import Client, as_completed
+    except ModuleNotFoundError:
+        raise SweepError(None, None, "cluster", "running on a cluster needs dask.distributed: "
+                         "pip install 'simctl[cluster]'") from None
+    client = cluster if isinstance(cluster, Client) else Client(cluster)
+    try:
+        remote_base = client.scatter(base, broadcast=True)
+        futures = [client.submit(_run_chunk, jobs[i:i + 4], task, remote_base, pure=False)
+                   for i in range(0, len(jobs), 4)]
+        for fut in as_completed(futures):
+            yield from fut.result()
+    finally:
+        if client is not cluster:
+            client.close()
+
+
+def run_sweep(spec: SweepSpec, base: Base, out: str | Path, *, workers: int | None = None,
+              cluster: Any = None, force: bool = False,
+              progress: Callable[[int, int], None] | None = None) -> SweepResult:
+    """Run ``spec`` over ``base``; stream rows into ``out`` (Parquet). Resumable (see module doc)."""
+    validate(spec, base)
+    meta = {"format": "simctl-sweep/1", "hashes": base.hashes(), "task": spec.task,
+            "trace": base.trace.source, "profile": base.profile.name, "scenario": base.scenario.name}
+    store = ResultStore(out, meta, force=force)
+    done = store.done()
+    jobs = [j for j in spec.jobs() if (j[0], j[2]) not in done]
+    total = len(spec.jobs())
+    skipped = total - len(jobs)
+    finished = 0
+    if progress:
+        progress(skipped, total)
+    results = (_dask_results(jobs, spec.task, base, cluster) if cluster is not None
+               else _local_results(jobs, spec.task, base, workers or os.cpu_count() or 1))
+    try:
+        for row in results:
+            store.add(row)
+            finished += 1
+            if progress:
+                progress(skipped + finished, total)
+    finally:
+        frame = store.close()
+    return SweepResult(frame, finished, skipped, total)
+
+
+# -- reading results ----------------------------------------------------------------------
+
+
+def read_results(path: str | Path) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """A results file's rows and its metadata; :class:`SweepError` if it is not one."""
+    import pyarrow.parquet as pq
+
+    p = Path(path)
+    if not p.exists():
+        raise SweepError(p, None, None, "no such file")
+    try:
+        table = pq.read_table(p)
+    except Exception as exc:  # noqa: BLE001
+        raise SweepError(p, None, None, f"not a readable Parquet file ({exc})") from None
+    raw = (table.schema.metadata or {}).get(META_KEY)
+    if raw is None:
+        raise SweepError(p, None, None, "is not a simctl sweep results file")
+    return table.to_pandas(), json.loads(raw)
+
+
+def axes_of(frame: pd.DataFrame) -> list[str]:
+    """The sweep axes present in a results frame."""
+    return [a for a in AXES if a in frame.columns]
+
+
+def aggregate(frame: pd.DataFrame, metric: str, by: Sequence[str]) -> pd.DataFrame:
+    """Per value of ``by``: mean of ``metric`` over seeds, its 95 % CI half-width (Student t), n."""
+    from scipy import stats
+
+    if metric not in frame.columns:
+        close = [c for c in frame.columns if metric.split(".")[-1] in c][:8]
+        raise SweepError(None, None, "metric", f"no figure {metric!r} in the results"
+                         + (f"; similar: {', '.join(close)}" if close else ""))
+    grouped = frame.groupby(list(by), sort=True, dropna=False)[metric]
+    out = grouped.agg(["mean", "std", "count"]).reset_index()
+    t = np.array([stats.t.ppf(0.975, n - 1) if n > 1 else math.nan for n in out["count"]])
+    out["ci95"] = t * out["std"] / np.sqrt(out["count"])
+    return out.rename(columns={"count": "n"})
+
+
+def parse_axis_values(name: str, text: str) -> tuple[Any, ...]:
+    """``"0,0.5,1"`` for axis ``name`` -> typed values; :class:`SweepError` naming the option."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts:
+        raise SweepError(None, None, None, f"--{name.replace('_', '-')}: needs at least one value")
+    conv: Callable[[str], Any]
+    if name in ("flush", "acceptance", "rate_scale"):
+        conv = float
+    elif name in ("max_batch", "workers", "gpus", "max_tokens", "lookahead"):
+        conv = int
+    else:
+        conv = str
+    try:
+        return tuple(conv(p) for p in parts)
+    except ValueError:
+        raise SweepError(None, None, None, f"--{name.replace('_', '-')}: expected comma-separated "
+                         f"{'numbers' if conv is float else 'integers'}, got {text!r}") from None
+
+
+def axes_from_options(options: Mapping[str, str | None]) -> dict[str, tuple[Any, ...]]:
+    """Axis values from CLI-style text options (``None``: axis not swept)."""
+    return {name: parse_axis_values(name, text) for name, text in options.items() if text is not None}
+
+
+def seeds_from(count: int) -> tuple[int, ...]:
+    if count < 1:
+        raise SweepError(None, None, None, f"--seeds: must be >= 1, got {count}")
+    return tuple(range(count))
+
+
+__all__ = ["AXES", "Base", "ResultStore", "SweepError", "SweepResult", "SweepSpec", "aggregate",
+           "axes_from_options", "axes_of", "config_key", "flatten", "read_results", "run_job",
+           "run_sweep", "scenario_for", "seeds_from"]
