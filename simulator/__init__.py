@@ -11,6 +11,8 @@ The public API (what the CLI and notebooks use)::
 """
 
 import importlib
+import sys
+import types
 from typing import Any
 
 # Names are imported on first use (PEP 562), so that ``import simulator.harness`` on a GPU
@@ -24,6 +26,8 @@ _EXPORTS = {
     "simulator.model": ["DISPATCH_RULES", "GPU_SHARING", "POLICIES", "TOPOLOGIES", "simulate"],
     "simulator.profile": ["Profile", "load_profile", "profile_from_dict"],
     "simulator.replay": ["ReplayResult", "replay"],
+    "simulator.sweep": ["Base", "SweepSpec", "read_results", "run_sweep"],
+    "simulator.plan": ["SLO", "parse_slo", "plan"],
     "simulator.scenario": ["Scenario", "TaskConfig", "build_scenario"],
     "simulator.trace.formats": ["load_trace", "save_trace"],
     "simulator.trace.model": ["Call", "Prompt", "Trace"],
@@ -45,3 +49,20 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
+
+
+class _Package(types.ModuleType):
+    """Keeps ``simulator.replay`` (and ``plan``) the functions once their modules are imported.
+
+    Importing ``simulator.replay`` would otherwise bind the package attribute ``replay`` to
+    the module, shadowing the function of the same name; the modules stay reachable through
+    ``from simulator.replay import ...`` and ``sys.modules``.
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, types.ModuleType) and name in _MODULE_OF:
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -86,6 +86,11 @@ def mmc_sojourn(lam: float, mu: float, c: int) -> float:
     return 1.0 / mu + erlang_c(c, lam / mu) / (c * mu - lam)
 
 
+def mmc_wait(lam: float, mu: float, c: int) -> float:
+    """M/M/c mean wait in queue: Wq = C(c, a) / (c mu - lam)."""
+    return mmc_sojourn(lam, mu, c) - 1.0 / mu
+
+
 def erlang_c_direct(c: int, a: float) -> float:
     """Erlang C by its textbook sum (a cross-check of :func:`erlang_c` for small c)."""
     rho = a / c

@@ -62,15 +62,16 @@ def compare_cli(
                              f"({', '.join(map(str, sorted(frame[others[0]].unique())))}); "
                              f"add it to --by or fix it with --where {others[0]}=VALUE")
         agg = aggregate(frame, metric, axes)
-        best = agg.loc[agg["mean"].idxmax() if higher_is_better else agg["mean"].idxmin()]
+        best_at = agg["mean"].idxmax() if higher_is_better else agg["mean"].idxmin()
+        best = agg.astype(object).loc[best_at]
         seeds = int(agg["n"].max())
         table = Table(title=f"{metric} — mean over {seeds} seed(s)" + (", ± 95 % CI" if seeds > 1 else "")
                       + f"; best {'max' if higher_is_better else 'min'} marked *", title_justify="left")
         if len(axes) == 1:
             table.add_column(axes[0])
             table.add_column(metric, justify="right")
-            for _, row in agg.iterrows():
-                table.add_row(str(row[axes[0]]), _cell(row, row.equals(best)))
+            for i, row in agg.astype(object).iterrows():
+                table.add_row(str(row[axes[0]]), _cell(row, i == best_at))
         else:
             cols = sorted(agg[axes[1]].unique())
             table.add_column(f"{axes[0]} \\ {axes[1]}")
@@ -80,7 +81,7 @@ def compare_cli(
                 cells = []
                 for c in cols:
                     hit = agg[(agg[axes[0]] == r) & (agg[axes[1]] == c)]
-                    cells.append(_cell(hit.iloc[0], hit.iloc[0].equals(best)) if len(hit) else "–")
+                    cells.append(_cell(hit.iloc[0], hit.index[0] == best_at) if len(hit) else "–")
                 table.add_row(str(r), *cells)
         console.print(table)
         console.print("best: " + ", ".join(f"{a}={best[a]}" for a in axes) + f" -> {best['mean']:.3f}", highlight=False)

@@ -87,7 +87,7 @@ def print_best(frame, metric: str, top: int = 5) -> None:
     for col in by:
         table.add_column(col)
     table.add_column(metric, justify="right")
-    for _, row in agg.iterrows():
+    for row in agg.to_dict("records"):
         ci = f" ± {row['ci95']:.2f}" if row["n"] > 1 else ""
         table.add_row(*(str(row[c]) for c in by), f"{row['mean']:.2f}{ci}")
     console.print(table)

@@ -1,0 +1,102 @@
+"""``simctl plan``: the fewest GPUs and the configuration that meet latency SLOs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from simulator.cli import app
+from simulator.cli._common import console, user_errors
+from simulator.outputs import check_writable, open_output
+from simulator.plan import Evaluator, load_points, parse_slo, plan
+from simulator.profile import DEFAULT_PROFILE, load_profile
+from simulator.scenario import build_scenario
+from simulator.sweep import Base, axes_from_options
+from simulator.trace.formats import load_trace
+
+
+def _axis(flag: str, what: str):
+    return typer.Option(None, flag, help=f"{what} to search (comma-separated); restricts or fixes the search.")
+
+
+@app.command("plan")
+def plan_cli(
+    trace: Path = typer.Argument(..., help="Trace file."),
+    slo: list[str] = typer.Option(..., "--slo", help='Objective, e.g. "infobench.latency.p95<=60" (repeatable).'),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Base scenario file."),
+    profile: str = typer.Option(DEFAULT_PROFILE, "--profile", "-p", help="Profile file or bundled name."),
+    task: Optional[str] = typer.Option(None, "--task", help="Search settings of this task only (default: every GPU task)."),
+    max_gpus: int = typer.Option(8, "--max-gpus", help="Largest GPU count to consider."),
+    deadline: Optional[float] = typer.Option(None, "--deadline", help="Seconds from trace start; later prompts time out."),
+    flush: Optional[str] = _axis("--flush", "Flush windows (default 0,0.1,0.5,1,2,5)"),
+    topology: Optional[str] = _axis("--topology", "Topologies (default shared,split,direct)"),
+    max_batch: Optional[str] = _axis("--max-batch", "Max batch sizes (default 1,2,4,8,10)"),
+    policy: Optional[str] = _axis("--policy", "Batching policies"),
+    workers: Optional[str] = _axis("--workers", "Workers per shared queue"),
+    dispatch: Optional[str] = _axis("--dispatch", "Dispatch rules"),
+    gpu_sharing: Optional[str] = _axis("--gpu-sharing", "GPU sharing modes"),
+    seeds: int = typer.Option(1, "--seeds", help="Seeds per configuration; figures are their mean."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Local processes (default: all cores)."),
+    json_out: Optional[str] = typer.Option(None, "--json", help="Write the recommendation as JSON (FILE or '-')."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Draw the SLO figures against load (PNG)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
+) -> None:
+    """Find the fewest GPUs, and the configuration at that count, meeting every SLO.
+
+    Exit status 1 when no configuration within --max-gpus meets them (the closest is shown).
+    """
+    with user_errors():
+        for out in (json_out, plot):
+            if out and str(out) != "-":
+                check_writable(out, force=force, inputs=(trace,))
+        loaded = load_trace(trace)
+        slos = [parse_slo(s, loaded.tasks) for s in slo]
+        axes = axes_from_options(dict(flush=flush, topology=topology, max_batch=max_batch, policy=policy,
+                                      workers=workers, dispatch=dispatch, gpu_sharing=gpu_sharing))
+        base = Base(loaded, load_profile(profile), build_scenario(path=config, run={"deadline": deadline}))
+        with console.status("planning") as status:
+            result = plan(base, slos, axes, max_gpus=max_gpus, seeds=tuple(range(max(1, seeds))),
+                          task=task, workers=jobs, progress=lambda m: status.update(f"planning: {m}"))
+            if plot and result.met:
+                ev = Evaluator(base, tuple(range(max(1, seeds))), task, jobs)
+                from simulator import plots
+
+                points = load_points(ev, result.config, slos, top=1.25 * result.max_rate_scale)
+                plots.load_curve(points, slos, f"{result.gpus} GPU(s): " + ", ".join(
+                    f"{k}={v}" for k, v in result.config.items() if k != "gpus"), path=plot)
+        doc = result.to_dict()
+        if json_out == "-":
+            sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        else:
+            if json_out:
+                with open_output(json_out, force=force) as fh:
+                    json.dump(doc, fh, indent=2)
+            print_plan(doc)
+            if plot and result.met:
+                console.print(f"wrote {plot}", highlight=False)
+        if not result.met:
+            raise typer.Exit(1)
+
+
+def print_plan(doc: dict) -> None:
+    head = "[bold green]meets every SLO[/bold green]" if doc["met"] else \
+        f"[bold red]no configuration within {doc['gpus']} GPU(s) meets every SLO; closest:[/bold red]"
+    console.print(f"{head} {doc['gpus']} GPU(s), " + ", ".join(
+        f"{k}={v}" for k, v in doc["config"].items() if k != "gpus"))
+    table = Table(title="SLOs", title_justify="left")
+    for col in ("objective", "value", "met"):
+        table.add_column(col, justify="left" if col == "objective" else "right")
+    for s in doc["slos"]:
+        value = "–" if s["value"] is None else f"{s['value']:.3f}"
+        table.add_row(s["slo"], value, "yes" if s["met"] else "[red]no[/red]")
+    console.print(table)
+    if doc["max_rate_scale"] is not None:
+        console.print(f"sustains up to {doc['max_rate_scale']:.2f}x the trace's arrival rate within the SLOs",
+                      highlight=False)
+    search = ", ".join(f"{s['gpus']} GPU: {s['met']}/{s['replayed']} met" for s in doc["search"])
+    console.print(f"search: {search}; {doc['replays']} replays in all", highlight=False)

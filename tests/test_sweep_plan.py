@@ -1,0 +1,227 @@
+"""Sweeps (parallel, resumable, on Dask), compare, and the capacity planner."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+import simulator.sweep as sweep_mod
+from helpers import assert_one_line_error
+from simulator.cli import app
+from simulator.plan import PlanError, parse_slo, plan
+from simulator.profile import load_profile, profile_from_dict
+from simulator.scenario import build_scenario
+from simulator.sweep import Base, SweepError, SweepSpec, aggregate, read_results, run_sweep
+from simulator.trace.formats import load_trace
+from simulator.trace.synth import SynthSpec, synthesize
+from theory import mmc_wait
+
+ROOT = Path(__file__).resolve().parent.parent
+TRACE = ROOT / "traces" / "batch_arrivals.json"
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def base() -> Base:
+    return Base(load_trace(TRACE), load_profile("seed-calibrated"), build_scenario())
+
+
+SPEC = SweepSpec({"flush": (0.0, 2.0), "topology": ("shared", "split"), "gpus": (1, 2)}, seeds=(0, 1))
+
+
+def test_sweep_rows_are_the_replays_of_each_configuration(tmp_path, base):
+    result = run_sweep(SPEC, base, tmp_path / "s.parquet", workers=2)
+    assert (result.ran, result.skipped, len(result.frame)) == (16, 0, 16)
+    frame, meta = read_results(tmp_path / "s.parquet")
+    assert meta["hashes"] == base.hashes()
+    row = frame[(frame.flush == 2.0) & (frame.topology == "split") & (frame.gpus == 1) & (frame.seed == 1)].iloc[0]
+    # the same configuration through replay() gives the same figures
+    from simulator import replay
+
+    scenario = build_scenario(run={"gpus": 1}, tasks={t: {"flush": 2.0, "topology": "split"}
+                                                      for t in ("mmlu", "infobench")})
+    direct = replay(base.trace, scenario, base.profile, seed=1).summary
+    assert row["tasks.infobench.latency.p95"] == direct["tasks"]["infobench"]["latency"]["p95"]
+    assert row["gpus.0.utilization"] == direct["gpus"][0]["utilization"]
+    assert row["tasks.graph.latency.mean"] == direct["tasks"]["graph"]["latency"]["mean"]
+
+
+def test_interrupted_sweep_resumes_to_the_same_file(tmp_path, base, monkeypatch):
+    clean = run_sweep(SPEC, base, tmp_path / "clean.parquet", workers=1).frame
+    real = sweep_mod.run_job
+    calls = {"n": 0}
+
+    def flaky(job, task, b=None):
+        calls["n"] += 1
+        if calls["n"] == 7:
+            raise RuntimeError("machine went away")
+        return real(job, task, b)
+
+    monkeypatch.setattr(sweep_mod, "run_job", flaky)
+    out = tmp_path / "resumed.parquet"
+    with pytest.raises(RuntimeError):
+        run_sweep(SPEC, base, out, workers=1)
+    partial, _ = read_results(out)
+    assert len(partial) == 6              # everything finished before the failure was kept
+    monkeypatch.setattr(sweep_mod, "run_job", real)
+    again = run_sweep(SPEC, base, out, workers=1)
+    assert (again.ran, again.skipped) == (10, 6)
+    pd.testing.assert_frame_equal(again.frame, clean)
+    pd.testing.assert_frame_equal(read_results(out)[0], clean)
+
+
+def test_a_journal_left_by_a_killed_sweep_is_picked_up(tmp_path, base):
+    out = tmp_path / "s.parquet"
+    run_sweep(SweepSpec({"flush": (0.0,)}), base, out, workers=1)
+    store = sweep_mod.ResultStore(out, {"format": "simctl-sweep/1", "hashes": base.hashes(), "task": None})
+    job = SweepSpec({"flush": (5.0,)}).jobs()[0]
+    store.add(sweep_mod.run_job(job, None, base))      # journal written, never closed: a kill
+    store._handle.close()
+    result = run_sweep(SweepSpec({"flush": (0.0, 5.0)}), base, out, workers=1)
+    assert (result.ran, result.skipped) == (0, 2)
+
+
+def test_results_of_another_trace_are_refused(tmp_path, base):
+    out = tmp_path / "s.parquet"
+    run_sweep(SweepSpec({"flush": (0.0,)}), base, out, workers=1)
+    other = Base(base.trace.scaled(2.0), base.profile, base.scenario)
+    with pytest.raises(SweepError, match="different trace"):
+        run_sweep(SweepSpec({"flush": (0.0,)}), other, out, workers=1)
+    assert len(read_results(out)[0]) == 1
+
+
+def test_sweep_on_a_dask_cluster_gives_the_local_rows(tmp_path, base):
+    distributed = pytest.importorskip("distributed", reason="dask.distributed is the optional 'cluster' extra")
+    spec = SweepSpec({"flush": (0.0, 2.0), "gpus": (1, 2)})
+    local = run_sweep(spec, base, tmp_path / "local.parquet", workers=1).frame
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster:
+        remote = run_sweep(spec, base, tmp_path / "dask.parquet", cluster=cluster.scheduler_address).frame
+    pd.testing.assert_frame_equal(remote, local)
+
+
+def test_confidence_intervals_over_seeds():
+    frame = pd.DataFrame({"flush": [0.0] * 4 + [1.0] * 4, "m": [1.0, 2.0, 3.0, 4.0, 5.0, 5.0, 5.0, 5.0]})
+    agg = aggregate(frame, "m", ["flush"])
+    first = agg.iloc[0]
+    assert first["mean"] == 2.5 and first["n"] == 4
+    assert first["ci95"] == pytest.approx(3.182446 * np.std([1, 2, 3, 4], ddof=1) / 2, rel=1e-5)
+    assert agg.iloc[1]["ci95"] == 0
+
+
+def test_sweep_and_compare_cli(tmp_path):
+    out = tmp_path / "s.parquet"
+    result = runner.invoke(app, ["sweep", str(TRACE), "--flush", "0,2", "--max-batch", "1,10",
+                                 "--gpus", "2", "--out", str(out), "--jobs", "2"])
+    assert result.exit_code == 0, result.stderr
+    again = runner.invoke(app, ["sweep", str(TRACE), "--flush", "0,2", "--max-batch", "1,10",
+                                "--gpus", "2", "--out", str(out)])
+    assert "0 replays run, 4 already in the file skipped" in " ".join(again.stdout.split())
+    png = tmp_path / "h.png"
+    cmp = runner.invoke(app, ["compare", str(out), "--metric", "tasks.infobench.latency.p95",
+                              "--by", "flush,max_batch", "--plot", str(png)])
+    assert cmp.exit_code == 0, cmp.stderr
+    frame, _ = read_results(out)
+    best = frame.loc[frame["tasks.infobench.latency.p95"].idxmin()]
+    assert f"best: flush={best['flush']}, max_batch={best['max_batch']}" in " ".join(cmp.stdout.split())
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert_one_line_error(runner.invoke(app, ["compare", str(out), "--by", "flush"]), "max_batch", "--where")
+    assert_one_line_error(runner.invoke(app, ["compare", str(out), "--metric", "nope.p95", "--by", "flush,max_batch"]), "nope.p95")
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["--flush", "a,b"], ["--flush", "numbers"]),
+    (["--topology", "ring"], ["topology", "ring"]),
+    (["--task", "nope", "--flush", "0"], ["nope", "infobench"]),
+])
+def test_bad_sweep_options(tmp_path, args, needles):
+    result = runner.invoke(app, ["sweep", str(TRACE), "--out", str(tmp_path / "s.parquet"), *args])
+    assert_one_line_error(result, *needles)
+
+
+# -- plan -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, figure", [
+    ("infobench.latency.p95<=60", "tasks.infobench.latency.p95"),
+    ("overall.call_latency.p99 < 120", "overall.call_latency.p99"),
+    ("mmlu.wait.mean<=1.5", "tasks.mmlu.wait.mean"),
+    ("infobench.timed_out<=0", "tasks.infobench.timed_out"),
+    ("overall.throughput_prompts_per_s>=0.2", "overall.throughput_prompts_per_s"),
+])
+def test_slo_syntax(text, figure):
+    assert parse_slo(text, ["mmlu", "infobench"]).figure == figure
+
+
+@pytest.mark.parametrize("text, words", [
+    ("infobench.latency<=60", "needs a statistic"),
+    ("chat.latency.p95<=60", "valid: overall, mmlu, infobench"),
+    ("infobench.speed.p95<=60", "unknown figure"),
+    ("infobench.latency.p95 = 60", "expected TASK.FIGURE.STAT"),
+    ("infobench.timed_out.p95<=0", "single number"),
+])
+def test_slo_errors_list_valid_names(text, words):
+    with pytest.raises(PlanError, match=words):
+        parse_slo(text, ["mmlu", "infobench"])
+
+
+def erlang_c_answer(lam: float, mu: float, bound: float) -> int:
+    return next(c for c in range(1, 100) if lam / (c * mu) < 1 and mmc_wait(lam, mu, c) <= bound)
+
+
+@pytest.mark.parametrize("lam", [1.4, 3.3, 6.2])
+def test_planner_finds_the_erlang_c_gpu_count(lam):
+    """Poisson arrivals, exponential service (mean 1 s), max batch 1, shared queue: the smallest
+    GPU count meeting a mean-wait SLO is the Erlang C answer. The bound sits at the geometric
+    mean of the waits with c* and c* - 1 servers, far from both relative to the sampling error."""
+    mu = 1.0
+    c_star = next(c for c in range(1, 100) if lam / c < 0.8)
+    above = mmc_wait(lam, mu, c_star - 1) if lam / (c_star - 1) < 1 else 50 * mmc_wait(lam, mu, c_star)
+    bound = math.sqrt(mmc_wait(lam, mu, c_star) * above)
+    assert erlang_c_answer(lam, mu, bound) == c_star
+    trace = synthesize(SynthSpec(duration=20_000 / lam, arrival="poisson", mean=1 / lam,
+                                 prompts_per_call={1: 1.0}, task_mix={"x": 1.0}), seed=11)
+    profile = profile_from_dict({"tasks": {"x": {"resource": "gpu", "service": {
+        "kind": "distribution", "dist": "exponential", "mean": 1 / mu}}}})
+    result = plan(Base(trace, profile, build_scenario()), [parse_slo(f"x.wait.mean<={bound}", ["x"])],
+                  {"flush": (0.0,), "topology": ("shared",), "max_batch": (1,)}, max_gpus=12,
+                  find_max_rate=False, workers=1)
+    assert result.met and result.gpus == c_star
+    assert result.figures["tasks.x.wait.mean"] <= bound
+
+
+def test_plan_cli_recommends_and_writes_json(tmp_path):
+    out = tmp_path / "plan.json"
+    result = runner.invoke(app, ["plan", str(TRACE), "--slo", "infobench.latency.p95<=170",
+                                 "--flush", "0,2", "--topology", "shared", "--max-batch", "4,10",
+                                 "--max-gpus", "4", "--json", str(out)])
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(out.read_text())
+    assert set(doc) >= {"gpus", "config", "slos", "met", "figures", "max_rate_scale", "replays"}
+    assert doc["met"] and doc["slos"][0]["met"] and doc["max_rate_scale"] >= 1
+    assert doc["slos"][0]["value"] <= 170
+    # the recommended count is the smallest: one GPU fewer misses the SLO with every configuration
+    if doc["gpus"] > 1:
+        fewer = runner.invoke(app, ["plan", str(TRACE), "--slo", "infobench.latency.p95<=170",
+                                    "--flush", "0,2", "--topology", "shared", "--max-batch", "4,10",
+                                    "--max-gpus", str(doc["gpus"] - 1), "--json", "-"])
+        assert fewer.exit_code == 1 and json.loads(fewer.stdout)["met"] is False
+
+
+def test_plan_cli_reports_the_closest_when_nothing_meets():
+    result = runner.invoke(app, ["plan", str(TRACE), "--slo", "infobench.latency.p95<=1",
+                                 "--flush", "0", "--topology", "shared", "--max-batch", "10",
+                                 "--max-gpus", "2"])
+    assert result.exit_code == 1
+    assert "no configuration within 2 GPU(s) meets every SLO; closest" in " ".join(result.stdout.split())
+
+
+def test_plan_cli_bad_slo():
+    assert_one_line_error(runner.invoke(app, ["plan", str(TRACE), "--slo", "chat.latency.p95<=1"]),
+                          "chat", "valid: overall")
