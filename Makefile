@@ -26,6 +26,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/replay_throughput.py
+	$(BIN)/python benchmarks/sweep_throughput.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -25,7 +25,6 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from simulator.events import with_durations
 
 STAT_KEYS = ("mean", "p50", "p90", "p95", "p99", "max")
 
@@ -92,23 +91,23 @@ def batch_table(log: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def _group_summary(rows: pd.DataFrame, calls: pd.DataFrame, makespan: float, deadline: float | None) -> dict[str, Any]:
-    limit = math.inf if deadline is None else deadline
-    done = rows[rows["done_at"] <= limit]
-    batch_sizes = rows.groupby("batch_id")["batch_size"].first()
-    completed_calls = calls[calls["completed"]]
+def _group_summary(latency: np.ndarray, wait: np.ndarray, service: np.ndarray, done_ok: np.ndarray,
+                   batch_sizes: np.ndarray, call_latency: np.ndarray, call_ok: np.ndarray,
+                   makespan: float) -> dict[str, Any]:
+    """The figures of one group of prompts (a task, or all) and of the calls containing them."""
+    completed = int(done_ok.sum())
     return {
-        "prompts": int(len(rows)),
-        "completed": int(len(done)),
-        "timed_out": int(len(rows) - len(done)),
-        "calls": int(len(calls)),
-        "calls_completed": int(len(completed_calls)),
-        "latency": describe(done["latency_s"]),
-        "call_latency": describe(completed_calls["latency_s"]),
-        "wait": describe(done["wait_s"]),
-        "service": describe(done["service_s"]),
-        "mean_batch_size": float(batch_sizes.mean()) if len(batch_sizes) else None,
-        "throughput_prompts_per_s": float(len(done) / makespan) if makespan > 0 else None,
+        "prompts": int(done_ok.size),
+        "completed": completed,
+        "timed_out": int(done_ok.size - completed),
+        "calls": int(call_ok.size),
+        "calls_completed": int(call_ok.sum()),
+        "latency": describe(latency[done_ok]),
+        "call_latency": describe(call_latency[call_ok]),
+        "wait": describe(wait[done_ok]),
+        "service": describe(service[done_ok]),
+        "mean_batch_size": float(batch_sizes.mean()) if batch_sizes.size else None,
+        "throughput_prompts_per_s": float(completed / makespan) if makespan > 0 else None,
     }
 
 
@@ -117,31 +116,65 @@ def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
     """The summary JSON of one run (stable keys: ``overall``, ``tasks.<name>``, ``gpus``,
     ``makespan_s``, ``deadline_s``, ``config``).
 
-    ``gpus`` is the number of GPUs in the system, so that idle GPUs are listed too.
+    ``gpus`` is the number of GPUs in the system, so that idle GPUs are listed too. Computed
+    with numpy on the log's columns (a sweep summarises thousands of runs); the definitions
+    are those of the module docstring, and :func:`call_table` / :func:`batch_table` give the
+    same per-call and per-batch views as frames.
     """
-    full = with_durations(log)
-    calls = call_table(full, deadline)
-    makespan = float(full["done_at"].max() - full["arrived_at"].min()) if len(full) else 0.0
-    tasks: dict[str, Any] = {}
-    for task in sorted(full["task"].unique()):
-        rows = full[full["task"] == task]
-        task_calls = calls.loc[rows["call_index"].unique()]
-        tasks[task] = _group_summary(rows, task_calls, makespan, deadline)
+    limit = math.inf if deadline is None else deadline
+    arrived = log["arrived_at"].to_numpy(float)
+    started = log["started_at"].to_numpy(float)
+    done = log["done_at"].to_numpy(float)
+    latency, wait, service = done - arrived, started - arrived, done - started
+    done_ok = done <= limit
+    makespan = float(done.max() - arrived.min()) if len(log) else 0.0
+
+    # calls: latency of the last prompt, completed if every prompt is
+    call_of = np.unique(log["call_index"].to_numpy(np.int64), return_inverse=True)[1]
+    n_calls = int(call_of.max()) + 1 if call_of.size else 0
+    call_done = np.full(n_calls, -np.inf)
+    np.maximum.at(call_done, call_of, done)
+    call_arrived = np.full(n_calls, np.inf)
+    np.minimum.at(call_arrived, call_of, arrived)
+    call_latency = call_done - call_arrived
+    call_ok = call_done <= limit
+
+    batch_ids = log["batch_id"].to_numpy(np.int64)
+    sizes = log["batch_size"].to_numpy(np.int64)
+
+    def group(mask: np.ndarray | None) -> dict[str, Any]:
+        if mask is None:
+            in_call = np.ones(n_calls, dtype=bool)
+            _, first = np.unique(batch_ids, return_index=True)
+            return _group_summary(latency, wait, service, done_ok, sizes[first], call_latency,
+                                  call_ok[in_call], makespan)
+        in_call = np.zeros(n_calls, dtype=bool)
+        in_call[call_of[mask]] = True
+        _, first = np.unique(batch_ids[mask], return_index=True)
+        return _group_summary(latency[mask], wait[mask], service[mask], done_ok[mask],
+                              sizes[mask][first], call_latency[in_call], call_ok[in_call], makespan)
+
+    task_codes, task_names = pd.factorize(log["task"], sort=True)
+    tasks = {str(name): group(task_codes == i) for i, name in enumerate(task_names)}
+
+    gpu = log["gpu"].to_numpy(dtype=float, na_value=np.nan)
+    on_gpu = ~np.isnan(gpu)
+    n_gpus = gpus if gpus is not None else (int(np.nanmax(gpu)) + 1 if on_gpu.any() else 0)
+    _, first = np.unique(batch_ids[on_gpu], return_index=True)
+    b_gpu, b_start = gpu[on_gpu][first], started[on_gpu][first]
+    b_done, b_size = done[on_gpu][first], sizes[on_gpu][first]
     gpu_rows = []
-    on_gpu = full[full["gpu"].notna()]
-    n_gpus = gpus if gpus is not None else (int(on_gpu["gpu"].max()) + 1 if len(on_gpu) else 0)
-    batches = batch_table(on_gpu) if len(on_gpu) else pd.DataFrame(columns=["gpu", "started_at", "done_at", "size"])
     for g in range(n_gpus):
-        b = batches[batches["gpu"] == g]
-        busy = busy_time(b["started_at"].to_numpy(float), b["done_at"].to_numpy(float))
+        mine = b_gpu == g
+        busy = busy_time(b_start[mine], b_done[mine])
         gpu_rows.append({
             "id": g,
             "utilization": busy / makespan if makespan > 0 else 0.0,
-            "batches": int(len(b)),
-            "mean_batch_size": float(b["size"].mean()) if len(b) else None,
+            "batches": int(mine.sum()),
+            "mean_batch_size": float(b_size[mine].mean()) if mine.any() else None,
         })
     return {
-        "overall": _group_summary(full, calls, makespan, deadline),
+        "overall": group(None),
         "tasks": tasks,
         "gpus": gpu_rows,
         "makespan_s": makespan,

@@ -27,3 +27,12 @@ def test_replay_throughput_quick_mode(capsys):
     assert 300 <= result["prompts"] <= 8 * 300
     assert result["simulate_prompts_per_s"] == pytest.approx(result["prompts"] / result["simulate_s"])
     assert result["replay_s"] >= result["simulate_s"] > 0
+
+
+@pytest.mark.benchmark
+def test_sweep_throughput_quick_mode(capsys):
+    bench = load("sweep_throughput")
+    assert bench.main(["--repeat", "1", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["configurations"] == 200
+    assert result["configurations_per_s"] == pytest.approx(200 / result["seconds"])
