@@ -23,7 +23,7 @@ app = typer.Typer(
 # Command modules register themselves on ``app`` when imported. A command whose core
 # dependency is missing on this machine (a GPU box may have torch but not simpy) is still
 # listed, and says what to install instead of breaking every other command.
-_COMMANDS = ("replay", "validate", "synth", "profile", "sweep", "compare", "plan")
+_COMMANDS = ("replay", "validate", "synth", "import", "profile", "sweep", "compare", "plan")
 
 
 def _unavailable(name: str, missing: str) -> None:
@@ -38,7 +38,8 @@ def _unavailable(name: str, missing: str) -> None:
 
 for _name in _COMMANDS:
     try:
-        importlib.import_module(f"simulator.cli.{_name}")
+        # "import" is a keyword, so its module is cli/importer.py
+        importlib.import_module(f"simulator.cli.{'importer' if _name == 'import' else _name}")
     except ModuleNotFoundError as _exc:
         if _exc.name is None or _exc.name.startswith("simulator"):
             raise

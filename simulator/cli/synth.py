@@ -39,11 +39,31 @@ def _as_option(build: Callable[[], T]) -> T:
         raise SynthSpecError(None, None, None, f"{option}: {exc.message}" if option else exc.message) from None
 
 
+def _fitted_spec(path: Path, duration: float, rate_scale: float) -> SynthSpec:
+    """The spec fitted to the trace at ``path``; prints the arrival model it chose."""
+    from simulator.trace.fit import spec_from_fit
+    from simulator.trace.formats import load_trace
+
+    if not rate_scale > 0:
+        raise SynthSpecError(None, None, None, f"--rate-scale: must be > 0, got {rate_scale:g}")
+    if not duration > 0:
+        raise SynthSpecError(None, None, None, f"--duration: must be > 0, got {duration:g}")
+    try:
+        spec, model = spec_from_fit(load_trace(path), duration, rate_scale)
+    except ValueError as exc:
+        raise SynthSpecError(path, None, None, str(exc)) from None
+    best = model.best
+    others = ", ".join(f"{c.family} {c.aic:,.0f}" for c in model.candidates[1:])
+    console.print(f"fitted {path}: {best.family} gaps (mean {best.mean:.4g} s, CV {best.cv:.3g}; AIC "
+                  f"{best.aic:,.0f}, KS {best.ks:.3f}; others: {others}); rate x{rate_scale:g}", highlight=False)
+    return spec
+
+
 @app.command("synth")
 def synth_cli(
     output: Path = typer.Option(..., "--output", "-o", help="Trace file to write."),
     duration: float = typer.Option(..., "--duration", help="Seconds; calls arrive in (0, duration]."),
-    arrival: str = typer.Option("poisson", "--arrival", help="Inter-arrival distribution: poisson, gamma or lognormal."),
+    arrival: str = typer.Option("poisson", "--arrival", help="Inter-arrival distribution: poisson, gamma, lognormal or weibull."),
     mean: float = typer.Option(10.0, "--mean", help="Mean inter-arrival time (s)."),
     cv: float = typer.Option(1.0, "--cv", help="Coefficient of variation of the inter-arrival time (ignored by poisson)."),
     prompts_per_call: str = typer.Option(
@@ -60,28 +80,34 @@ def synth_cli(
         None, "--max-tokens", help="Same syntax as --prompt-tokens. Default: 2048 for every task.",
     ),
     seed: int = typer.Option(0, "--seed", help="Random seed (same seed and options, same trace)."),
+    fit: Optional[Path] = typer.Option(None, "--fit", help="Fit every statistic to this trace instead (arrival model by MLE + AIC)."),
+    rate_scale: float = typer.Option(1.0, "--rate-scale", help="With --fit: divide the fitted mean gap by this (2 = twice the load)."),
     fmt: str = typer.Option("native", "--format", help=f"Output format: {' or '.join(FORMATS)}."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing output file."),
 ) -> None:
     """Write a synthetic trace drawn from stated statistics.
 
-    Arrivals come from a poisson, gamma or lognormal inter-arrival process; prompts per
-    call, tasks and token counts are drawn from the given mixes.
+    Arrivals come from a poisson, gamma, lognormal or weibull inter-arrival process; prompts
+    per call, tasks and token counts are drawn from the given mixes. With --fit, every
+    statistic is fitted to a trace instead.
     """
     with user_errors():
         if fmt not in FORMATS:
             raise SynthSpecError(None, None, None, f"--format: unknown format {fmt!r} (expected {' or '.join(FORMATS)})")
-        check_writable(output, force=force)
-        spec = _as_option(lambda: SynthSpec(
-            duration=duration,
-            arrival=arrival,
-            mean=mean,
-            cv=cv,
-            prompts_per_call=parse_prompts_per_call(prompts_per_call),
-            task_mix=parse_task_mix(task_mix),
-            prompt_tokens=parse_token_dists(prompt_tokens, "prompt_tokens") if prompt_tokens else {},
-            max_tokens=parse_token_dists(max_tokens, "max_tokens") if max_tokens else {},
-        ))
+        check_writable(output, force=force, inputs=(fit,) if fit else ())
+        if fit is not None:
+            spec = _fitted_spec(fit, duration, rate_scale)
+        else:
+            spec = _as_option(lambda: SynthSpec(
+                duration=duration,
+                arrival=arrival,
+                mean=mean,
+                cv=cv,
+                prompts_per_call=parse_prompts_per_call(prompts_per_call),
+                task_mix=parse_task_mix(task_mix),
+                prompt_tokens=parse_token_dists(prompt_tokens, "prompt_tokens") if prompt_tokens else {},
+                max_tokens=parse_token_dists(max_tokens, "max_tokens") if max_tokens else {},
+            ))
         trace = _as_option(lambda: synthesize(spec, seed))
         save_trace(trace, output, format=fmt, force=force)
         span = trace.calls[-1].t

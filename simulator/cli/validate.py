@@ -26,7 +26,7 @@ def validate_cli(
     valid trace.
     """
     with user_errors():
-        stats = trace_stats(load_trace(trace))
+        stats = trace_stats(load_trace(trace), fit=True)
         if json_out:
             typer.echo(json.dumps(stats.to_dict(), indent=2))
         else:
@@ -61,6 +61,21 @@ def print_stats(stats: TraceStats) -> None:
         table.add_row(_num(gaps.mean), _num(gaps.median), _num(gaps.min), _num(gaps.max),
                       _num(gaps.std), _num(gaps.cv, 3))
         console.print(table)
+
+    fit = stats.arrival_fit
+    if fit is not None:
+        table = Table(title=f"Fitted inter-arrival model (maximum likelihood on {fit['gaps'] - fit['zero_gaps']} "
+                            f"positive gaps; best by AIC: {fit['best']})", title_justify="left")
+        for col in ("model", "parameters", "mean", "CV", "AIC", "KS distance"):
+            table.add_column(col, justify="left" if col in ("model", "parameters") else "right")
+        for c in fit["candidates"]:
+            params = ", ".join(f"{k} {v:.4g}" for k, v in c["params"].items())
+            name = f"[bold]{c['family']}[/bold]" if c["family"] == fit["best"] else c["family"]
+            table.add_row(name, params, _num(c["mean"], 3), _num(c["cv"], 3), f"{c['aic']:,.1f}", _num(c["ks"], 4))
+        console.print(table)
+        if fit["zero_gaps"]:
+            console.print(f"{fit['zero_gaps']} of {fit['gaps']} gaps are 0 (simultaneous arrivals); "
+                          "the model describes the others", highlight=False)
 
     sizes = Table(title="Prompts per call", title_justify="left")
     for col in ("prompts", "calls", "share"):

@@ -68,6 +68,7 @@ class TraceStats:
     task_fractions: dict[str, float]
     tokens: dict[str, TaskTokens]
     unknown: int
+    arrival_fit: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dicts, lists, numbers and strings (``json.dumps``-able)."""
@@ -78,8 +79,11 @@ def _mean(values: list[int]) -> float | None:
     return float(np.mean(values)) if values else None
 
 
-def trace_stats(trace: Trace) -> TraceStats:
-    """The statistics of ``trace`` (an empty trace gives zeros and ``None``)."""
+def trace_stats(trace: Trace, fit: bool = False) -> TraceStats:
+    """The statistics of ``trace`` (an empty trace gives zeros and ``None``).
+
+    ``fit``: also fit the inter-arrival distribution (:func:`simulator.trace.fit.fit_arrivals`).
+    """
     t = trace.arrival_times()
     n = len(t)
     prompts = trace.n_prompts
@@ -124,4 +128,12 @@ def trace_stats(trace: Trace) -> TraceStats:
         task_fractions={task: counts[task] / prompts for task in tasks},
         tokens=tokens,
         unknown=counts.get(UNKNOWN, 0),
+        arrival_fit=_fit(t) if fit else None,
     )
+
+
+def _fit(times: np.ndarray) -> dict[str, Any] | None:
+    from simulator.trace.fit import fit_arrivals
+
+    model = fit_arrivals(times)
+    return None if model is None else model.to_dict()

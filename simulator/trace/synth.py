@@ -23,7 +23,7 @@ import numpy as np
 from simulator.errors import SimctlError
 from simulator.trace.model import Call, Prompt, Trace
 
-ARRIVAL_KINDS = ("poisson", "gamma", "lognormal")
+ARRIVAL_KINDS = ("poisson", "gamma", "lognormal", "weibull")
 #: Gaps are drawn in blocks of this many, so a longer duration extends a trace without
 #: changing its earlier arrivals.
 _GAP_BLOCK = 256
@@ -48,6 +48,17 @@ def _positive(field_name: str, value: Any) -> float:
     return float(value)
 
 
+def weibull_shape(cv: float) -> float:
+    """The Weibull shape k with coefficient of variation ``cv`` (solved by brentq)."""
+    from scipy.optimize import brentq
+
+    def gap(log_k: float) -> float:
+        k = math.exp(log_k)
+        return math.exp(math.lgamma(1 + 2 / k) - 2 * math.lgamma(1 + 1 / k)) - 1 - cv * cv
+
+    return math.exp(brentq(gap, math.log(0.05), math.log(200.0)))
+
+
 @dataclass(frozen=True)
 class InterArrival:
     """Inter-arrival times with mean ``mean`` (s) and coefficient of variation ``cv``.
@@ -56,6 +67,8 @@ class InterArrival:
     * ``gamma``: shape ``1 / cv**2``, scale ``mean * cv**2`` (``cv < 1`` is more regular
       than Poisson, ``cv > 1`` burstier).
     * ``lognormal``: ``sigma**2 = ln(1 + cv**2)``, ``mu = ln(mean) - sigma**2 / 2``.
+    * ``weibull``: the shape k whose CV is ``cv`` (Γ(1+2/k)/Γ(1+1/k)² = 1 + cv²), scale
+      ``mean / Γ(1 + 1/k)``.
     """
 
     kind: str
@@ -80,6 +93,9 @@ class InterArrival:
         if self.kind == "gamma":
             shape = 1.0 / self.cv**2
             return rng.gamma(shape, self.mean / shape, size)
+        if self.kind == "weibull":
+            k = weibull_shape(self.cv)
+            return rng.weibull(k, size) * self.mean / math.gamma(1 + 1 / k)
         sigma2 = math.log1p(self.cv**2)
         return rng.lognormal(math.log(self.mean) - sigma2 / 2, math.sqrt(sigma2), size)
 

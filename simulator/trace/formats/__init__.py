@@ -19,13 +19,23 @@ from typing import Any
 
 from simulator.outputs import open_output
 from simulator.trace.classify import DEFAULT_CLASSIFIER, KeywordClassifier
+from simulator.errors import TraceError
+from simulator.trace.formats import azure, burstgpt, mooncake, servegen
 from simulator.trace.formats._common import read_json
+from simulator.trace.formats._requests import DEFAULT_OPTIONS, ImportOptions
 from simulator.trace.formats.client import read_client, write_client
 from simulator.trace.formats.native import read_native, write_native
 from simulator.trace.model import Trace
 
-#: Names of the formats :func:`save_trace` writes and :func:`detect_format` returns.
+#: Names of the formats :func:`save_trace` writes.
 FORMATS = ("native", "client")
+#: Production formats :func:`load_trace` reads (and ``simctl import`` names): name -> reader.
+IMPORTERS = {
+    "azure": azure.read_azure,
+    "burstgpt": burstgpt.read_burstgpt,
+    "mooncake": mooncake.read_mooncake,
+    "servegen": servegen.read_servegen,
+}
 
 #: Keys only the client format has: a list whose first record has one of them (and whose
 #: prompts are not objects) is a client-format file.
@@ -49,7 +59,35 @@ def detect_format(obj: Any) -> str:
     return "native"
 
 
-def load_trace(path: str | Path, classifier: KeywordClassifier = DEFAULT_CLASSIFIER) -> Trace:
+def sniff(path: str | Path) -> str:
+    """The format of the file at ``path`` from its first line: a production format's name,
+    or ``"json"`` for the JSON formats (told apart by :func:`detect_format`)."""
+    p = Path(path)
+    try:
+        with open(p, encoding="utf-8") as fh:
+            first = ""
+            for line in fh:
+                if line.strip():
+                    first = line.strip()
+                    break
+    except FileNotFoundError:
+        raise TraceError(p, None, None, "no such file") from None
+    except IsADirectoryError:
+        raise TraceError(p, None, None, "is a directory, not a trace file") from None
+    except UnicodeDecodeError as exc:
+        raise TraceError(p, None, None, f"not a UTF-8 text file (bad byte at offset {exc.start})") from None
+    if first.startswith("{") and mooncake.looks_like(first):
+        return "mooncake"
+    if first.startswith(("[", "{")) or not first:
+        return "json"
+    for name, module in (("azure", azure), ("burstgpt", burstgpt), ("servegen", servegen)):
+        if module.looks_like(first):
+            return name
+    return "json"
+
+
+def load_trace(path: str | Path, classifier: KeywordClassifier = DEFAULT_CLASSIFIER,
+               options: ImportOptions = DEFAULT_OPTIONS, format: str | None = None) -> Trace:
     """Read the trace at ``path`` in whichever format it is in (see :func:`detect_format`).
 
     ``classifier`` gives the tasks of prompt texts (client format). The result's calls are
@@ -61,6 +99,11 @@ def load_trace(path: str | Path, classifier: KeywordClassifier = DEFAULT_CLASSIF
     :class:`~simulator.errors.SimctlWarning` for what it repaired (unsorted calls) or
     could not classify.
     """
+    kind = format or sniff(path)
+    if kind in IMPORTERS:
+        return IMPORTERS[kind](path, options)
+    if kind not in ("json", *FORMATS):
+        raise ValueError(f"unknown trace format {kind!r}")
     obj = read_json(path)
     if detect_format(obj) == "client":
         return read_client(obj, path, classifier)
@@ -91,4 +134,4 @@ def save_trace(
     return Path(path)
 
 
-__all__ = ["FORMATS", "detect_format", "load_trace", "save_trace"]
+__all__ = ["FORMATS", "IMPORTERS", "ImportOptions", "detect_format", "load_trace", "save_trace", "sniff"]

@@ -1,0 +1,66 @@
+"""``simctl import``: convert a production trace (Azure, BurstGPT, Mooncake, ServeGen) to simctl's format."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from simulator.cli import app
+from simulator.cli._common import console, user_errors
+from simulator.errors import TraceError
+from simulator.outputs import check_writable
+from simulator.trace.formats import FORMATS, IMPORTERS, ImportOptions, load_trace, save_trace
+
+
+def parse_task_map(text: Optional[str]) -> dict[str, str]:
+    """``"ChatGPT=mmlu,GPT-4=infobench"`` -> ``{"ChatGPT": "mmlu", "GPT-4": "infobench"}``."""
+    if not text:
+        return {}
+    out = {}
+    for item in text.split(","):
+        source, sep, task = item.partition("=")
+        if not sep or not source.strip() or not task.strip():
+            raise TraceError(None, None, None, f"--task-map: expected SOURCE=TASK,..., got {item!r}")
+        out[source.strip()] = task.strip()
+    return out
+
+
+@app.command("import")
+def import_cli(
+    fmt: str = typer.Argument(..., metavar="FORMAT", help=f"One of: {', '.join(IMPORTERS)}, or auto."),
+    source: Path = typer.Argument(..., help="The production trace file."),
+    output: Path = typer.Option(..., "--output", "-o", help="Trace file to write."),
+    task: Optional[str] = typer.Option(None, "--task", help="Give every request this task."),
+    task_map: Optional[str] = typer.Option(None, "--task-map", help="Rename sources to tasks: SOURCE=TASK,... (BurstGPT: model names)."),
+    start: Optional[float] = typer.Option(None, "--start", help="Keep requests from this many seconds after the first."),
+    end: Optional[float] = typer.Option(None, "--end", help="Keep requests before this many seconds after the first."),
+    group_gap: Optional[float] = typer.Option(None, "--group-gap", help="Requests within this many seconds of a call's first join it."),
+    max_prompts: int = typer.Option(8, "--max-prompts", help="Most prompts per grouped call."),
+    skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip malformed rows (counted) instead of stopping."),
+    include_failed: bool = typer.Option(False, "--include-failed", help="Keep BurstGPT's failed requests (0 response tokens)."),
+    seed: int = typer.Option(0, "--seed", help="ServeGen: seed of the synthesised arrivals and lengths."),
+    dataset: Optional[Path] = typer.Option(None, "--dataset", help="ServeGen: the length-PDF JSON (default: the sibling chunk-N-dataset.json)."),
+    out_format: str = typer.Option("native", "--format", help=f"Output format: {' or '.join(FORMATS)}."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing output file."),
+) -> None:
+    """Convert a production trace to a simctl trace (every command also reads these files directly)."""
+    with user_errors():
+        if fmt != "auto" and fmt not in IMPORTERS:
+            raise TraceError(None, None, None, f"unknown format {fmt!r}; valid: {', '.join(IMPORTERS)}, auto")
+        if out_format not in FORMATS:
+            raise TraceError(None, None, None, f"--format: unknown format {out_format!r} (expected {' or '.join(FORMATS)})")
+        if group_gap is not None and group_gap < 0:
+            raise TraceError(None, None, None, f"--group-gap: must be >= 0, got {group_gap:g}")
+        if max_prompts < 1:
+            raise TraceError(None, None, None, f"--max-prompts: must be >= 1, got {max_prompts}")
+        check_writable(output, force=force, inputs=(source,))
+        options = ImportOptions(task=task, task_map=parse_task_map(task_map), start=start, end=end,
+                                group_gap=group_gap, max_prompts=max_prompts, skip_bad=skip_bad,
+                                include_failed=include_failed, seed=seed,
+                                dataset=str(dataset) if dataset else None)
+        trace = load_trace(source, options=options, format=None if fmt == "auto" else fmt)
+        save_trace(trace, output, format=out_format, force=force)
+        console.print(f"wrote {output}: {len(trace):,} calls, {trace.n_prompts:,} prompts over "
+                      f"{trace.calls[-1].t:,.1f} s (from {trace.meta.get('format')} {source})", highlight=False)

@@ -1,0 +1,124 @@
+"""What the production-trace importers share: a table of requests -> a :class:`Trace`.
+
+Importers read their file into columns (arrival time, prompt tokens, output tokens, task;
+the file line of each row), check them vectorised, and hand them to :func:`build`, which
+applies the :class:`ImportOptions`: task names, a time window, grouping of requests that
+arrive close together into one call, and the handling of bad rows.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from simulator.errors import SimctlWarning, TraceError
+from simulator.trace.formats._common import EPOCH_THRESHOLD
+from simulator.trace.model import Call, Prompt, Trace
+
+
+@dataclass(frozen=True)
+class ImportOptions:
+    """How a production trace becomes a simctl trace.
+
+    * ``task``: every request gets this task (default: the format's own naming, see each
+      importer); ``task_map``: rename source names (a BurstGPT model, a file's default) to tasks;
+    * ``start`` / ``end``: keep requests arriving in ``[start, end)`` seconds after the
+      trace's first request, shifted so the window starts at 0;
+    * ``group_gap``: a request arriving within ``group_gap`` seconds of the first request of
+      the current call joins it (up to ``max_prompts`` prompts); default: one call each;
+    * ``skip_bad``: skip malformed rows (counted in a warning) instead of stopping at the first;
+    * ``include_failed``: keep BurstGPT's failed requests (zero response tokens), excluded by default;
+    * ``seed``, ``dataset``: ServeGen only (arrivals are synthesised; the length PDFs file).
+    """
+
+    task: str | None = None
+    task_map: Mapping[str, str] = field(default_factory=dict)
+    start: float | None = None
+    end: float | None = None
+    group_gap: float | None = None
+    max_prompts: int = 8
+    skip_bad: bool = False
+    include_failed: bool = False
+    seed: int = 0
+    dataset: str | None = None
+
+
+DEFAULT_OPTIONS = ImportOptions()
+
+
+def bad_rows(path: Path, lines: np.ndarray, bad: np.ndarray, reasons: list[tuple[np.ndarray, str, str]],
+             options: ImportOptions) -> np.ndarray:
+    """Rows to keep. ``reasons``: (mask, field, message) in check order. Without ``skip_bad``
+    the first bad row (by line) raises a :class:`TraceError` naming line and field."""
+    if not bad.any():
+        return ~bad
+    first = int(np.flatnonzero(bad)[0])
+    field_name, message = next((f, m) for mask, f, m in reasons if mask[first])
+    if not options.skip_bad:
+        raise TraceError(path, f"line {int(lines[first])}", field_name,
+                         f"{message} (use --skip-bad to skip bad rows)")
+    warnings.warn(SimctlWarning(
+        f"{path}: skipped {int(bad.sum())} bad row(s) (first: line {int(lines[first])}, "
+        f"field '{field_name}': {message})"), stacklevel=3)
+    return ~bad
+
+
+def build(path: Path, t: np.ndarray, prompt_tokens: np.ndarray | None, max_tokens: np.ndarray | None,
+          tasks: np.ndarray, lines: np.ndarray, meta: dict[str, Any], options: ImportOptions) -> Trace:
+    """The trace of request columns (already valid), with ``options`` applied."""
+    if t.size == 0:
+        raise TraceError(path, None, None, "no requests (the trace is empty)")
+    t = np.asarray(t, dtype=float)
+    meta = dict(meta)
+    origin = float(t.min())
+    if origin >= EPOCH_THRESHOLD or meta.pop("absolute", False):
+        meta["epoch_start"] = origin
+    t = t - origin
+    order = np.argsort(t, kind="stable")  # equal times keep file order
+    if np.any(order != np.arange(order.size)):
+        meta["resorted"] = True
+    t, lines, tasks = t[order], lines[order], tasks[order]
+    prompt_tokens = None if prompt_tokens is None else prompt_tokens[order]
+    max_tokens = None if max_tokens is None else max_tokens[order]
+
+    if options.start is not None or options.end is not None:
+        lo = options.start or 0.0
+        hi = np.inf if options.end is None else options.end
+        if hi <= lo:
+            raise TraceError(path, None, "window", f"--end ({hi:g}) must be after --start ({lo:g})")
+        keep = (t >= lo) & (t < hi)
+        if not keep.any():
+            raise TraceError(path, None, "window", f"no request arrives in [{lo:g}, {hi:g}) s "
+                             f"(the trace spans 0 to {t.max():g} s)")
+        t, lines, tasks = t[keep] - lo, lines[keep], tasks[keep]
+        prompt_tokens = None if prompt_tokens is None else prompt_tokens[keep]
+        max_tokens = None if max_tokens is None else max_tokens[keep]
+        meta["window"] = [lo, None if options.end is None else hi]
+
+    names = tasks
+    if options.task is not None:
+        names = np.full(t.size, options.task, dtype=object)
+    elif options.task_map:
+        names = np.array([options.task_map.get(x, x) for x in tasks], dtype=object)
+
+    pt = [None] * t.size if prompt_tokens is None else prompt_tokens.tolist()
+    mt = [None] * t.size if max_tokens is None else max_tokens.tolist()
+    prompts = [Prompt(n, p, m) for n, p, m in zip(names.tolist(), pt, mt)]
+    times, ids = t.tolist(), lines.tolist()
+    calls = []
+    if options.group_gap is None:
+        calls = [Call(str(i), ti, (p,)) for i, ti, p in zip(ids, times, prompts)]
+    else:
+        gap, cap = options.group_gap, options.max_prompts
+        start = 0
+        for i in range(1, len(times) + 1):
+            if i == len(times) or times[i] - times[start] > gap or i - start >= cap:
+                calls.append(Call(str(ids[start]), times[start], tuple(prompts[start:i])))
+                start = i
+        meta["group_gap"] = gap
+    meta["requests"] = int(t.size)
+    return Trace(calls=tuple(calls), meta=meta, source=str(path))

@@ -1,0 +1,54 @@
+"""Azure LLM inference traces (2023 and 2024): CSV ``TIMESTAMP,ContextTokens,GeneratedTokens``.
+
+One request per row: ``ContextTokens`` is the prompt length, ``GeneratedTokens`` the output
+length (used as the request's max tokens). Timestamps are wall-clock strings, with 7
+fractional digits in 2023 (``2023-11-16 18:15:46.6805900``) and fewer in 2024; both are read
+by pandas' ISO-8601 parser. The task is ``azure`` unless ``--task`` says otherwise.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from simulator.errors import TraceError
+from simulator.trace.formats._requests import DEFAULT_OPTIONS, ImportOptions, bad_rows, build
+from simulator.trace.model import Trace
+
+COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+
+
+def looks_like(header: str) -> bool:
+    return [c.strip() for c in header.split(",")][:3] == list(COLUMNS)
+
+
+def tokens(frame: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]:
+    """Integer token counts and a mask of rows where the column is not an integer >= 0."""
+    values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
+    bad = ~np.isfinite(values) | (values < 0) | (values != np.round(values))
+    return np.where(bad, 0, values).astype(np.int64), bad
+
+
+def read_azure(path: str | Path, options: ImportOptions = DEFAULT_OPTIONS) -> Trace:
+    path = Path(path)
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
+    missing = [c for c in COLUMNS if c not in frame.columns]
+    if missing:
+        raise TraceError(path, "line 1", missing[0], f"missing column (the header must be {','.join(COLUMNS)})")
+    lines = np.arange(len(frame)) + 2                   # line 1 is the header
+    stamps = pd.to_datetime(frame["TIMESTAMP"], format="ISO8601", errors="coerce")
+    bad_time = stamps.isna().to_numpy()
+    prompt, bad_prompt = tokens(frame, "ContextTokens")
+    output, bad_output = tokens(frame, "GeneratedTokens")
+    keep = bad_rows(path, lines, bad_time | bad_prompt | bad_output, [
+        (bad_time, "TIMESTAMP", "not a timestamp like 2023-11-16 18:15:46.6805900"),
+        (bad_prompt, "ContextTokens", "must be an integer >= 0"),
+        (bad_output, "GeneratedTokens", "must be an integer >= 0"),
+    ], options)
+    seconds = stamps.to_numpy("datetime64[ns]")[keep].astype(np.int64) / 1e9
+    tasks = np.full(int(keep.sum()), "azure", dtype=object)
+    # output lengths are max tokens: a request without output still asks for one token
+    return build(path, seconds, prompt[keep], np.maximum(output[keep], 1), tasks, lines[keep],
+                 {"format": "azure", "absolute": True}, options)

@@ -1,0 +1,73 @@
+"""Mooncake (FAST'25) JSONL traces: ``{"timestamp": ms, "input_length", "output_length", "hash_ids"}``.
+
+One request per line; ``timestamp`` is milliseconds from the trace start. ``hash_ids``
+(512-token prefix blocks) are kept only as a count in ``meta``. The task is ``mooncake``
+unless ``--task`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from simulator.errors import TraceError
+from simulator.trace.formats._requests import DEFAULT_OPTIONS, ImportOptions, bad_rows, build
+from simulator.trace.model import Trace
+
+FIELDS = ("timestamp", "input_length", "output_length")
+
+
+def looks_like(first_line: str) -> bool:
+    try:
+        obj = json.loads(first_line)
+    except json.JSONDecodeError:
+        return False
+    return isinstance(obj, dict) and {"timestamp", "input_length"} <= obj.keys()
+
+
+def read_mooncake(path: str | Path, options: ImportOptions = DEFAULT_OPTIONS) -> Trace:
+    path = Path(path)
+    t, inp, out, lines, bad, blocks = [], [], [], [], [], 0
+    why: list[tuple[str, str]] = []
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            reason = None
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                rec, reason = {}, (None, f"not valid JSON ({exc.msg})")
+            if reason is None and not isinstance(rec, dict):
+                rec, reason = {}, (None, "must be a JSON object")
+            values = []
+            for key in FIELDS:
+                v = rec.get(key)
+                if reason is None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0
+                                       or (key != "timestamp" and v != int(v))):
+                    reason = (key, "missing" if v is None else f"must be a number >= 0, got {json.dumps(v)}")
+                values.append(v if reason is None else 0)
+            blocks += len(rec.get("hash_ids") or []) if reason is None else 0
+            t.append(values[0] / 1000.0)
+            inp.append(int(values[1]))
+            out.append(int(values[2]))
+            lines.append(n)
+            bad.append(reason is not None)
+            why.append(reason or ("", ""))
+    lines_a, bad_a = np.array(lines), np.array(bad, dtype=bool)
+    if bad_a.any():
+        first = int(np.flatnonzero(bad_a)[0])
+        field_name, message = why[first]
+        mask = np.zeros_like(bad_a)
+        mask[first] = True
+        keep = bad_rows(path, lines_a, bad_a, [(mask, field_name, message), (bad_a, "", "malformed record")], options)
+    else:
+        keep = ~bad_a
+    if not lines:
+        raise TraceError(path, None, None, "no requests (the file is empty)")
+    n = int(keep.sum())
+    return build(path, np.array(t)[keep], np.array(inp)[keep], np.maximum(np.array(out)[keep], 1),
+                 np.full(n, "mooncake", dtype=object), lines_a[keep],
+                 {"format": "mooncake", "prefix_blocks": blocks}, options)
