@@ -36,3 +36,12 @@ def test_sweep_throughput_quick_mode(capsys):
     result = json.loads(capsys.readouterr().out)
     assert result["configurations"] == 200
     assert result["configurations_per_s"] == pytest.approx(200 / result["seconds"])
+
+
+@pytest.mark.benchmark
+def test_import_throughput_quick_mode(capsys):
+    bench = load("import_throughput")
+    assert bench.main(["--rows", "2000", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    for name in ("azure", "burstgpt", "mooncake"):
+        assert result[name]["rows_per_s"] == pytest.approx(2000 / result[name]["seconds"])
