@@ -82,7 +82,7 @@ def test_synth_refuses_to_overwrite_without_force(tmp_path):
 @pytest.mark.parametrize("option, value", [
     ("--prompts-per-call", "1:0.5,2:0.4"),
     ("--task-mix", "graph:1.2"),
-    ("--arrival", "weibull"),
+    ("--arrival", "pareto"),
     ("--mean", "-3"),
     ("--format", "csv"),
 ])
