@@ -48,6 +48,7 @@ def replay_cli(
     seed: int = typer.Option(0, "--seed", help="Random seed (same seed, same result)."),
     json_out: Optional[str] = typer.Option(None, "--json", help="Write the summary JSON to FILE ('-' for stdout)."),
     events: Optional[str] = typer.Option(None, "--events", help="Write the per-prompt event log (.parquet or .csv)."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Write the standard figures of this run into DIR."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
 ) -> None:
     """Replay TRACE through micro-batching queues, workers and GPUs.
@@ -79,6 +80,13 @@ def replay_cli(
         result = replay(loaded, scenario, prof, seed=seed)
         if events:
             write_event_log(result.log, events, force=force)
+        if plot:
+            from simulator.cli.plot import write_standard_set
+
+            written = write_standard_set(result.log, plot, f"{scenario.name}, {Path(trace).name}", force=force)
+            warn_paths = ", ".join(str(p) for p in written)
+            if json_out != "-":
+                console.print(f"wrote {warn_paths}", highlight=False)
         if json_out == "-":
             sys.stdout.write(json.dumps(result.summary, indent=2) + "\n")
             return
