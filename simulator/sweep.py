@@ -30,9 +30,9 @@ import json
 import math
 import multiprocessing
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -41,7 +41,6 @@ from simulator.errors import ScenarioError, SimctlError
 from simulator.metrics import summarize
 from simulator.model import simulate
 from simulator.profile import Profile
-from simulator.replay import resolved_config
 from simulator.scenario import Scenario, build_scenario
 from simulator.trace.model import Trace
 

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from scipy import stats
 from typer.testing import CliRunner
 
 from helpers import assert_one_line_error

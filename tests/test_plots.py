@@ -13,7 +13,6 @@ from typer.testing import CliRunner
 from helpers import assert_one_line_error, fixed_profile, make_trace, run
 from simulator import plots
 from simulator.cli import app
-from simulator.events import write_event_log
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "traces" / "batch_arrivals.json"

@@ -20,7 +20,6 @@ GPU memory is recorded and every larger batch of that operation is skipped.
 from __future__ import annotations
 
 import datetime as _dt
-import math
 import platform
 import re
 from dataclasses import asdict, dataclass, field, replace

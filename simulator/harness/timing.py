@@ -75,5 +75,4 @@ def measure_bandwidth(device: torch.device, nbytes: int = 1 << 30, repeats: int 
     src = torch.empty(n, dtype=torch.float32, device=device).uniform_()
     dst = torch.empty_like(src)
     timing = time_call(lambda: dst.copy_(src), device, warmup=3, repeats=repeats)
-    del src, dst
     return 2 * n * 4 / timing.median

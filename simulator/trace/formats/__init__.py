@@ -19,9 +19,8 @@ from typing import Any
 
 from simulator.outputs import open_output
 from simulator.trace.classify import DEFAULT_CLASSIFIER, KeywordClassifier
-from simulator.errors import TraceError
 from simulator.trace.formats import azure, burstgpt, mooncake, servegen
-from simulator.trace.formats._common import read_json
+from simulator.trace.formats._common import read_json, readable
 from simulator.trace.formats._requests import DEFAULT_OPTIONS, ImportOptions
 from simulator.trace.formats.client import read_client, write_client
 from simulator.trace.formats.native import read_native, write_native
@@ -62,20 +61,8 @@ def detect_format(obj: Any) -> str:
 def sniff(path: str | Path) -> str:
     """The format of the file at ``path`` from its first line: a production format's name,
     or ``"json"`` for the JSON formats (told apart by :func:`detect_format`)."""
-    p = Path(path)
-    try:
-        with open(p, encoding="utf-8") as fh:
-            first = ""
-            for line in fh:
-                if line.strip():
-                    first = line.strip()
-                    break
-    except FileNotFoundError:
-        raise TraceError(p, None, None, "no such file") from None
-    except IsADirectoryError:
-        raise TraceError(p, None, None, "is a directory, not a trace file") from None
-    except UnicodeDecodeError as exc:
-        raise TraceError(p, None, None, f"not a UTF-8 text file (bad byte at offset {exc.start})") from None
+    with readable(path) as p, open(p, encoding="utf-8") as fh:
+        first = next((line.strip() for line in fh if line.strip()), "")
     if first.startswith("{") and mooncake.looks_like(first):
         return "mooncake"
     if first.startswith(("[", "{")) or not first:

@@ -8,13 +8,14 @@ file's list of calls) and the field.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import warnings
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 
@@ -26,11 +27,12 @@ from simulator.trace.model import Call, Prompt, Trace
 EPOCH_THRESHOLD = 1e9
 
 
-def read_json(path: str | Path) -> Any:
-    """The parsed JSON content of ``path``; :class:`TraceError` if unreadable or not JSON."""
+@contextlib.contextmanager
+def readable(path: str | Path) -> Iterator[Path]:
+    """Turn the errors of reading ``path`` as UTF-8 text into one-line :class:`TraceError`."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        yield p
     except FileNotFoundError:
         raise TraceError(p, None, None, "no such file") from None
     except IsADirectoryError:
@@ -39,6 +41,12 @@ def read_json(path: str | Path) -> Any:
         raise TraceError(p, None, None, "permission denied") from None
     except UnicodeDecodeError as exc:
         raise TraceError(p, None, None, f"not a UTF-8 text file (bad byte at offset {exc.start})") from None
+
+
+def read_json(path: str | Path) -> Any:
+    """The parsed JSON content of ``path``; :class:`TraceError` if unreadable or not JSON."""
+    with readable(path) as p:
+        text = p.read_text(encoding="utf-8")
     if not text.strip():
         raise TraceError(p, None, None, "empty file (expected a JSON list of calls)")
     try:

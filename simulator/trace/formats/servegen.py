@@ -15,7 +15,6 @@ Python dict literals); otherwise the counts are left to the profile. Task ``serv
 from __future__ import annotations
 
 import ast
-import math
 from pathlib import Path
 
 import numpy as np
