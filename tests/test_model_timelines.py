@@ -30,14 +30,16 @@ def test_pickup_timer_starts_window_when_free_worker_finds_prompts():
     assert timeline(log) == [("0.0", 5), ("1.0", 5), ("2.0", 10), ("3.0", 10), ("4.0", 10)]
 
 
-@pytest.mark.parametrize("policy", ["oldest", "pickup"])
+@pytest.mark.parametrize("policy", ["oldest", "pickup", "adaptive"])
 def test_full_batch_is_released_before_the_window_ends(policy):
     # max batch 2, window 10. a(0) b(1): full at 1 -> batch 1..4. c(2) waits; the worker
     # is free at 4 but the window is not over; d(5) fills the batch -> 5..8. e(6) alone:
-    # oldest: window 6+10=16 -> 16..19; pickup: the worker frees at 8, finds e -> 18..21.
+    # oldest: window 6+10=16 -> 16..19; pickup: the worker frees at 8, finds e -> 18..21;
+    # adaptive: a lone prompt's window is 10·(1 − 1/2) = 5 -> 11..14 (and c's ended at 7, but
+    # the worker was busy until 4 and d filled the batch at 5 first).
     trace = make_trace([(0, ["x"]), (1, ["x"]), (2, ["x"]), (5, ["x"]), (6, ["x"])])
     log = run(trace, fixed_profile(x=3.0), gpus=1, flush=10.0, max_batch=2, policy=policy)
-    last = 16.0 if policy == "oldest" else 18.0
+    last = {"oldest": 16.0, "pickup": 18.0, "adaptive": 11.0}[policy]
     assert timeline(log, "batched_at") == [("0.0", 1), ("1.0", 1), ("2.0", 5), ("3.0", 5), ("4.0", last)]
     assert timeline(log) == [("0.0", 4), ("1.0", 4), ("2.0", 8), ("3.0", 8), ("4.0", last + 3)]
 
@@ -142,3 +144,17 @@ def test_cpu_pool_with_one_server_queues_batches():
     trace = make_trace([(0, ["cpu_g"]), (0, ["cpu_g"])])
     log = run(trace, fixed_profile(cpu_g=1.0), gpus=1, topology="direct", cpu_workers=1)
     assert timeline(log) == [("0.0", 1), ("1.0", 2)]
+
+
+def test_adaptive_window_shrinks_as_the_batch_fills():
+    """W = 4 s, B = 4, service 3 s, one GPU. a at 0: window 4·(1 − 1/4) = 3 s, to t = 3; b at 1:
+    two waiting, window 2 s from a, to t = 2 (earlier than the first timer): {a, b} at 2, done
+    at 5. c at 5.5 alone: window 3 s, to 8.5; d at 6, e at 6.5: three waiting, 1 s from c,
+    i.e. 6.5, reached at e's arrival: {c, d, e} at 6.5, done at 9.5. The fixed `oldest`
+    window would release {a, b} at 4 and {c, d, e} at 9.5."""
+    trace = make_trace([(0, ["x"]), (1, ["x"]), (5.5, ["x"]), (6, ["x"]), (6.5, ["x"])])
+    log = run(trace, fixed_profile(x=3.0), gpus=1, flush=4.0, max_batch=4, policy="adaptive")
+    assert timeline(log, "batched_at") == [("0.0", 2.0), ("1.0", 2.0), ("2.0", 6.5), ("3.0", 6.5), ("4.0", 6.5)]
+    assert timeline(log) == [("0.0", 5.0), ("1.0", 5.0), ("2.0", 9.5), ("3.0", 9.5), ("4.0", 9.5)]
+    fixed = run(trace, fixed_profile(x=3.0), gpus=1, flush=4.0, max_batch=4, policy="oldest")
+    assert timeline(fixed, "batched_at") == [("0.0", 4.0), ("1.0", 4.0), ("2.0", 9.5), ("3.0", 9.5), ("4.0", 9.5)]

@@ -21,6 +21,9 @@ Timelines (flush window W, max batch B, one worker)::
       release at  pickup_at + W  or as soon as B are waiting.
 
           same arrivals, worker free at t=3 finds {a, b} → window runs 3..5 → batch at 5
+
+    adaptive
+      like oldest, with a window that shrinks as the batch fills: flush × (1 − waiting / B).
 """
 
 from __future__ import annotations
@@ -106,3 +109,23 @@ class PickupTimer(BatchingPolicy):
 def is_unbounded(instant: float) -> bool:
     """True for a wait that only a full batch can end (an infinite flush window)."""
     return math.isinf(instant)
+
+
+@POLICIES.register("adaptive")
+class AdaptiveTimer(BatchingPolicy):
+    """A window that shrinks as the batch fills: anchored at the oldest waiting prompt like
+    ``oldest``, but of length ``flush * (1 - waiting / max_batch)``.
+
+    A lone prompt waits (almost) the full window for company; each prompt that joins
+    shortens the wait, since a fuller batch gains less from waiting; a full batch goes at
+    once. With W = 4 s, B = 4: one prompt waiting gives a 3 s window, two give 2 s, three 1 s.
+    Under heavy load queues are long and the window vanishes; under light load it is the
+    fixed window's. (It sees only its own queue, not the GPUs: a free worker is what makes
+    it be asked at all.)
+    """
+
+    name = "adaptive"
+
+    def release(self, waiting: int, oldest_enqueued_at: float, now: float, pickup_at: float) -> Decision:
+        fill = min(waiting, self.max_batch) / self.max_batch
+        return self._decide(waiting, oldest_enqueued_at + self.flush * (1.0 - fill), now)
