@@ -12,15 +12,24 @@ task           the prompt's task
 resource       ``gpu`` or ``cpu``
 prompt_tokens  prompt length used by the service model
 max_tokens     max output tokens after the scenario's cap
-queue          the queue it waited in (``task``, ``task@i`` for split, ``task/direct``)
+queue          the queue it waited in (``task``, ``task@i`` for split, ``task/direct``,
+               ``task~g`` for the continuous engine on GPU g)
+status         ``served``; ``sent_after_timeout`` (waited past its queue timeout, then
+               served); ``rejected`` (its queue was full); ``dropped`` (removed at its
+               queue timeout). Prompts not served have no batch and empty instants.
 arrived_at     when its call arrived (router and enqueue are instantaneous)
-batched_at     when its batch was formed (released by the queue)
-started_at     when its batch started on the device (after waiting for a busy GPU)
-done_at        when its batch finished
+batched_at     when its batch was formed (released by the queue); continuous: when it
+               was first admitted to the running batch
+started_at     when its batch started on the device (after waiting for a busy GPU);
+               continuous: when its admitting iteration started
+first_token_at when its first output token was ready (static batch: after the prefill
+               and the first decoding iteration; continuous: end of its prefill iteration)
+done_at        when it had all its tokens (static: when its batch finished)
 gpu            GPU index, empty for the CPU
-worker         worker id (-1 for ``direct``, which has no workers)
-batch_id       batch id, unique within the run
-batch_size     prompts in its batch
+worker         worker id (-1 for ``direct`` and ``continuous``, which have no workers)
+batch_id       batch id, unique within the run (continuous: the iteration that admitted it)
+batch_size     prompts in its batch (continuous: prompts admitted in that iteration)
+preemptions    times it was preempted and later recomputed (continuous, KV cache full)
 =============  =====================================================================
 
 Durations come from :func:`with_durations` only.
@@ -34,11 +43,15 @@ import pandas as pd
 
 EVENT_COLUMNS = [
     "call_id", "call_index", "prompt_index", "task", "resource", "prompt_tokens", "max_tokens",
-    "queue", "arrived_at", "batched_at", "started_at", "done_at", "gpu", "worker", "batch_id",
-    "batch_size",
+    "queue", "status", "arrived_at", "batched_at", "started_at", "first_token_at", "done_at",
+    "gpu", "worker", "batch_id", "batch_size", "preemptions",
 ]
 
-DURATION_COLUMNS = ["batching_s", "wait_s", "service_s", "latency_s"]
+#: Statuses of prompts that were served (the others were turned away).
+SERVED = ("served", "sent_after_timeout")
+STATUSES = (*SERVED, "rejected", "dropped")
+
+DURATION_COLUMNS = ["batching_s", "wait_s", "service_s", "latency_s", "ttft_s", "tpot_s"]
 
 
 def with_durations(log: pd.DataFrame) -> pd.DataFrame:
@@ -48,14 +61,21 @@ def with_durations(log: pd.DataFrame) -> pd.DataFrame:
     * ``wait_s = started_at − arrived_at`` (queue wait: batching plus waiting for a GPU)
     * ``service_s = done_at − started_at`` (on the device, including processor-sharing slowdown)
     * ``latency_s = done_at − arrived_at``
+    * ``ttft_s = first_token_at − arrived_at`` (time to first token)
+    * ``tpot_s = (done_at − first_token_at) / (max_tokens − 1)`` (time per output token
+      after the first; empty for single-token prompts)
     """
     out = log.copy()
     out["batching_s"] = log["batched_at"] - log["arrived_at"]
     out["wait_s"] = log["started_at"] - log["arrived_at"]
     out["service_s"] = log["done_at"] - log["started_at"]
     out["latency_s"] = log["done_at"] - log["arrived_at"]
+    out["ttft_s"] = log["first_token_at"] - log["arrived_at"]
+    out["tpot_s"] = (log["done_at"] - log["first_token_at"]) / (log["max_tokens"] - 1).where(log["max_tokens"] > 1)
     return out
 
+
+FLOAT_COLUMNS = ("arrived_at", "batched_at", "started_at", "first_token_at", "done_at")
 
 EVENT_LOG_SUFFIXES = (".parquet", ".csv")
 
@@ -87,6 +107,7 @@ def read_event_log(path: str | Path) -> pd.DataFrame:
     """Read an event log written by :func:`write_event_log`."""
     if event_log_suffix(path) == ".parquet":
         return pd.read_parquet(path)
-    log = pd.read_csv(path, dtype={"call_id": str, "task": str})
+    log = pd.read_csv(path, dtype={"call_id": str, "task": str, "queue": str, "status": str},
+                      keep_default_na=False, na_values={c: [""] for c in (*FLOAT_COLUMNS, "gpu")})
     log["gpu"] = log["gpu"].astype("Int64")
     return log

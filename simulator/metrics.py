@@ -5,16 +5,23 @@ formula in each docstring. The summary JSON has this one producer.
 
 Definitions (deadline D, if given; otherwise D = ∞):
 
-* a prompt *completed* if ``done_at ≤ D``; otherwise it *timed out*;
+* a prompt was *served* unless its status says it was ``rejected`` (full queue) or
+  ``dropped`` (queue timeout); a served prompt *completed* if ``done_at ≤ D``, otherwise
+  it *timed out*; ``sent_after_timeout`` counts served prompts that outwaited their queue
+  timeout;
 * a call's latency is ``max(done_at) − arrived_at`` over its prompts, and it completed if
   all its prompts did;
-* ``makespan_s = max(done_at) − min(arrived_at)``: the span of the run;
+* ``makespan_s = max(done_at) − min(arrived_at)`` over served prompts: the span of the run;
 * throughput = completed prompts / makespan;
-* a GPU's utilisation = length of the union of its batches' [started_at, done_at)
-  intervals / makespan (so processor-shared batches are not counted twice).
+* a GPU's busy time is the length of the union of the [started_at, done_at) intervals of
+  the prompts it served (a static batch's prompts share one interval; a continuous engine
+  iterates exactly while it holds a prompt), so processor-shared work is not counted
+  twice; utilisation = busy / makespan; ``gpu_seconds`` sums busy time over GPUs;
+  ``mean_concurrency`` = prompt-seconds on the GPU / busy time (time-average rows served);
+* TTFT and TPOT as in :func:`simulator.events.with_durations`.
 
-Latency, wait and service statistics are over completed prompts; ``call_latency`` of a
-task is over the completed calls that contain that task.
+Latency, wait, service, TTFT and TPOT statistics are over completed prompts;
+``call_latency`` of a task is over the completed calls that contain that task.
 """
 
 from __future__ import annotations
@@ -43,7 +50,11 @@ def describe(values: Iterable[float] | np.ndarray) -> dict[str, float | None]:
 def call_table(log: pd.DataFrame, deadline: float | None = None) -> pd.DataFrame:
     """One row per call: ``arrived_at``, ``done_at`` (its last prompt), ``latency_s =
     done_at − arrived_at``, ``completed`` (``done_at ≤ deadline``), ``prompts`` and its
-    composition ``tasks`` (the sorted set of its tasks, '+'-joined)."""
+    composition ``tasks`` (the sorted set of its tasks, '+'-joined). A call with a prompt
+    that was turned away never completes (``done_at`` = inf)."""
+    from simulator.events import SERVED
+
+    log = log.assign(done_at=log["done_at"].where(log["status"].isin(SERVED), np.inf))
     grouped = log.groupby("call_index", sort=True)
     codes, names = pd.factorize(log["task"], sort=True)
     # A call's task set as a bit mask: bit i is set if any of its prompts has task i.
@@ -61,7 +72,7 @@ def call_table(log: pd.DataFrame, deadline: float | None = None) -> pd.DataFrame
     })
     calls["latency_s"] = calls["done_at"] - calls["arrived_at"]
     limit = math.inf if deadline is None else deadline
-    calls["completed"] = calls["done_at"] <= limit
+    calls["completed"] = np.isfinite(calls["done_at"]) & (calls["done_at"] <= limit)
     return calls
 
 
@@ -91,21 +102,29 @@ def batch_table(log: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def _group_summary(latency: np.ndarray, wait: np.ndarray, service: np.ndarray, done_ok: np.ndarray,
+def _group_summary(v: dict[str, np.ndarray], done_ok: np.ndarray, turned: dict[str, np.ndarray],
                    batch_sizes: np.ndarray, call_latency: np.ndarray, call_ok: np.ndarray,
                    makespan: float) -> dict[str, Any]:
-    """The figures of one group of prompts (a task, or all) and of the calls containing them."""
+    """The figures of one group of prompts (a task, or all) and of the calls containing them.
+    ``v`` holds the per-prompt durations, ``done_ok`` marks completed prompts."""
     completed = int(done_ok.sum())
+    served = v["served"]
     return {
         "prompts": int(done_ok.size),
         "completed": completed,
-        "timed_out": int(done_ok.size - completed),
+        "timed_out": int(served.sum() - completed),
+        "rejected": int(turned["rejected"].sum()),
+        "dropped": int(turned["dropped"].sum()),
+        "sent_after_timeout": int(turned["sent_after_timeout"].sum()),
+        "preemptions": int(v["preemptions"].sum()),
         "calls": int(call_ok.size),
         "calls_completed": int(call_ok.sum()),
-        "latency": describe(latency[done_ok]),
+        "latency": describe(v["latency"][done_ok]),
         "call_latency": describe(call_latency[call_ok]),
-        "wait": describe(wait[done_ok]),
-        "service": describe(service[done_ok]),
+        "wait": describe(v["wait"][done_ok]),
+        "service": describe(v["service"][done_ok]),
+        "ttft": describe(v["ttft"][done_ok]),
+        "tpot": describe(v["tpot"][done_ok & np.isfinite(v["tpot"])]),
         "mean_batch_size": float(batch_sizes.mean()) if batch_sizes.size else None,
         "throughput_prompts_per_s": float(completed / makespan) if makespan > 0 else None,
     }
@@ -114,69 +133,87 @@ def _group_summary(latency: np.ndarray, wait: np.ndarray, service: np.ndarray, d
 def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
               deadline: float | None = None, gpus: int | None = None) -> dict[str, Any]:
     """The summary JSON of one run (stable keys: ``overall``, ``tasks.<name>``, ``gpus``,
-    ``makespan_s``, ``deadline_s``, ``config``).
+    ``gpu_seconds``, ``makespan_s``, ``deadline_s``, ``config``).
 
     ``gpus`` is the number of GPUs in the system, so that idle GPUs are listed too. Computed
     with numpy on the log's columns (a sweep summarises thousands of runs); the definitions
     are those of the module docstring, and :func:`call_table` / :func:`batch_table` give the
     same per-call and per-batch views as frames.
     """
+    from simulator.events import SERVED
+
     limit = math.inf if deadline is None else deadline
     arrived = log["arrived_at"].to_numpy(float)
     started = log["started_at"].to_numpy(float)
+    first = log["first_token_at"].to_numpy(float)
     done = log["done_at"].to_numpy(float)
-    latency, wait, service = done - arrived, started - arrived, done - started
-    done_ok = done <= limit
-    makespan = float(done.max() - arrived.min()) if len(log) else 0.0
+    status = log["status"].to_numpy(object)
+    max_tokens = log["max_tokens"].to_numpy(float)
+    served = np.isin(status, SERVED)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        v = {
+            "served": served,
+            "latency": done - arrived, "wait": started - arrived, "service": done - started,
+            "ttft": first - arrived,
+            "tpot": np.where(max_tokens > 1, (done - first) / (max_tokens - 1), np.nan),
+            "preemptions": log["preemptions"].to_numpy(np.int64),
+        }
+    turned = {k: status == k for k in ("rejected", "dropped", "sent_after_timeout")}
+    done_ok = served & (done <= limit)
+    makespan = float(done[served].max() - arrived.min()) if served.any() else 0.0
 
     # calls: latency of the last prompt, completed if every prompt is
     call_of = np.unique(log["call_index"].to_numpy(np.int64), return_inverse=True)[1]
     n_calls = int(call_of.max()) + 1 if call_of.size else 0
     call_done = np.full(n_calls, -np.inf)
-    np.maximum.at(call_done, call_of, done)
+    np.maximum.at(call_done, call_of, np.where(served, done, np.inf))
+    call_served = np.ones(n_calls, dtype=bool)
+    np.logical_and.at(call_served, call_of, served)
     call_arrived = np.full(n_calls, np.inf)
     np.minimum.at(call_arrived, call_of, arrived)
     call_latency = call_done - call_arrived
-    call_ok = call_done <= limit
+    call_ok = call_served & (call_done <= limit)
 
     batch_ids = log["batch_id"].to_numpy(np.int64)
     sizes = log["batch_size"].to_numpy(np.int64)
 
-    def group(mask: np.ndarray | None) -> dict[str, Any]:
-        if mask is None:
-            in_call = np.ones(n_calls, dtype=bool)
-            _, first = np.unique(batch_ids, return_index=True)
-            return _group_summary(latency, wait, service, done_ok, sizes[first], call_latency,
-                                  call_ok[in_call], makespan)
+    def sub(mask: np.ndarray) -> dict[str, np.ndarray]:
+        return {k: x[mask] for k, x in v.items()}
+
+    def group(mask: np.ndarray) -> dict[str, Any]:
         in_call = np.zeros(n_calls, dtype=bool)
         in_call[call_of[mask]] = True
-        _, first = np.unique(batch_ids[mask], return_index=True)
-        return _group_summary(latency[mask], wait[mask], service[mask], done_ok[mask],
-                              sizes[mask][first], call_latency[in_call], call_ok[in_call], makespan)
+        batched = mask & (batch_ids >= 0)
+        _, first_row = np.unique(batch_ids[batched], return_index=True)
+        return _group_summary(sub(mask), done_ok[mask], {k: t[mask] for k, t in turned.items()},
+                              sizes[batched][first_row], call_latency[in_call], call_ok[in_call], makespan)
 
     task_codes, task_names = pd.factorize(log["task"], sort=True)
     tasks = {str(name): group(task_codes == i) for i, name in enumerate(task_names)}
 
     gpu = log["gpu"].to_numpy(dtype=float, na_value=np.nan)
-    on_gpu = ~np.isnan(gpu)
+    on_gpu = ~np.isnan(gpu) & served
     n_gpus = gpus if gpus is not None else (int(np.nanmax(gpu)) + 1 if on_gpu.any() else 0)
-    _, first = np.unique(batch_ids[on_gpu], return_index=True)
-    b_gpu, b_start = gpu[on_gpu][first], started[on_gpu][first]
-    b_done, b_size = done[on_gpu][first], sizes[on_gpu][first]
     gpu_rows = []
+    total_busy = 0.0
     for g in range(n_gpus):
-        mine = b_gpu == g
-        busy = busy_time(b_start[mine], b_done[mine])
+        mine = on_gpu & (gpu == g)
+        busy = busy_time(started[mine], done[mine])
+        total_busy += busy
+        ids, first_row = np.unique(batch_ids[mine], return_index=True)
         gpu_rows.append({
             "id": g,
             "utilization": busy / makespan if makespan > 0 else 0.0,
-            "batches": int(mine.sum()),
-            "mean_batch_size": float(b_size[mine].mean()) if mine.any() else None,
+            "busy_s": busy,
+            "batches": int(ids.size),
+            "mean_batch_size": float(sizes[mine][first_row].mean()) if ids.size else None,
+            "mean_concurrency": float((done[mine] - started[mine]).sum() / busy) if busy > 0 else None,
         })
     return {
-        "overall": group(None),
+        "overall": group(np.ones(len(log), dtype=bool)),
         "tasks": tasks,
         "gpus": gpu_rows,
+        "gpu_seconds": total_busy,
         "makespan_s": makespan,
         "deadline_s": deadline,
         "config": config or {},
@@ -186,8 +223,10 @@ def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
 def time_average_in_system(log: pd.DataFrame) -> float:
     """Time-average number of prompts in the system over [min arrived_at, max done_at]:
     the integral of (arrivals so far − departures so far), by an event sweep."""
-    arr = np.sort(log["arrived_at"].to_numpy(float))
-    dep = np.sort(log["done_at"].to_numpy(float))
+    served = (log["status"].isin(("served", "sent_after_timeout")).to_numpy() if "status" in log
+              else np.ones(len(log), dtype=bool))
+    arr = np.sort(log["arrived_at"].to_numpy(float)[served])
+    dep = np.sort(log["done_at"].to_numpy(float)[served])
     times = np.concatenate([arr, dep])
     steps = np.concatenate([np.ones_like(arr), -np.ones_like(dep)])
     order = np.argsort(times, kind="stable")

@@ -11,6 +11,7 @@ tokens and resource to use. It is read from TOML (``--config``)::
     gpus = 2
     gpu_sharing = "processor-sharing"   # or "exclusive"
     deadline = 1200            # seconds from trace start; optional
+    client = "open"            # or "closed:N[:THINK]": N calls outstanding, THINK s between
 
     [defaults]                 # applies to every task (CLI flags set these too)
     flush = 0.5
@@ -49,6 +50,18 @@ class TaskConfig:
     every prompt's max tokens (the trace's value otherwise, then the profile's default).
     ``acceptance``, ``lookahead``, ``discipline``: override a ``spec_decode`` profile's
     draft acceptance rate, drafts per iteration and batch discipline (``None``: the profile's).
+
+    ``priority``: the task's class where work of several tasks waits for one device (higher
+    first, FIFO within a class, never preempting a running batch). ``max_queue``: waiting
+    prompts a queue holds; a prompt arriving at a full queue is rejected. ``queue_timeout``:
+    seconds a prompt may wait in a queue; then ``timeout_action`` ``drop`` removes it
+    (counted as dropped) or ``send`` keeps it (counted as timed out in the queue, still
+    served), as Triton's queue policy does.
+
+    ``continuous`` topology only: ``max_num_seqs`` (rows in the running batch),
+    ``max_batched_tokens`` (tokens per iteration: a prefill counts its prompt, a decode row
+    one), ``kv_blocks`` (KV-cache blocks of ``block_size`` tokens per engine; ``None``: the
+    profile's ``kv_cache``, else unlimited).
     """
 
     policy: str = "oldest"
@@ -63,9 +76,18 @@ class TaskConfig:
     acceptance: float | None = None
     lookahead: int | None = None
     discipline: str | None = None
+    priority: int = 0
+    max_queue: int | None = None
+    queue_timeout: float | None = None
+    timeout_action: str = "drop"
+    max_num_seqs: int = 256
+    max_batched_tokens: int = 8192
+    kv_blocks: int | None = None
+    block_size: int = 16
 
 
 TASK_FIELDS = {f.name for f in fields(TaskConfig)}
+TIMEOUT_ACTIONS = ("drop", "send")
 
 
 @dataclass(frozen=True)
@@ -79,6 +101,7 @@ class Scenario:
     gpu_sharing: str = "exclusive"
     deadline: float | None = None
     rate_scale: float = 1.0
+    client: str = "open"
     defaults: TaskConfig = field(default_factory=TaskConfig)
     tasks: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     source: str | None = None
@@ -98,6 +121,7 @@ class Scenario:
             "gpu_sharing": self.gpu_sharing,
             "deadline": self.deadline,
             "rate_scale": self.rate_scale,
+            "client": self.client,
             "defaults": asdict(self.defaults),
             "tasks": {k: dict(v) for k, v in self.tasks.items()},
         }
@@ -126,18 +150,55 @@ def _check_task_values(values: Mapping[str, Any], where: str | None, record: str
         elif key == "discipline":
             if value not in ("ragged", "lockstep"):
                 raise ScenarioError(where, record, key, f"must be ragged or lockstep, got {value!r}")
+        elif key == "timeout_action":
+            if value not in TIMEOUT_ACTIONS:
+                raise ScenarioError(where, record, key, f"must be {' or '.join(TIMEOUT_ACTIONS)}, got {value!r}")
+        elif key == "priority":
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ScenarioError(where, record, key, f"must be an integer (higher is served first), got {value!r}")
+        elif key == "queue_timeout":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ScenarioError(where, record, key, f"must be a number of seconds > 0, got {value!r}")
+            value = float(value)
         elif key == "flush":
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
                 raise ScenarioError(where, record, key, f"must be a number of seconds >= 0, got {value!r}")
             value = float(value)
-        else:  # max_batch, workers, max_tokens, cpu_workers, lookahead
+        else:  # max_batch, workers, max_tokens, cpu_workers, lookahead, max_queue, max_num_seqs...
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ScenarioError(where, record, key, f"must be an integer >= 1, got {value!r}")
         out[key] = value
     return out
 
 
-RUN_FIELDS = ("gpus", "gpu_sharing", "deadline", "rate_scale")
+RUN_FIELDS = ("gpus", "gpu_sharing", "deadline", "rate_scale", "client")
+
+
+@dataclass(frozen=True)
+class ClosedLoop:
+    """``closed:N[:THINK]``: N calls outstanding; a call's successor (the next call of the
+    trace, in order) is sent THINK seconds after it ends. Arrival times are not used."""
+
+    calls: int
+    think: float = 0.0
+
+
+def parse_client(text: str) -> ClosedLoop | None:
+    """``None`` for ``open`` (replay the arrival times), a :class:`ClosedLoop` for
+    ``closed:N[:THINK]``; ``ValueError`` with the reason otherwise."""
+    if text == "open":
+        return None
+    parts = text.split(":")
+    if parts[0] != "closed" or len(parts) not in (2, 3):
+        raise ValueError(f"must be 'open' or 'closed:N[:THINK]', got {text!r}")
+    try:
+        calls = int(parts[1])
+        think = float(parts[2]) if len(parts) == 3 else 0.0
+    except ValueError:
+        raise ValueError(f"must be 'open' or 'closed:N[:THINK]' with N an integer and THINK seconds, got {text!r}") from None
+    if calls < 1 or not (think >= 0 and math.isfinite(think)):
+        raise ValueError(f"closed loop needs N >= 1 and THINK >= 0, got {text!r}")
+    return ClosedLoop(calls, think)
 
 
 def _check_run_values(values: Mapping[str, Any], where: str | None, record: str) -> dict[str, Any]:
@@ -161,6 +222,14 @@ def _check_run_values(values: Mapping[str, Any], where: str | None, record: str)
         rate_scale = values["rate_scale"]
         if isinstance(rate_scale, bool) or not isinstance(rate_scale, (int, float)) or not (rate_scale > 0 and math.isfinite(rate_scale)):
             raise ScenarioError(where, record, "rate_scale", f"must be a number > 0, got {rate_scale!r}")
+    if "client" in values:
+        client = values["client"]
+        if not isinstance(client, str):
+            raise ScenarioError(where, record, "client", f"must be a string, got {client!r}")
+        try:
+            parse_client(client)
+        except ValueError as exc:
+            raise ScenarioError(where, record, "client", str(exc)) from None
     if "gpu_sharing" in values:
         sharing = values["gpu_sharing"]
         if not isinstance(sharing, str):
@@ -256,6 +325,7 @@ def build_scenario(
     deadline = run_values.get("deadline")
     rate_scale = run_values.get("rate_scale", 1.0)
     sharing = run_values.get("gpu_sharing", "exclusive")
+    client = run_values.get("client", "open")
 
     scenario = Scenario(
         name=str(data.get("name", Path(path).stem if path else "cli")),
@@ -264,6 +334,7 @@ def build_scenario(
         gpu_sharing=sharing,
         deadline=None if deadline is None else float(deadline),
         rate_scale=float(rate_scale),
+        client=client,
         defaults=replace(TaskConfig(), **merged_defaults),
         tasks=task_overrides,
         source=where,

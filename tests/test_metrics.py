@@ -20,6 +20,9 @@ def make_log(rows):
     df["worker"] = 0
     df["prompt_tokens"] = 10
     df["max_tokens"] = 20
+    df["status"] = "served"
+    df["first_token_at"] = df["started_at"] + (df["done_at"] - df["started_at"]) / 2
+    df["preemptions"] = 0
     df["gpu"] = df["gpu"].astype("Int64")
     return df[EVENT_COLUMNS]
 
@@ -83,11 +86,31 @@ def test_summary_figures_from_the_log():
 
 def test_summary_keys_are_stable():
     s = summarize(LOG)
-    assert set(s) == {"overall", "tasks", "gpus", "makespan_s", "deadline_s", "config"}
-    assert set(s["overall"]) == {"prompts", "completed", "timed_out", "calls", "calls_completed",
-                                 "latency", "call_latency", "wait", "service", "mean_batch_size",
-                                 "throughput_prompts_per_s"}
-    assert set(s["gpus"][0]) == {"id", "utilization", "batches", "mean_batch_size"}
+    assert set(s) == {"overall", "tasks", "gpus", "gpu_seconds", "makespan_s", "deadline_s", "config"}
+    assert set(s["overall"]) == {"prompts", "completed", "timed_out", "rejected", "dropped",
+                                 "sent_after_timeout", "preemptions", "calls", "calls_completed",
+                                 "latency", "call_latency", "wait", "service", "ttft", "tpot",
+                                 "mean_batch_size", "throughput_prompts_per_s"}
+    assert set(s["gpus"][0]) == {"id", "utilization", "busy_s", "batches", "mean_batch_size", "mean_concurrency"}
+
+
+def test_turned_away_prompts_fail_their_call_and_are_counted_by_status():
+    log = LOG.copy()
+    # call 1's second prompt (row 3) was rejected: no batch, no instants
+    log.loc[3, ["status", "batched_at", "started_at", "first_token_at", "done_at", "batch_id"]] = \
+        ["rejected", np.nan, np.nan, np.nan, np.nan, -1]
+    s = summarize(log)
+    assert s["overall"]["rejected"] == 1 and s["overall"]["completed"] == len(log) - 1
+    assert s["overall"]["calls_completed"] == s["overall"]["calls"] - 1
+    assert not call_table(log).loc[1, "completed"]
+
+
+def test_ttft_and_tpot_follow_their_definitions():
+    s = summarize(LOG)
+    d = with_durations(LOG)
+    assert s["overall"]["ttft"]["mean"] == pytest.approx((LOG["first_token_at"] - LOG["arrived_at"]).mean())
+    assert s["overall"]["tpot"]["max"] == pytest.approx(((LOG["done_at"] - LOG["first_token_at"]) / 19).max())
+    assert d["tpot_s"].tolist() == pytest.approx(((LOG["done_at"] - LOG["first_token_at"]) / 19).tolist())
 
 
 def test_time_average_in_system_by_hand():

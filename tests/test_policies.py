@@ -33,10 +33,28 @@ def test_every_policy_releases_a_full_batch_at_once_and_never_more(name):
     assert p.release(waiting=9, oldest_enqueued_at=0.0, now=0.0, pickup_at=0.0) == ReleaseNow(4)
 
 
-@pytest.mark.parametrize("name", POLICIES.names())
+@pytest.mark.parametrize("name", [n for n in POLICIES.names() if n != "static"])
 def test_flush_zero_releases_immediately(name):
     p = POLICIES.get(name)(flush=0.0, max_batch=4)
     assert p.release(waiting=1, oldest_enqueued_at=5.0, now=5.0, pickup_at=5.0) == ReleaseNow(1)
+
+
+def test_static_waits_for_a_full_batch_and_flush_is_its_timeout():
+    no_timeout = POLICIES.get("static")(flush=0.0, max_batch=4)
+    assert no_timeout.release(waiting=3, oldest_enqueued_at=0.0, now=1e6, pickup_at=0.0) == WaitUntil(math.inf)
+    assert no_timeout.release(waiting=4, oldest_enqueued_at=0.0, now=0.0, pickup_at=0.0) == ReleaseNow(4)
+    timeout = POLICIES.get("static")(flush=2.0, max_batch=4)
+    assert timeout.release(waiting=1, oldest_enqueued_at=1.0, now=1.5, pickup_at=1.5) == WaitUntil(3.0)
+    assert timeout.release(waiting=1, oldest_enqueued_at=1.0, now=3.0, pickup_at=1.5) == ReleaseNow(1)
+
+
+def test_adaptive_window_shrinks_with_fill_and_with_idle_gpus():
+    p = POLICIES.get("adaptive")(flush=8.0, max_batch=4)
+    # one of four waiting: 8·(3/4) = 6 s; half the other GPUs idle halves it; all idle: at once
+    assert p.release(waiting=1, oldest_enqueued_at=0.0, now=0.0, pickup_at=0.0) == WaitUntil(6.0)
+    assert p.release(waiting=1, oldest_enqueued_at=0.0, now=0.0, pickup_at=0.0, idle_share=0.5) == WaitUntil(3.0)
+    assert p.release(waiting=1, oldest_enqueued_at=0.0, now=0.0, pickup_at=0.0, idle_share=1.0) == ReleaseNow(1)
+    assert p.release(waiting=3, oldest_enqueued_at=0.0, now=0.0, pickup_at=0.0) == WaitUntil(2.0)
 
 
 def test_infinite_window_waits_only_for_a_full_batch():

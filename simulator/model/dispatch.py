@@ -1,7 +1,9 @@
 """Dispatch rules: which of several places (queues or GPUs) gets the next prompt or batch.
 
 Each rule is a small class with one decision method, ``choose(loads, rng) -> index``,
-where ``loads[i]`` is the outstanding prompts at place i (waiting plus in service). A rule
+where ``loads[i]`` is the outstanding work at place i (waiting plus in service), in the
+rule's ``unit``: prompts, or tokens (prompt plus max output tokens of each outstanding
+prompt; a continuous engine counts only what is left to do). A rule
 instance belongs to one decision site (one task's router), so round-robin state is not
 shared between tasks.
 """
@@ -21,6 +23,7 @@ class DispatchRule(ABC):
     """Base class of dispatch rules."""
 
     name = ""
+    unit = "prompts"
 
     @abstractmethod
     def choose(self, loads: Sequence[int], rng: np.random.Generator) -> int:
@@ -57,6 +60,14 @@ class LeastLoaded(DispatchRule):
             if loads[i] < loads[best]:
                 best = i
         return best
+
+
+@DISPATCH_RULES.register("jsq-tokens")
+class ShortestByTokens(LeastLoaded):
+    """Join the shortest queue by outstanding tokens; ties go to the lowest index."""
+
+    name = "jsq-tokens"
+    unit = "tokens"
 
 
 @DISPATCH_RULES.register("random")

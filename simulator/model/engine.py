@@ -1,7 +1,8 @@
 """Build the modeled serving system for a scenario, run it, return the per-prompt log.
 
-Flow of one run: the client releases each call at its arrival instant (open loop); the
-router splits the call into per-task groups (in the order the tasks first appear in the
+Flow of one run: the client releases each call at its arrival instant (open loop), or keeps
+N calls outstanding, sending the trace's next call a think time after one ends (closed
+loop); the router splits the call into per-task groups (in the order the tasks first appear in the
 call); each group goes to its task's topology (queues, workers); batches run on GPUs or
 CPU pools; every prompt's instants are recorded on its batch. A call completes when its
 last prompt completes (derived later from the log, see :mod:`simulator.metrics`).
@@ -24,12 +25,14 @@ import numpy as np
 import pandas as pd
 
 from simulator.errors import ScenarioError
+from simulator.events import SERVED
 from simulator.model.dispatch import DISPATCH_RULES, DispatchRule
 from simulator.model.kernel import ARRIVAL, SimEnvironment
 from simulator.model.policies import POLICIES, BatchingPolicy
 from simulator.model.resources import GPU_SHARING, Batch, Device, ServerPool
 from simulator.model.topologies import TOPOLOGIES, Topology
 from simulator.profile import Profile
+from simulator.profile.iteration import first_token_seconds
 from simulator.profile.kinds import BatchShape
 from simulator.scenario import Scenario, TaskConfig
 from simulator.trace.model import Trace
@@ -59,6 +62,8 @@ class System:
         self.gpus: list[Device] = [make_gpu(self.env, g) for g in range(scenario.gpus)]
         self._cpu_pools: dict[str, Device] = {}
         self.batches: list[Batch] = []
+        self.queues: list = []  # every micro-batch queue, told when input ends
+        self.input_closed = False
 
         # Per-prompt columns, indexed by the prompt's position in trace order.
         self.arrived_at: list[float] = []
@@ -67,6 +72,11 @@ class System:
         self.prompt_tokens: list[int] = []
         self.max_tokens: list[int] = []
         self.batch_of: list[int] = []
+        # Filled as prompts finish (or are turned away); see _event_log for the columns.
+        self.done_at: list[float] = []
+        self.first_token_at: list[float] = []
+        self.status: list[str] = []
+        self.preemptions: list[int] = []
         self.configs: dict[str, TaskConfig] = {}
         self.groups: list[list[tuple[Topology, list[int]]]] = []
         self._build(trace)
@@ -104,7 +114,15 @@ class System:
                     group.append(index)
                 index += 1
             self.groups.append([(info[t][0], ids) for t, ids in by_task.items()])
+        nan = float("nan")
         self.batch_of = [-1] * index
+        self.done_at = [nan] * index
+        self.first_token_at = [nan] * index
+        self.status = ["served"] * index
+        self.preemptions = [0] * index
+        self._left_in_call = [len(c.prompts) for c in trace.calls]
+        self._sent = [False] * len(trace.calls)
+        self._on_call_done: Callable[[int], None] | None = None
 
     def _front(self, fronts: dict[str, Topology], task: str) -> Topology:
         front = fronts.get(task)
@@ -137,11 +155,14 @@ class System:
         return DISPATCH_RULES.get(config.dispatch)()
 
     def device_picker(self, devices: list[Device], config: TaskConfig) -> Callable[[], Device]:
-        """A function choosing a device per batch by ``config.dispatch`` (by outstanding prompts)."""
+        """A function choosing a device per batch by ``config.dispatch`` (by outstanding
+        prompts or tokens, as the rule counts)."""
         if len(devices) == 1:
             only = devices[0]
             return lambda: only
         rule, rng = self.dispatch_rule(config), self.dispatch_rng
+        if rule.unit == "tokens":
+            return lambda: devices[rule.choose([d.outstanding_tokens for d in devices], rng)]
         return lambda: devices[rule.choose([d.outstanding for d in devices], rng)]
 
     def new_worker_id(self) -> int:
@@ -183,54 +204,148 @@ class System:
         else:
             rows = tuple(map(self.max_tokens.__getitem__, ids))
             shape = BatchShape(len(ids), max(map(self.prompt_tokens.__getitem__, ids)), max(rows), rows)
-        work = self.service_of(task).sample(shape, self.service_rng(task))
+        service = self.service_of(task)
+        work = service.sample(shape, self.service_rng(task))
         batch = Batch(next(self._batch_ids), task, queue, ids, worker, self.env._now, work)
+        batch.priority = self.configs[task].priority
+        batch.tokens = sum(self.prompt_tokens[i] + self.max_tokens[i] for i in ids)
+        batch.first_token_work = first_token_seconds(self.profile.tasks[task], service, shape, work)
         self.batches.append(batch)
         batch_of = self.batch_of
         for i in ids:
             batch_of[i] = batch.id
         return batch
 
+    def new_batch_id(self) -> int:
+        return next(self._batch_ids)
+
+    # -- prompts finishing --------------------------------------------------------------
+    def batch_done(self, batch: Batch) -> None:
+        """A static batch finished: its prompts are done, their first token came after
+        ``first_token_work`` of its ``work`` (stretched as the batch was, if the GPU was shared)."""
+        start, end = batch.started_at, batch.done_at
+        stretch = (end - start) / batch.work if batch.work > 0 else 1.0
+        first = start + batch.first_token_work * stretch
+        done_at, first_at = self.done_at, self.first_token_at
+        for i in batch.prompts:
+            done_at[i] = end
+            first_at[i] = first
+        self.prompts_finished(batch.prompts)
+
+    def turn_away(self, ids: list[int], status: str) -> None:
+        """Prompts that will never be served (``rejected`` at a full queue, ``dropped`` at
+        their queue timeout)."""
+        for i in ids:
+            self.status[i] = status
+        self.prompts_finished(ids)
+
+    def prompts_finished(self, ids: list[int]) -> None:
+        """Prompts left the system now; a closed-loop client learns when a call is over."""
+        if self._on_call_done is None:
+            return
+        left, call_of = self._left_in_call, self.call_of
+        for i in ids:
+            ci = call_of[i]
+            left[ci] -= 1
+            if left[ci] == 0:
+                self._on_call_done(ci)
+
     # -- running ------------------------------------------------------------------------
     def run(self) -> pd.DataFrame:
         """Run to completion and return the per-prompt event log."""
+        from simulator.scenario import parse_client
+
         calls = self.trace.calls
         groups = self.groups
         env = self.env
+        closed = parse_client(self.scenario.client)
 
-        def arrive(event) -> None:  # one event per call, each scheduling the next
-            ci = event._value
+        def send(ci: int) -> None:
+            self._sent[ci] = True
             for front, ids in groups[ci]:
                 front.accept(ids)
-            if ci + 1 < len(calls):
-                env.call_at(calls[ci + 1].t, ARRIVAL, arrive, ci + 1)
+            if ci == len(calls) - 1:
+                self.input_closed = True
+                for queue in self.queues:
+                    queue.poll()
 
-        if calls:
-            env.call_at(calls[0].t, ARRIVAL, arrive, 0)
+        if closed is None:
+            def arrive(event) -> None:  # one event per call, each scheduling the next
+                ci = event._value
+                send(ci)
+                if ci + 1 < len(calls):
+                    env.call_at(calls[ci + 1].t, ARRIVAL, arrive, ci + 1)
+
+            if calls:
+                env.call_at(calls[0].t, ARRIVAL, arrive, 0)
+        else:
+            # Calls go in trace order; a call's prompts arrive when it is sent.
+            next_call = iter(range(len(calls)))
+            start = calls[0].t if calls else 0.0
+            arrived_at, first_prompt = self.arrived_at, np.cumsum([0] + [len(c.prompts) for c in calls])
+
+            def issue(event) -> None:
+                ci = event._value
+                now = env._now
+                for i in range(first_prompt[ci], first_prompt[ci + 1]):
+                    arrived_at[i] = now
+                send(ci)
+
+            def call_done(ci: int) -> None:
+                nxt = next(next_call, None)
+                if nxt is not None:
+                    env.call_at(env._now + closed.think, ARRIVAL, issue, nxt)
+
+            self._on_call_done = call_done
+            for _ in range(min(closed.calls, len(calls))):
+                env.call_at(start, ARRIVAL, issue, next(next_call))
         env.run()
+        self._check_stalled()
         return self._event_log()
+
+    def _check_stalled(self) -> None:
+        """Nothing left to happen, yet prompts wait: only a batch that can never fill (static
+        batching without a timeout, fed by a closed loop that waits for it) does this."""
+        stuck = [i for i, b in enumerate(self.batch_of)
+                 if b < 0 and self.status[i] in SERVED and self._sent[self.call_of[i]]]
+        if stuck:
+            task = self.task_of[stuck[0]]
+            cfg = self.configs[task]
+            raise ScenarioError(self.scenario.source, f"tasks.{task}", "flush",
+                                f"the run stalled: {len(stuck)} prompt(s) wait for a batch of {cfg.max_batch} "
+                                f"that can never fill ({cfg.policy} policy without a timeout, client "
+                                f"{self.scenario.client}, {self._sent.count(False)} call(s) never sent); "
+                                f"give it a timeout with flush > 0")
 
     def _event_log(self) -> pd.DataFrame:
         from simulator.events import EVENT_COLUMNS
 
         batches = self.batches
         bid = np.asarray(self.batch_of, dtype=np.int64)
-        if len(bid) and (bid < 0).any():
+        status = np.asarray(self.status, dtype=object)
+        served = np.isin(status, SERVED)
+        if len(bid) and (bid[served] < 0).any():
             raise RuntimeError("internal error: a prompt was never batched")
-        b_formed = np.array([b.formed_at for b in batches], dtype=float)
-        b_started = np.array([b.started_at for b in batches], dtype=float)
-        b_done = np.array([b.done_at for b in batches], dtype=float)
-        b_device = np.array([b.device for b in batches], dtype=np.int64)
-        b_worker = np.array([b.worker for b in batches], dtype=np.int64)
-        b_size = np.array([len(b.prompts) for b in batches], dtype=np.int64)
-        b_queue = np.array([b.queue for b in batches], dtype=object)
+        # Batch columns, with a last row standing for "no batch" (prompts turned away).
+        nan = float("nan")
+        pos = {b.id: k for k, b in enumerate(batches)}
+        row = np.array([pos[b] if b >= 0 else len(batches) for b in bid], dtype=np.int64)
+        b_formed = np.array([b.formed_at for b in batches] + [nan], dtype=float)
+        b_started = np.array([b.started_at for b in batches] + [nan], dtype=float)
+        b_device = np.array([b.device for b in batches] + [-1], dtype=np.int64)
+        b_worker = np.array([b.worker for b in batches] + [-1], dtype=np.int64)
+        b_size = np.array([len(b.prompts) for b in batches] + [0], dtype=np.int64)
+        b_queue = np.array([b.queue for b in batches] + [""], dtype=object)
         calls = self.trace.calls
         call_of = np.asarray(self.call_of, dtype=np.int64)
         call_ids = np.array([c.id for c in calls], dtype=object)
         prompt_index = np.concatenate([np.arange(len(c.prompts)) for c in calls]) if calls else np.zeros(0, np.int64)
         resource = {t: self.resource_of(t) for t in self.configs}
         task = np.asarray(self.task_of, dtype=object)
-        gpu = b_device[bid] if len(bid) else np.zeros(0, np.int64)
+        queue = b_queue[row]
+        if len(queue) and not served.all():
+            queue[~served] = task[~served]
+        gpu = b_device[row]
         log = pd.DataFrame({
             "call_id": call_ids[call_of] if len(call_of) else call_ids[:0],
             "call_index": call_of,
@@ -239,17 +354,20 @@ class System:
             "resource": np.array([resource[t] for t in self.task_of], dtype=object),
             "prompt_tokens": np.asarray(self.prompt_tokens, dtype=np.int64),
             "max_tokens": np.asarray(self.max_tokens, dtype=np.int64),
-            "queue": b_queue[bid] if len(bid) else b_queue[:0],
+            "queue": queue,
+            "status": status,
             "arrived_at": np.asarray(self.arrived_at, dtype=float),
-            "batched_at": b_formed[bid] if len(bid) else b_formed[:0],
-            "started_at": b_started[bid] if len(bid) else b_started[:0],
-            "done_at": b_done[bid] if len(bid) else b_done[:0],
+            "batched_at": b_formed[row],
+            "started_at": b_started[row],
+            "first_token_at": np.asarray(self.first_token_at, dtype=float),
+            "done_at": np.asarray(self.done_at, dtype=float),
             "gpu": pd.arrays.IntegerArray(gpu, mask=gpu < 0),
-            "worker": b_worker[bid] if len(bid) else b_worker[:0],
+            "worker": b_worker[row],
             "batch_id": bid,
-            "batch_size": b_size[bid] if len(bid) else b_size[:0],
+            "batch_size": b_size[row],
+            "preemptions": np.asarray(self.preemptions, dtype=np.int64),
         })
-        for col in ("task", "resource", "queue", "call_id"):
+        for col in ("task", "resource", "queue", "call_id", "status"):
             log[col] = log[col].astype(str)
         return log[EVENT_COLUMNS]
 

@@ -23,7 +23,13 @@ Timelines (flush window W, max batch B, one worker)::
           same arrivals, worker free at t=3 finds {a, b} → window runs 3..5 → batch at 5
 
     adaptive
-      like oldest, with a window that shrinks as the batch fills: flush × (1 − waiting / B).
+      like oldest, with a window that shrinks as the batch fills and as the queue's other
+      GPUs sit idle: flush × (1 − waiting / B) × (1 − idle share of the other GPUs).
+
+    static  (static batching)
+      waits for a full batch; ``flush`` > 0 is a timeout anchored at the oldest waiting
+      prompt (as oldest), ``flush`` = 0 means no timeout. When the trace has no more calls
+      to send, a partial batch is released (otherwise its prompts would never finish).
 """
 
 from __future__ import annotations
@@ -67,12 +73,14 @@ class BatchingPolicy(ABC):
         self.max_batch = int(max_batch)
 
     @abstractmethod
-    def release(self, waiting: int, oldest_enqueued_at: float, now: float, pickup_at: float) -> Decision:
+    def release(self, waiting: int, oldest_enqueued_at: float, now: float, pickup_at: float,
+                idle_share: float = 0.0) -> Decision:
         """Decide for a non-empty queue with a free worker.
 
         ``waiting``: prompts in the queue (> 0); ``oldest_enqueued_at``: when the head
         prompt joined; ``pickup_at``: when a free worker first found the queue non-empty
-        since the last release.
+        since the last release; ``idle_share``: the share of the queue's *other* GPUs
+        (besides the one this batch would go to) that have nothing to run (0 with one GPU).
         """
 
     def _decide(self, waiting: int, window_end: float, now: float) -> Decision:
@@ -92,7 +100,8 @@ class OldestTimer(BatchingPolicy):
 
     name = "oldest"
 
-    def release(self, waiting: int, oldest_enqueued_at: float, now: float, pickup_at: float) -> Decision:
+    def release(self, waiting: int, oldest_enqueued_at: float, now: float, pickup_at: float,
+                idle_share: float = 0.0) -> Decision:
         return self._decide(waiting, oldest_enqueued_at + self.flush, now)
 
 
@@ -102,7 +111,8 @@ class PickupTimer(BatchingPolicy):
 
     name = "pickup"
 
-    def release(self, waiting: int, oldest_enqueued_at: float, now: float, pickup_at: float) -> Decision:
+    def release(self, waiting: int, oldest_enqueued_at: float, now: float, pickup_at: float,
+                idle_share: float = 0.0) -> Decision:
         return self._decide(waiting, pickup_at + self.flush, now)
 
 
@@ -113,19 +123,36 @@ def is_unbounded(instant: float) -> bool:
 
 @POLICIES.register("adaptive")
 class AdaptiveTimer(BatchingPolicy):
-    """A window that shrinks as the batch fills: anchored at the oldest waiting prompt like
-    ``oldest``, but of length ``flush * (1 - waiting / max_batch)``.
+    """A window that shrinks as the batch fills and as GPUs sit idle: anchored at the oldest
+    waiting prompt like ``oldest``, of length
+    ``flush * (1 - waiting / max_batch) * (1 - idle_share)``.
 
     A lone prompt waits (almost) the full window for company; each prompt that joins
     shortens the wait, since a fuller batch gains less from waiting; a full batch goes at
     once. With W = 4 s, B = 4: one prompt waiting gives a 3 s window, two give 2 s, three 1 s.
     Under heavy load queues are long and the window vanishes; under light load it is the
-    fixed window's. (It sees only its own queue, not the GPUs: a free worker is what makes
-    it be asked at all.)
+    fixed window's. And if the queue's other GPUs are idle too, waiting buys nothing
+    (prompts that come later can go to them), so the window shrinks by the idle share: with
+    every other GPU idle, the batch goes at once. With one GPU only the fill counts.
     """
 
     name = "adaptive"
 
-    def release(self, waiting: int, oldest_enqueued_at: float, now: float, pickup_at: float) -> Decision:
+    def release(self, waiting: int, oldest_enqueued_at: float, now: float, pickup_at: float,
+                idle_share: float = 0.0) -> Decision:
         fill = min(waiting, self.max_batch) / self.max_batch
-        return self._decide(waiting, oldest_enqueued_at + self.flush * (1.0 - fill), now)
+        window = self.flush * (1.0 - fill) * (1.0 - idle_share)
+        return self._decide(waiting, oldest_enqueued_at + window, now)
+
+
+@POLICIES.register("static")
+class StaticBatch(BatchingPolicy):
+    """Static batching: a batch goes when it is full; ``flush`` > 0 is a timeout from the
+    oldest waiting prompt, ``flush`` = 0 no timeout (the queue drains when input ends)."""
+
+    name = "static"
+
+    def release(self, waiting: int, oldest_enqueued_at: float, now: float, pickup_at: float,
+                idle_share: float = 0.0) -> Decision:
+        timeout = oldest_enqueued_at + self.flush if self.flush > 0 else math.inf
+        return self._decide(waiting, timeout, now)

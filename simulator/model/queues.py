@@ -8,6 +8,11 @@ the dispatch rule) and is busy until the batch is done.
 
 Idle workers are served longest-idle first, as ``threading.Condition.notify`` wakes the
 longest waiter in the real worker loops.
+
+Queue limits as Triton's queue policy has them: with ``max_queue`` a prompt that finds that
+many waiting is rejected; with ``queue_timeout`` a prompt still waiting that long after it
+arrived is dropped (``timeout_action = "drop"``) or stays and is served, marked
+``sent_after_timeout`` (``"send"``).
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ class BatchQueue:
         workers: list[Worker] | None,
         pick_device: Callable[[], Device] | None = None,
         unbound_device: Device | None = None,
+        devices: list[Device] | None = None,
     ) -> None:
         self.system = system
         self.env = system.env
@@ -66,6 +72,13 @@ class BatchQueue:
         self.pickup_at: float | None = None
         self.timer_at: float | None = None
         self.in_service = 0
+        self.outstanding_tokens = 0  # prompt + max tokens of prompts waiting or in service
+        self.devices = devices or []
+        config = system.configs[task]
+        self.max_queue = config.max_queue
+        self.queue_timeout = config.queue_timeout
+        self.drop_on_timeout = config.timeout_action == "drop"
+        system.queues.append(self)
 
     @property
     def outstanding(self) -> int:
@@ -74,8 +87,26 @@ class BatchQueue:
 
     def add(self, prompt_ids: list[int]) -> None:
         """Prompts join the queue now (a call's group for this task)."""
+        if self.max_queue is not None:
+            room = max(self.max_queue - len(self.waiting), 0)
+            if room < len(prompt_ids):
+                self.system.turn_away(prompt_ids[room:], "rejected")
+                prompt_ids = prompt_ids[:room]
+        if not prompt_ids:
+            return
         self.waiting.extend(prompt_ids)
+        system = self.system
+        self.outstanding_tokens += sum(system.prompt_tokens[i] + system.max_tokens[i] for i in prompt_ids)
+        if self.queue_timeout is not None:
+            self.env.call_at(self.env._now + self.queue_timeout, TIMER, self._on_queue_timeout, prompt_ids)
         self.poll()
+
+    def _idle_share(self, chosen: Device | None) -> float:
+        """Share of the queue's GPUs other than ``chosen`` with nothing to run."""
+        others = [d for d in self.devices if d is not chosen]
+        if not others:
+            return 0.0
+        return sum(d.outstanding == 0 for d in others) / len(others)
 
     def poll(self) -> None:
         """Release batches while prompts wait, a worker is idle and the policy says so."""
@@ -84,13 +115,20 @@ class BatchQueue:
             now = self.env._now
             if self.pickup_at is None:
                 self.pickup_at = now
-            decision = self.policy.release(len(self.waiting), arrived_at[self.waiting[0]], now, self.pickup_at)
+            worker = self.idle[0] if self.idle else None
+            idle_share = self._idle_share(worker.device if worker is not None else None) if self.devices else 0.0
+            decision = self.policy.release(len(self.waiting), arrived_at[self.waiting[0]], now,
+                                           self.pickup_at, idle_share)
             if not isinstance(decision, ReleaseNow):
                 at = decision.at
-                if at != self.timer_at and at != float("inf"):
-                    self.timer_at = at
-                    self.env.call_at(at, TIMER, self._on_timer, at)
-                return
+                if at == float("inf") and self.system.input_closed:
+                    # Nothing more will arrive: a batch waiting to fill never would.
+                    decision = ReleaseNow(min(len(self.waiting), self.policy.max_batch))
+                else:
+                    if at != self.timer_at and at != float("inf"):
+                        self.timer_at = at
+                        self.env.call_at(at, TIMER, self._on_timer, at)
+                    return
             ids = [self.waiting.popleft() for _ in range(decision.count)]
             self.pickup_at = None
             self.timer_at = None
@@ -105,8 +143,27 @@ class BatchQueue:
         batch.on_done = self._batch_done
         device.submit(batch)
 
+    def _on_queue_timeout(self, event: Event) -> None:
+        system = self.system
+        late = [i for i in event._value if system.batch_of[i] < 0 and system.status[i] == "served"]
+        if not late:
+            return
+        if self.drop_on_timeout:
+            gone = set(late)
+            self.waiting = deque(i for i in self.waiting if i not in gone)
+            self.outstanding_tokens -= sum(system.prompt_tokens[i] + system.max_tokens[i] for i in late)
+            system.turn_away(late, "dropped")
+            if not self.waiting:
+                self.pickup_at = None
+            self.poll()
+        else:
+            for i in late:
+                system.status[i] = "sent_after_timeout"
+
     def _batch_done(self, batch: Batch) -> None:
+        self.system.batch_done(batch)
         self.in_service -= len(batch.prompts)
+        self.outstanding_tokens -= batch.tokens
         self.idle.append(batch.holder)
         self.poll()
 

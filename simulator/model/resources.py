@@ -3,11 +3,13 @@
 A device takes a :class:`Batch` whose ``work`` is its service time in seconds of exclusive
 use, sets ``started_at`` and ``done_at``, and calls ``batch.on_done(batch)`` at completion.
 ``outstanding`` (prompts in batches started or waiting on the device) is what the
-``least-loaded`` dispatch rule compares.
+``least-loaded`` dispatch rule compares, ``outstanding_tokens`` what ``jsq-tokens`` does.
 
 GPU sharing between concurrent batches (``gpu_sharing``):
 
-* ``exclusive`` — one batch at a time; batches that find the GPU busy wait in FIFO order.
+* ``exclusive`` — one batch at a time; batches that find the GPU busy wait in line, by
+  their task's priority (higher first), FIFO within a priority; a running batch is never
+  interrupted.
 * ``processor-sharing`` — every batch on the GPU starts at once and the n concurrent
   batches each progress at rate 1/n (kernels of concurrent threads interleave), so each
   slows down accordingly.
@@ -16,7 +18,8 @@ GPU sharing between concurrent batches (``gpu_sharing``):
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections import deque
+import itertools
+from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Any, Callable
 
 from simulator.model.kernel import COMPLETION
@@ -33,7 +36,8 @@ class Batch:
 
     __slots__ = (
         "id", "task", "queue", "prompts", "worker", "device", "formed_at", "started_at",
-        "done_at", "work", "on_done", "holder",
+        "done_at", "work", "on_done", "holder", "priority", "first_token_work",
+        "tokens",
     )
 
     def __init__(self, id: int, task: str, queue: str, prompts: list[int], worker: int,
@@ -50,6 +54,9 @@ class Batch:
         self.work = work
         self.on_done: Callable[[Batch], Any] | None = None
         self.holder: Any = None  # the worker that waits on this batch, if any
+        self.priority = 0
+        self.first_token_work = work
+        self.tokens = 0  # prompt plus max output tokens of its prompts (jsq-tokens dispatch)
 
 
 class Device(ABC):
@@ -57,6 +64,7 @@ class Device(ABC):
 
     gpu_id: int = -1
     outstanding: int = 0
+    outstanding_tokens: int = 0
 
     @abstractmethod
     def submit(self, batch: Batch) -> None:
@@ -74,16 +82,19 @@ class ServerPool(Device):
         self.gpu_id = gpu_id
         self.servers = servers
         self.busy = 0
-        self.line: deque[Batch] = deque()
+        self.line: list[tuple[int, int, Batch]] = []  # heap of (-priority, arrival order, batch)
+        self._order = itertools.count()
         self.outstanding = 0
+        self.outstanding_tokens = 0
 
     def submit(self, batch: Batch) -> None:
         batch.device = self.gpu_id
         self.outstanding += len(batch.prompts)
+        self.outstanding_tokens += batch.tokens
         if self.servers is None or self.busy < self.servers:
             self._start(batch)
         else:
-            self.line.append(batch)
+            heappush(self.line, (-batch.priority, next(self._order), batch))
 
     def _start(self, batch: Batch) -> None:
         self.busy += 1
@@ -96,10 +107,11 @@ class ServerPool(Device):
         batch.done_at = self.env._now
         self.busy -= 1
         self.outstanding -= len(batch.prompts)
+        self.outstanding_tokens -= batch.tokens
         # The next waiting batch starts before the finished batch's worker is told, so a
         # batch already waiting for this GPU keeps its FIFO place.
         if self.line:
-            self._start(self.line.popleft())
+            self._start(heappop(self.line)[2])
         batch.on_done(batch)  # type: ignore[misc]
 
 
@@ -113,10 +125,12 @@ class ProcessorSharingGpu(Device):
         self.updated_at = 0.0
         self.version = 0
         self.outstanding = 0
+        self.outstanding_tokens = 0
 
     def submit(self, batch: Batch) -> None:
         batch.device = self.gpu_id
         self.outstanding += len(batch.prompts)
+        self.outstanding_tokens += batch.tokens
         self._advance()
         batch.started_at = self.env._now
         self.remaining[batch] = batch.work
@@ -151,6 +165,8 @@ class ProcessorSharingGpu(Device):
             del self.remaining[batch]
             batch.done_at = now
             self.outstanding -= len(batch.prompts)
+            self.outstanding_tokens -= batch.tokens
+        self.outstanding_tokens -= batch.tokens
         self._reschedule()
         for batch in finished:
             batch.on_done(batch)  # type: ignore[misc]

@@ -4,9 +4,17 @@ A profile is JSON (``simctl-profile/1``)::
 
     {"format": "simctl-profile/1", "name": str, "source": str,
      "tasks": {TASK: {"resource": "gpu" | "cpu", "prompt_tokens": int, "max_tokens": int,
-                      "service": {"kind": KIND, ...}}}}
+                      "service": {"kind": KIND, ...},
+                      "tokens_per_iteration": 1.0,                     # optional
+                      "kv_cache": {"blocks": int} | {"memory_gib": float,  # optional
+                                   "bytes_per_token": int}}}}
 
 ``prompt_tokens``/``max_tokens`` are the task's defaults for prompts whose trace gives none.
+``tokens_per_iteration`` (for kinds that price whole batches, ``distribution`` and ``table``)
+says how many tokens a row gains per decoding iteration, so that continuous batching can
+derive an iteration's cost from a batch's (see :mod:`simulator.profile.iteration`).
+``kv_cache`` is the KV-cache capacity one engine has: blocks, or the memory left for the
+cache and the cache bytes one token takes (2 x layers x KV heads x head dim x dtype bytes).
 ``service`` is one of the registered kinds (:mod:`simulator.profile.kinds`); every kind
 answers :meth:`Profile.batch_service_time`.
 """
@@ -22,7 +30,7 @@ import numpy as np
 
 from simulator.errors import ProfileError
 from simulator.profile.kinds import KINDS, BatchShape, ServiceModel
-from simulator.profile.spec import Where
+from simulator.profile.spec import Where, need_number
 from simulator.registry import UnknownName
 
 FORMAT = "simctl-profile/1"
@@ -41,14 +49,30 @@ class TaskProfile:
     prompt_tokens: int
     max_tokens: int
     service: ServiceModel
+    tokens_per_iteration: float = 1.0
+    kv_cache: Mapping[str, float] | None = None
+
+    def kv_blocks(self, block_size: int) -> int | None:
+        """KV-cache blocks of ``block_size`` tokens one engine holds (``None``: unlimited)."""
+        if not self.kv_cache:
+            return None
+        if "blocks" in self.kv_cache:
+            return int(self.kv_cache["blocks"])
+        per_block = self.kv_cache["bytes_per_token"] * block_size
+        return int(self.kv_cache["memory_gib"] * 2**30 // per_block)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "resource": self.resource,
             "prompt_tokens": self.prompt_tokens,
             "max_tokens": self.max_tokens,
             "service": self.service.to_dict(),
         }
+        if self.tokens_per_iteration != 1.0:
+            out["tokens_per_iteration"] = self.tokens_per_iteration
+        if self.kv_cache:
+            out["kv_cache"] = dict(self.kv_cache)
+        return out
 
 
 @dataclass(frozen=True)
@@ -94,6 +118,20 @@ def _need_int(value: Any, path: str, task: str, fld: str) -> int:
     return value
 
 
+def _kv_cache(raw: Any, where: Where) -> dict[str, float] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not ({"blocks"} == set(raw) or {"memory_gib", "bytes_per_token"} == set(raw)):
+        raise where.error("kv_cache", "must be {\"blocks\": N} or {\"memory_gib\": M, \"bytes_per_token\": B}")
+    if "blocks" in raw:
+        blocks = raw["blocks"]
+        if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 1:
+            raise where.error("kv_cache.blocks", f"must be an integer >= 1, got {blocks!r}")
+        return {"blocks": blocks}
+    return {"memory_gib": need_number(raw["memory_gib"], where, "kv_cache.memory_gib", positive=True),
+            "bytes_per_token": need_number(raw["bytes_per_token"], where, "kv_cache.bytes_per_token", positive=True)}
+
+
 def profile_from_dict(data: Any, path: str | None = None) -> Profile:
     """Validate and build a :class:`Profile` from parsed JSON."""
     where_path = path or "<profile>"
@@ -120,11 +158,15 @@ def profile_from_dict(data: Any, path: str | None = None) -> Profile:
             parser = KINDS.get(kind)
         except UnknownName as exc:
             raise ProfileError(where_path, f"task '{name}'", "service.kind", str(exc)) from None
+        task_where = Where(where_path, name, prefix="")
+        tpi = need_number(spec.get("tokens_per_iteration", 1.0), task_where, "tokens_per_iteration", minimum=1.0)
         tasks[name] = TaskProfile(
             resource=resource,
             prompt_tokens=_need_int(spec.get("prompt_tokens", 256), where_path, name, "prompt_tokens"),
             max_tokens=_need_int(spec.get("max_tokens", 256), where_path, name, "max_tokens"),
             service=parser(service_raw, Where(where_path, name)),
+            tokens_per_iteration=tpi,
+            kv_cache=_kv_cache(spec.get("kv_cache"), task_where),
         )
     name = data.get("name") or (Path(path).stem if path else "unnamed")
     source = data.get("source", "")

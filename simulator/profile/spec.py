@@ -19,7 +19,8 @@ class Where:
     prefix: str = "service"
 
     def error(self, field: str, message: str) -> ProfileError:
-        return ProfileError(self.path, f"task '{self.task}'", f"{self.prefix}.{field}", message)
+        name = f"{self.prefix}.{field}" if self.prefix else field
+        return ProfileError(self.path, f"task '{self.task}'", name, message)
 
 
 def need_number(

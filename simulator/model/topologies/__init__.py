@@ -38,3 +38,4 @@ TOPOLOGIES: Registry[type[Topology]] = Registry("topology")
 from simulator.model.topologies import shared as _shared  # noqa: E402,F401,I001
 from simulator.model.topologies import split as _split  # noqa: E402,F401
 from simulator.model.topologies import direct as _direct  # noqa: E402,F401
+from simulator.model.topologies import continuous as _continuous  # noqa: E402,F401

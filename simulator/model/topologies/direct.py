@@ -13,10 +13,6 @@ if TYPE_CHECKING:
     from simulator.scenario import TaskConfig
 
 
-def _finished(batch: object) -> None:
-    """Nothing waits on a direct batch: the prompts' instants are on the batch record."""
-
-
 @TOPOLOGIES.register("direct")
 class Direct(Topology):
     """Batches formed from each call's group on arrival, dispatched straight to devices."""
@@ -32,5 +28,5 @@ class Direct(Topology):
         size = self.max_batch
         for start in range(0, len(prompt_ids), size):
             batch = self.system.form_batch(self.task, f"{self.task}/direct", prompt_ids[start:start + size], -1)
-            batch.on_done = _finished
+            batch.on_done = self.system.batch_done
             self.pick().submit(batch)

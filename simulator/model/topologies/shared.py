@@ -43,6 +43,7 @@ class SharedQueue(Topology):
             system, task, task, system.policy_for(config), workers,
             pick_device=system.device_picker(devices, config),
             unbound_device=devices[0] if len(devices) == 1 else None,
+            devices=devices if system.resource_of(task) == "gpu" else None,
         )
 
     def accept(self, prompt_ids: list[int]) -> None:

@@ -1,7 +1,7 @@
 """``split``: one micro-batch queue per task per GPU, each with one worker bound to its GPU.
 
 Each prompt is dispatched on arrival to one queue by the task's rule (``round-robin``,
-``least-loaded`` by outstanding prompts, or ``random``). For a task on the CPU there is one
+``least-loaded`` by outstanding prompts, ``jsq-tokens`` by outstanding tokens, or ``random``). For a task on the CPU there is one
 queue per CPU server, so ``cpu_workers`` must be set.
 """
 
@@ -35,7 +35,8 @@ class SplitQueues(Topology):
             devices = devices * servers
         self.queues = [
             BatchQueue(system, task, f"{task}@{i}", system.policy_for(config),
-                       [Worker(system.new_worker_id(), device)])
+                       [Worker(system.new_worker_id(), device)],
+                       devices=devices if system.resource_of(task) == "gpu" else None)
             for i, device in enumerate(devices)
         ]
         self.rule = system.dispatch_rule(config)
@@ -44,5 +45,6 @@ class SplitQueues(Topology):
     def accept(self, prompt_ids: list[int]) -> None:
         queues = self.queues
         for pid in prompt_ids:
-            index = self.rule.choose([q.outstanding for q in queues], self.rng)
+            loads = [q.outstanding_tokens if self.rule.unit == "tokens" else q.outstanding for q in queues]
+            index = self.rule.choose(loads, self.rng)
             queues[index].add([pid])

@@ -58,5 +58,6 @@ class ServiceModel(Protocol):
 KINDS: Registry[Callable[..., ServiceModel]] = Registry("profile service kind")
 
 from simulator.profile.kinds import distribution as _distribution  # noqa: E402,F401
+from simulator.profile.kinds import iteration as _iteration  # noqa: E402,F401
 from simulator.profile.kinds import spec_decode as _spec_decode  # noqa: E402,F401
 from simulator.profile.kinds import table as _table  # noqa: E402,F401

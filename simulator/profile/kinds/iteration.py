@@ -1,0 +1,119 @@
+"""The ``iteration`` kind: a service model built from the cost of one engine iteration.
+
+::
+
+    {"kind": "iteration", "dist": "deterministic" | "exponential" | "gamma", "cv": 0.2,
+     "step": {"base": 0.02, "per_row": 0.001, "per_prefill_token": 1e-5}}
+
+One iteration of a batch with R rows, of which some are admitted this iteration with
+``prefill`` prompt tokens in all, takes on average
+``base + per_row * R + per_prefill_token * prefill`` seconds, drawn from ``dist`` around that
+mean (independently per iteration). Every row commits one token per iteration; a row's first
+token comes from the iteration that prefills it.
+
+The same costs give a static batch's time, so micro-batching and continuous batching are
+compared on one set of numbers: a batch of B prompts (longest prompt P, max tokens m_b per
+row) runs its first iteration with all B rows prefilling B * P tokens, then one decode
+iteration per further token, rows leaving as they finish (the batch ends with its longest
+row). Mean and variance are sums over those independent iterations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from simulator.profile.kinds import KINDS, BatchShape
+from simulator.profile.spec import Where, need_number
+
+DISTS = ("deterministic", "exponential", "gamma")
+
+
+@dataclass(frozen=True)
+class IterationService:
+    """Per-iteration costs (module docstring); answers static batches and continuous engines."""
+
+    base: float
+    per_row: float = 0.0
+    per_prefill_token: float = 0.0
+    dist: str = "deterministic"
+    cv: float = 0.0
+    kind: str = "iteration"
+
+    def step_mean(self, rows: int, prefill_tokens: int) -> float:
+        """Mean seconds of one iteration of ``rows`` rows prefilling ``prefill_tokens`` tokens."""
+        return self.base + self.per_row * rows + self.per_prefill_token * prefill_tokens
+
+    @property
+    def _cv(self) -> float:
+        return {"deterministic": 0.0, "exponential": 1.0}.get(self.dist, self.cv)
+
+    def draw(self, mean: float, rng: np.random.Generator) -> float:
+        """One iteration time of mean ``mean``."""
+        if self.dist == "deterministic" or mean <= 0:
+            return mean
+        if self.dist == "exponential":
+            return float(rng.exponential(mean))
+        shape = 1.0 / self._cv ** 2
+        return float(rng.gamma(shape, mean / shape))
+
+    def _iteration_means(self, shape: BatchShape) -> np.ndarray:
+        rows = np.asarray(shape.rows_max_tokens or (shape.max_tokens,) * shape.size)
+        longest = int(rows.max())
+        # Rows still running in iteration i (0-based) are those with more than i tokens to make.
+        running = (rows[None, :] > np.arange(longest)[:, None]).sum(axis=1)
+        means = self.base + self.per_row * running
+        means[0] += self.per_prefill_token * shape.size * shape.prompt_tokens
+        return means
+
+    def mean(self, shape: BatchShape) -> float:
+        return float(self._iteration_means(shape).sum())
+
+    def variance(self, shape: BatchShape) -> float:
+        return float(((self._cv * self._iteration_means(shape)) ** 2).sum())
+
+    def sample(self, shape: BatchShape, rng: np.random.Generator) -> float:
+        means = self._iteration_means(shape)
+        if self.dist == "deterministic":
+            return float(means.sum())
+        if self.dist == "exponential":
+            return float(rng.exponential(means).sum())
+        k = 1.0 / self._cv ** 2
+        return float(rng.gamma(k, means / k).sum())
+
+    def first_token_mean(self, shape: BatchShape) -> float:
+        """Mean seconds from a static batch's start to its first token: the prefill
+        iteration and the first decoding iteration after it (where the batch has one)."""
+        return float(self._iteration_means(shape)[:2].sum())
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "dist": self.dist,
+                               "step": {"base": self.base, "per_row": self.per_row,
+                                        "per_prefill_token": self.per_prefill_token}}
+        if self.dist == "gamma":
+            out["cv"] = self.cv
+        return out
+
+
+@KINDS.register("iteration")
+def parse(spec: dict[str, Any], where: Where) -> IterationService:
+    """Build an :class:`IterationService`, checking every field."""
+    dist = spec.get("dist", "deterministic")
+    if dist not in DISTS:
+        raise where.error("dist", f"must be one of {', '.join(DISTS)}, got {dist!r}")
+    step = spec.get("step")
+    if not isinstance(step, dict):
+        raise where.error("step", "must be an object with base, per_row, per_prefill_token (seconds)")
+    unknown = set(step) - {"base", "per_row", "per_prefill_token"}
+    if unknown:
+        raise where.error(f"step.{sorted(unknown)[0]}", "unknown field; valid: base, per_row, per_prefill_token")
+    values = {k: need_number(step.get(k, 0.0), where, f"step.{k}", minimum=0.0)
+              for k in ("base", "per_row", "per_prefill_token")}
+    if values["base"] + values["per_row"] <= 0:
+        raise where.error("step", "an iteration must take time: base + per_row must be > 0")
+    cv = 0.0
+    if dist == "gamma":
+        cv = need_number(spec.get("cv"), where, "cv", positive=True)
+    return IterationService(dist=dist, cv=cv, **values)
