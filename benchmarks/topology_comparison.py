@@ -5,10 +5,16 @@ caps, GPU sharing and per-task queues) and replaces the topology of the GPU task
 infobench) by each registered one in turn; graph stays on the CPU as in the notes. For
 each, it replays ``traces/batch_arrivals.json`` on ``profiles/seed-calibrated.json`` with
 several seeds and prints per task the p50/p90/p99 of prompt latency and p50 time to first
-token (averaged over seeds), and the GPU-seconds the run kept the GPUs busy. The same
-comparison with the ``static`` policy and the ``adaptive`` one is printed under it.
+token (averaged over seeds), and the GPU-seconds the run kept the GPUs busy; rows for the
+``static`` policy (no timeout, and with the flush window as its timeout) and ``adaptive``
+follow.
 
-    python benchmarks/topology_comparison.py            # 5 seeds, markdown table
+A second table asks whether the adaptive window beats the best fixed one: for infobench's
+queue (shared, two workers), windows W in ``WINDOWS`` with the ``oldest`` policy and with
+``adaptive`` (W its largest window), at the trace's load and at 1.5x, it reports the
+infobench p90 latency and call p90 of the best W of each.
+
+    python benchmarks/topology_comparison.py            # 5 seeds, markdown tables
     python benchmarks/topology_comparison.py --seeds 1 --json
 """
 
@@ -35,6 +41,7 @@ def variants() -> list[tuple[str, dict]]:
         if name == "split":
             extra["workers"] = None
         out.append((name, extra))
+    out.append(("shared, static, no timeout", {"topology": "shared", "policy": "static", "flush": 0.0}))
     out.append(("shared, static (timeout = flush)", {"topology": "shared", "policy": "static"}))
     out.append(("shared, adaptive", {"topology": "shared", "policy": "adaptive"}))
     return out
@@ -61,6 +68,43 @@ def run(seeds: int) -> list[dict]:
     return rows
 
 
+WINDOWS = (0.0, 2.0, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0)
+LOADS = (1.0, 1.5)
+
+
+def adaptive_vs_fixed(seeds: int) -> list[dict]:
+    """Per load and policy: the window with the lowest infobench p90, and its figures."""
+    from simulator import build_scenario, load_profile, replay
+    from simulator.trace.formats import load_trace
+
+    trace = load_trace(ROOT / "traces" / "batch_arrivals.json")
+    profile = load_profile("seed-calibrated")
+    out = []
+    for load in LOADS:
+        for policy in ("oldest", "adaptive"):
+            best = None
+            for window in WINDOWS:
+                scenario = build_scenario(path=ROOT / "scenarios" / "design-notes.toml",
+                                          run={"rate_scale": load},
+                                          tasks={"infobench": {"policy": policy, "flush": window}})
+                sums = [replay(trace, scenario, profile, seed=s).summary for s in range(seeds)]
+                p90 = float(np.mean([x["tasks"]["infobench"]["latency"]["p90"] for x in sums]))
+                call = float(np.mean([x["overall"]["call_latency"]["p90"] for x in sums]))
+                if best is None or p90 < best["infobench_p90"]:
+                    best = {"load": load, "policy": policy, "best_window": window,
+                            "infobench_p90": p90, "call_p90": call}
+            out.append(best)
+    return out
+
+
+def markdown_adaptive(rows: list[dict]) -> str:
+    lines = ["| load | policy | best window (s) | infobench p90 (s) | call p90 (s) |", "|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['load']:g}x | {r['policy']} | {r['best_window']:g} | "
+                     f"{r['infobench_p90']:.1f} | {r['call_p90']:.1f} |")
+    return "\n".join(lines)
+
+
 def markdown(rows: list[dict]) -> str:
     head = ("| variant | mmlu p50 / p90 / p99 | mmlu TTFT p50 | infobench p50 / p90 / p99 | "
             "infobench TTFT p50 | graph p50 | call p90 | GPU-s |")
@@ -80,7 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = parser.parse_args(argv)
     rows = run(args.seeds)
-    sys.stdout.write((json.dumps(rows, indent=2) if args.json else markdown(rows)) + "\n")
+    adaptive = adaptive_vs_fixed(args.seeds)
+    if args.json:
+        sys.stdout.write(json.dumps({"topologies": rows, "adaptive_vs_fixed": adaptive}, indent=2) + "\n")
+    else:
+        sys.stdout.write(markdown(rows) + "\n\n" + markdown_adaptive(adaptive) + "\n")
     return 0
 
 

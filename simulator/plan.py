@@ -34,15 +34,15 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from simulator.errors import SimctlError
 from simulator.sweep import AXES, Base, SweepSpec, _local_results, config_key, validate
 
-STAT_FIGURES = ("latency", "call_latency", "wait", "service")
+STAT_FIGURES = ("latency", "call_latency", "wait", "service", "ttft", "tpot")
 STATS = ("mean", "p50", "p90", "p95", "p99", "max")
-COUNT_FIGURES = ("prompts", "completed", "timed_out", "calls", "calls_completed", "mean_batch_size",
-                 "throughput_prompts_per_s")
+COUNT_FIGURES = ("prompts", "completed", "timed_out", "rejected", "dropped", "sent_after_timeout",
+                 "preemptions", "calls", "calls_completed", "mean_batch_size", "throughput_prompts_per_s")
 OPS: dict[str, Callable[[float, float], bool]] = {"<=": operator.le, "<": operator.lt,
                                                    ">=": operator.ge, ">": operator.gt}
 DEFAULT_AXES: dict[str, tuple[Any, ...]] = {
     "flush": (0.0, 0.1, 0.5, 1.0, 2.0, 5.0),
-    "topology": ("shared", "split", "direct"),
+    "topology": ("shared", "split", "direct", "continuous"),
     "max_batch": (1, 2, 4, 8, 10),
 }
 _SLO_RE = re.compile(r"^\s*([^\s.<>=]+)\.([a-z_]+)(?:\.([a-z0-9]+))?\s*(<=|>=|<|>)\s*(\S+)\s*$")

@@ -105,6 +105,13 @@ STYLES = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"), ((0, (5, 1)), "v"), 
 HATCHES = ["", "//", "..", "xx", "\\\\", "++", "oo"]
 
 
+def served(log: pd.DataFrame) -> pd.DataFrame:
+    """The prompts that were served (those turned away by a queue limit have no instants)."""
+    from simulator.events import SERVED
+
+    return log[log["status"].isin(SERVED)] if "status" in log else log
+
+
 def _style(i: int) -> dict:
     ls, marker = STYLES[i % len(STYLES)]
     return {"linestyle": ls, "marker": marker, "markevery": 0.1}
@@ -117,7 +124,7 @@ def latency_cdf(logs: dict[str, pd.DataFrame], title: str = "Latency CDF", task:
     with markers at ``percentiles`` and an optional vertical SLO line."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for i, (name, log) in enumerate(logs.items()):
-        rows = log if task is None else log[log["task"] == task]
+        rows = served(log if task is None else log[log["task"] == task])
         lat = np.sort((rows["done_at"] - rows["arrived_at"]).to_numpy(float))
         if lat.size == 0:
             continue
@@ -140,9 +147,10 @@ def latency_cdf(logs: dict[str, pd.DataFrame], title: str = "Latency CDF", task:
 
 
 def queue_depth(log: pd.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per queue, the step function of prompts waiting (arrived, not yet batched) over time."""
+    """Per queue, the step function of prompts waiting (arrived, not yet batched) over time;
+    prompts turned away are left out."""
     out = {}
-    for queue, rows in log.groupby("queue", sort=True):
+    for queue, rows in served(log).groupby("queue", sort=True):
         times = np.concatenate([rows["arrived_at"].to_numpy(float), rows["batched_at"].to_numpy(float)])
         steps = np.concatenate([np.ones(len(rows)), -np.ones(len(rows))])
         order = np.lexsort((-steps, times))  # at equal times count the arrival first
@@ -160,9 +168,12 @@ def timeline(log: pd.DataFrame, title: str = "Timeline", path=None, window: tupl
     q_ax.set_ylabel("prompts waiting")
     q_ax.legend(fontsize=8, ncol=3)
     q_ax.set_title(title)
-    on_gpu = log[log["gpu"].notna()]
+    on_gpu = served(log)
+    on_gpu = on_gpu[on_gpu["gpu"].notna()]
+    # A continuous engine's "batch" is the prompts that joined in one iteration: its bar runs
+    # until the last of them leaves.
     batches = on_gpu.groupby("batch_id").agg(task=("task", "first"), gpu=("gpu", "first"),
-                                             start=("started_at", "first"), end=("done_at", "first"))
+                                             start=("started_at", "first"), end=("done_at", "max"))
     tasks = sorted(batches["task"].unique())
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, task in enumerate(tasks):
@@ -197,7 +208,7 @@ def timeline(log: pd.DataFrame, title: str = "Timeline", path=None, window: tupl
 
 def batch_sizes(log: pd.DataFrame, title: str = "Batch sizes", path=None):
     """Distribution of batch sizes per task (bars side by side, hatched per task)."""
-    batches = log.groupby("batch_id").agg(task=("task", "first"), size=("batch_size", "first"))
+    batches = served(log).groupby("batch_id").agg(task=("task", "first"), size=("batch_size", "first"))
     tasks = sorted(batches["task"].unique())
     sizes = np.arange(1, int(batches["size"].max()) + 1)
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -217,6 +228,7 @@ def batch_sizes(log: pd.DataFrame, title: str = "Batch sizes", path=None):
 
 def latency_decomposition(log: pd.DataFrame, title: str = "Where the time goes", path=None):
     """Mean latency per task split into queue wait and service (stacked bars)."""
+    log = served(log)
     d = log.assign(wait=log["started_at"] - log["arrived_at"], service=log["done_at"] - log["started_at"])
     means = d.groupby("task")[["wait", "service"]].mean().sort_index()
     fig, ax = plt.subplots(figsize=(7, 4.5))

@@ -45,7 +45,7 @@ from simulator.scenario import Scenario, build_scenario
 from simulator.trace.model import Trace
 
 TASK_AXES = ("policy", "topology", "flush", "max_batch", "workers", "dispatch", "max_tokens",
-             "acceptance", "lookahead", "discipline")
+             "acceptance", "lookahead", "discipline", "max_num_seqs", "max_batched_tokens", "kv_blocks")
 RUN_AXES = ("gpus", "gpu_sharing", "rate_scale")
 AXES = TASK_AXES + RUN_AXES
 META_KEY = b"simctl.sweep"
@@ -418,7 +418,8 @@ def parse_axis_values(name: str, text: str) -> tuple[Any, ...]:
     conv: Callable[[str], Any]
     if name in ("flush", "acceptance", "rate_scale"):
         conv = float
-    elif name in ("max_batch", "workers", "gpus", "max_tokens", "lookahead"):
+    elif name in ("max_batch", "workers", "gpus", "max_tokens", "lookahead", "max_num_seqs",
+                  "max_batched_tokens", "kv_blocks"):
         conv = int
     else:
         conv = str

@@ -45,3 +45,18 @@ def test_import_throughput_quick_mode(capsys):
     result = json.loads(capsys.readouterr().out)
     for name in ("azure", "burstgpt", "mooncake"):
         assert result[name]["rows_per_s"] == pytest.approx(2000 / result[name]["seconds"])
+
+
+@pytest.mark.benchmark
+def test_topology_comparison_quick_mode(capsys):
+    from simulator.model import TOPOLOGIES
+
+    bench = load("topology_comparison")
+    assert bench.main(["--seeds", "1", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    rows = {r["variant"]: r for r in result["topologies"]}
+    assert set(TOPOLOGIES.names()) <= set(rows)
+    for r in rows.values():
+        assert r["gpu_seconds"] > 0 and r["mmlu_p50"] <= r["mmlu_p90"] <= r["mmlu_p99"]
+    assert len(result["adaptive_vs_fixed"]) == 2 * len(bench.LOADS)
+    assert {r["best_window"] for r in result["adaptive_vs_fixed"]} <= set(bench.WINDOWS)

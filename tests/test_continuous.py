@@ -175,3 +175,18 @@ def test_kv_capacity_derived_from_the_profile_memory_and_token_size():
         "kv_cache": {"memory_gib": 1.0, "bytes_per_token": 2 * 28 * 8 * 128 * 2}}}})
     # 1 GiB / (114,688 bytes per token x 16 tokens per block) = 585 blocks
     assert profile.tasks["x"].kv_blocks(16) == 2**30 // (114_688 * 16) == 585
+
+
+def test_engine_queue_limits_reject_and_drop_waiting_prompts():
+    # One row at a time, iteration 1 s, 3 tokens each, all at 0: a, b, c wait (the engine
+    # admits at the boundary after the arrivals), d finds 3 waiting: rejected. a runs 0..3;
+    # b and c are not admitted by their timeout at 2.5: dropped.
+    trace = token_trace([(0, [3]), (0, [3]), (0, [3]), (0, [3])])
+    log = run(trace, iteration_profile(base=1.0), gpus=1, topology="continuous", max_num_seqs=1,
+              max_queue=3, queue_timeout=2.5)
+    assert list(log["status"]) == ["served", "dropped", "dropped", "rejected"]
+    assert timeline(log)[0] == ("0.0", 3.0)
+    sent = run(trace, iteration_profile(base=1.0), gpus=1, topology="continuous", max_num_seqs=1,
+               queue_timeout=2.5, timeout_action="send")
+    assert list(sent["status"]) == ["served", "sent_after_timeout", "sent_after_timeout", "sent_after_timeout"]
+    assert timeline(sent) == [("0.0", 3.0), ("1.0", 6.0), ("2.0", 9.0), ("3.0", 12.0)]

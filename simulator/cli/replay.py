@@ -33,7 +33,7 @@ def replay_cli(
     profile: str = typer.Option(DEFAULT_PROFILE, "--profile", "-p", help="Profile JSON file or bundled profile name."),
     flush: Optional[float] = typer.Option(None, "--flush", help="Flush window in seconds (0 = no waiting), all tasks."),
     max_batch: Optional[int] = typer.Option(None, "--max-batch", help="Max prompts per batch, all tasks."),
-    policy: Optional[str] = typer.Option(None, "--policy", help=f"When the flush window starts: {_names(POLICIES)}."),
+    policy: Optional[str] = typer.Option(None, "--policy", help=f"When a queue releases a batch: {_names(POLICIES)}."),
     topology: Optional[str] = typer.Option(None, "--topology", help=f"Queue topology, all tasks: {_names(TOPOLOGIES)}."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Workers per shared queue (default: one per GPU)."),
     dispatch: Optional[str] = typer.Option(None, "--dispatch", help=f"Dispatch rule to queues/GPUs: {_names(DISPATCH_RULES)}."),
@@ -41,6 +41,14 @@ def replay_cli(
     lookahead: Optional[int] = typer.Option(None, "--lookahead", help="Drafts per speculative iteration (spec_decode profiles), all tasks."),
     acceptance: Optional[float] = typer.Option(None, "--acceptance", help="Draft acceptance rate alpha (spec_decode profiles), all tasks."),
     discipline: Optional[str] = typer.Option(None, "--discipline", help="Speculative batch discipline: ragged or lockstep (spec_decode profiles)."),
+    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Rows in a running batch (continuous topology; default 256)."),
+    max_batched_tokens: Optional[int] = typer.Option(None, "--max-batched-tokens", help="Token budget per iteration (continuous; default 8192)."),
+    kv_blocks: Optional[int] = typer.Option(None, "--kv-blocks", help="KV-cache blocks per engine (continuous; default: the profile's, else unlimited)."),
+    block_size: Optional[int] = typer.Option(None, "--block-size", help="Tokens per KV-cache block (continuous; default 16)."),
+    max_queue: Optional[int] = typer.Option(None, "--max-queue", help="Waiting prompts a queue holds; more are rejected."),
+    queue_timeout: Optional[float] = typer.Option(None, "--queue-timeout", help="Seconds a prompt may wait in a queue."),
+    timeout_action: Optional[str] = typer.Option(None, "--timeout-action", help="At the queue timeout: drop the prompt, or send it anyway (drop, send)."),
+    client: Optional[str] = typer.Option(None, "--client", help="open (replay arrival times) or closed:N[:THINK] (N calls outstanding)."),
     gpus: Optional[int] = typer.Option(None, "--gpus", help="Number of GPUs (default 2)."),
     gpu_sharing: Optional[str] = typer.Option(None, "--gpu-sharing", help=f"How concurrent batches share a GPU: {_names(GPU_SHARING)}."),
     deadline: Optional[float] = typer.Option(None, "--deadline", help="Seconds from trace start; prompts not done by then time out."),
@@ -66,10 +74,13 @@ def replay_cli(
             event_log_suffix(events)
         task_defaults = dict(policy=policy, topology=topology, flush=flush, max_batch=max_batch,
                              workers=workers, dispatch=dispatch, max_tokens=max_tokens,
-                             lookahead=lookahead, acceptance=acceptance, discipline=discipline)
+                             lookahead=lookahead, acceptance=acceptance, discipline=discipline,
+                             max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
+                             kv_blocks=kv_blocks, block_size=block_size, max_queue=max_queue,
+                             queue_timeout=queue_timeout, timeout_action=timeout_action)
         scenario = _scenario_from_options(
             config, task_defaults,
-            dict(gpus=gpus, gpu_sharing=gpu_sharing, deadline=deadline, rate_scale=rate_scale),
+            dict(gpus=gpus, gpu_sharing=gpu_sharing, deadline=deadline, rate_scale=rate_scale, client=client),
         )
         loaded = load_trace(trace)
         prof = load_profile(profile)
@@ -125,32 +136,36 @@ def print_summary(result: ReplayResult) -> None:
     console.print(
         f"[bold]replay[/bold] {sc.name} profile={result.profile.name} gpus={sc.gpus} "
         f"sharing={sc.gpu_sharing} seed={result.seed} rate_scale={sc.rate_scale:g}"
+        + (f" client={sc.client}" if sc.client != "open" else "")
         + (f" deadline={sc.deadline:g}s" if sc.deadline else "")
     )
     rows = [(name, s["tasks"][name]) for name in s["tasks"]] + [("overall", s["overall"])]
     # Two narrow tables rather than one wide one, so an 80-column terminal shows every figure.
     counts = Table(title="Prompts per task", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
-    for col in ("task", "prompts", "done", "timed out", "calls done", "mean batch", "prompts/s"):
+    turned_away = s["overall"]["rejected"] + s["overall"]["dropped"] > 0
+    for col in ("task", "prompts", "done", "timed out", *(("turned away",) if turned_away else ()),
+                "calls done", "mean batch", "prompts/s"):
         counts.add_column(col, justify="left" if col == "task" else "right")
     for name, r in rows:
         counts.add_row(
             _label(name), str(r["prompts"]), str(r["completed"]), str(r["timed_out"]),
+            *((str(r["rejected"] + r["dropped"]),) if turned_away else ()),
             f"{r['calls_completed']}/{r['calls']}", _fmt(r["mean_batch_size"]),
             _fmt(r["throughput_prompts_per_s"], 3),
         )
     console.print(counts)
     latency = Table(title="Latency per task (seconds)", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
-    for col in ("task", "mean", "p50", "p95", "p99", "max", "call p95", "wait", "service"):
+    for col in ("task", "mean", "p50", "p95", "p99", "max", "call p95", "wait", "TTFT p50"):
         latency.add_column(col, justify="left" if col == "task" else "right")
     for name, r in rows:
         lat = r["latency"]
         latency.add_row(
             _label(name), *(_fmt(lat[k], 1) for k in ("mean", "p50", "p95", "p99", "max")),
             _fmt(r["call_latency"]["p95"], 1), _fmt(r["wait"]["mean"], 1),
-            _fmt(r["service"]["mean"], 1),
+            _fmt(r["ttft"]["p50"], 2),
         )
     console.print(latency)
-    gtable = Table(title=f"GPUs (makespan {s['makespan_s']:,.1f} s)", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    gtable = Table(title=f"GPUs (makespan {s['makespan_s']:,.1f} s, {s['gpu_seconds']:,.0f} GPU-s busy)", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     for col in ("gpu", "utilisation", "batches", "mean batch"):
         gtable.add_column(col, justify="right")
     for g in s["gpus"]:

@@ -40,6 +40,9 @@ def sweep_cli(
     acceptance: Optional[str] = axis_option("--acceptance", "Acceptance rates (spec_decode)"),
     lookahead: Optional[str] = axis_option("--lookahead", "Lookaheads (spec_decode)"),
     discipline: Optional[str] = axis_option("--discipline", "Disciplines (spec_decode)"),
+    max_num_seqs: Optional[str] = axis_option("--max-num-seqs", "Running-batch row limits (continuous)"),
+    max_batched_tokens: Optional[str] = axis_option("--max-batched-tokens", "Tokens per iteration (continuous)"),
+    kv_blocks: Optional[str] = axis_option("--kv-blocks", "KV-cache blocks per engine (continuous)"),
     gpus: Optional[str] = axis_option("--gpus", "GPU counts"),
     gpu_sharing: Optional[str] = axis_option("--gpu-sharing", "GPU sharing modes"),
     rate_scale: Optional[str] = axis_option("--rate-scale", "Load multipliers"),
@@ -59,7 +62,8 @@ def sweep_cli(
         axes = axes_from_options(dict(
             flush=flush, topology=topology, max_batch=max_batch, policy=policy, workers=workers,
             dispatch=dispatch, max_tokens=max_tokens, acceptance=acceptance, lookahead=lookahead,
-            discipline=discipline, gpus=gpus, gpu_sharing=gpu_sharing, rate_scale=rate_scale))
+            discipline=discipline, max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
+            kv_blocks=kv_blocks, gpus=gpus, gpu_sharing=gpu_sharing, rate_scale=rate_scale))
         spec = SweepSpec(axes, seeds_from(seeds), task)
         base = Base(load_trace(trace), load_profile(profile),
                     build_scenario(path=config, run={"deadline": deadline}))

@@ -24,6 +24,9 @@ When the iteration ends, decoding rows gain their tokens, admitted rows their fi
 iteration starts at that instant, after any prompt arriving at it has joined the waiting
 line. An engine with nothing to run is idle until a prompt arrives; then it starts at once.
 
+Queue limits apply to an engine's waiting line: ``max_queue`` rejects a prompt that finds
+that many waiting, ``queue_timeout`` drops (or marks) a prompt not admitted in time.
+
 KV-cache capacity per engine: the task's ``kv_blocks``, else the profile's ``kv_cache``,
 else unlimited; a row holds ceil(tokens in cache / ``block_size``) blocks.
 """
@@ -61,6 +64,8 @@ class Engine:
         self.total_blocks = kv if kv is not None else math.inf
         self.free_blocks = self.total_blocks
         self.max_queue = config.max_queue
+        self.queue_timeout = config.queue_timeout
+        self.drop_on_timeout = config.timeout_action == "drop"
         self.priority = config.priority
         self.cost = step_cost(system.profile.tasks[task], system.service_of(task))
         self.rng = system.service_rng(task)
@@ -85,8 +90,23 @@ class Engine:
         self.waiting.append(pid)
         self.generated[pid] = 0
         self.outstanding_tokens += need
+        if self.queue_timeout is not None:
+            self.env.call_at(self.env._now + self.queue_timeout, TIMER, self._on_queue_timeout, pid)
         if not self.busy:
             self._start_soon()
+
+    def _on_queue_timeout(self, event) -> None:
+        pid = event._value
+        system = self.system
+        if system.batch_of[pid] >= 0:
+            return  # admitted in time (a preempted prompt is not timed out again)
+        if self.drop_on_timeout:
+            self.waiting.remove(pid)
+            self.outstanding_tokens -= system.prompt_tokens[pid] + system.max_tokens[pid]
+            del self.generated[pid]
+            system.turn_away([pid], "dropped")
+        else:
+            system.status[pid] = "sent_after_timeout"
 
     def _start_soon(self) -> None:
         # The next iteration starts at this instant but after every arrival at it (TIMER
