@@ -27,7 +27,7 @@ Latency, wait, service, TTFT and TPOT statistics are over completed prompts;
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import pandas as pd
@@ -73,6 +73,65 @@ def call_table(log: pd.DataFrame, deadline: float | None = None) -> pd.DataFrame
     calls["latency_s"] = calls["done_at"] - calls["arrived_at"]
     limit = math.inf if deadline is None else deadline
     calls["completed"] = np.isfinite(calls["done_at"]) & (calls["done_at"] <= limit)
+    return calls
+
+
+#: Composition classes of a call, by the set of its tasks, first match wins.
+COMPOSITIONS: tuple[tuple[str, Callable[[frozenset], bool]], ...] = (
+    ("graph-only", lambda s: s == frozenset({"graph"})),
+    ("mmlu-no-infobench", lambda s: "mmlu" in s and "infobench" not in s),
+    ("any-infobench", lambda s: "infobench" in s),
+)
+
+
+def composition_of(tasks: frozenset) -> str:
+    """The composition class of a call with task set ``tasks`` (``other`` if none fits)."""
+    for label, test in COMPOSITIONS:
+        if test(tasks):
+            return label
+    return "other"
+
+
+def _group(calls: pd.DataFrame) -> dict[str, Any]:
+    ok = calls["ok"].to_numpy(bool)
+    censored = calls["latency_censored_s"].to_numpy(float)
+    return {
+        "calls": int(len(calls)),
+        "ok": int(ok.sum()),
+        "failed": int((~ok).sum()),
+        "latency": describe(calls.loc[ok, "latency_s"].to_numpy(float)),
+        "latency_censored": describe(censored[np.isfinite(censored)]),
+    }
+
+
+def call_figures(calls: pd.DataFrame, timeout: float | None = None) -> dict[str, Any]:
+    """Figures of a per-call table (observed or simulated): ``overall``, ``compositions``
+    and ``tasks`` (calls containing the task), each with call counts, latency statistics
+    over successful calls and over all calls with failures censored at ``timeout``."""
+    tasks = sorted({t for s in calls["tasks"] for t in s.split("+")})
+    comps = [label for label, _ in COMPOSITIONS] + ["other"]
+    return {
+        "overall": _group(calls),
+        "compositions": {c: _group(calls[calls["composition"] == c]) for c in comps
+                         if (calls["composition"] == c).any()},
+        "tasks": {t: _group(calls[calls["tasks"].str.split("+").map(lambda s, t=t: t in s)]) for t in tasks},
+        "timeout_s": timeout,
+    }
+
+
+def client_calls(log: pd.DataFrame, timeout: float | None = None) -> pd.DataFrame:
+    """The per-call table of a simulated run in an observed run's terms
+    (:mod:`simulator.observed`): ``ok`` unless a prompt was turned away or the call took
+    longer than the client ``timeout``; ``latency_s`` over ok calls, ``latency_censored_s``
+    with failed calls at the timeout (the model, like the server, keeps serving them)."""
+    calls = call_table(log).reset_index()
+    sets = log.groupby("call_index")["task"].agg(lambda s: frozenset(s))
+    calls["composition"] = calls["call_index"].map(sets).map(composition_of)
+    limit = math.inf if timeout is None else timeout
+    calls["ok"] = calls["completed"] & (calls["latency_s"] <= limit)
+    calls["latency_censored_s"] = np.where(calls["ok"], calls["latency_s"],
+                                           limit if timeout is not None else calls["latency_s"])
+    calls["latency_s"] = np.where(calls["ok"], calls["latency_s"], np.nan)
     return calls
 
 
@@ -131,9 +190,14 @@ def _group_summary(v: dict[str, np.ndarray], done_ok: np.ndarray, turned: dict[s
 
 
 def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
-              deadline: float | None = None, gpus: int | None = None) -> dict[str, Any]:
-    """The summary JSON of one run (stable keys: ``overall``, ``tasks.<name>``, ``gpus``,
-    ``gpu_seconds``, ``makespan_s``, ``deadline_s``, ``config``).
+              deadline: float | None = None, gpus: int | None = None,
+              client_timeout: float | None = None) -> dict[str, Any]:
+    """The summary JSON of one run (stable keys: ``overall``, ``tasks.<name>``,
+    ``compositions``, ``gpus``, ``gpu_seconds``, ``makespan_s``, ``deadline_s``, ``config``).
+
+    ``client_timeout``: a call not done that long after it arrived failed (the client gave
+    up; the system still served it). ``compositions`` holds the call figures per
+    composition class (:func:`call_figures`), failed calls censored at the timeout.
 
     ``gpus`` is the number of GPUs in the system, so that idle GPUs are listed too. Computed
     with numpy on the log's columns (a sweep summarises thousands of runs); the definitions
@@ -173,6 +237,8 @@ def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
     np.minimum.at(call_arrived, call_of, arrived)
     call_latency = call_done - call_arrived
     call_ok = call_served & (call_done <= limit)
+    if client_timeout is not None:
+        call_ok &= call_latency <= client_timeout
 
     batch_ids = log["batch_id"].to_numpy(np.int64)
     sizes = log["batch_size"].to_numpy(np.int64)
@@ -209,9 +275,28 @@ def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
             "mean_batch_size": float(sizes[mine][first_row].mean()) if ids.size else None,
             "mean_concurrency": float((done[mine] - started[mine]).sum() / busy) if busy > 0 else None,
         })
+    # compositions: a call's task set as a bit mask, mapped to its class (few distinct masks)
+    mask = np.zeros(n_calls, dtype=np.int64)
+    np.bitwise_or.at(mask, call_of, np.left_shift(1, task_codes.astype(np.int64)))
+    classes = {m: composition_of(frozenset(str(task_names[i]) for i in range(len(task_names)) if m >> i & 1))
+               for m in np.unique(mask).tolist()}
+    call_class = np.array([classes[m] for m in mask.tolist()], dtype=object)
+    # Without a client timeout a failed call is censored at nothing: its latency as it was
+    # (calls with a prompt turned away have none and are left out).
+    censored = np.where(call_ok, call_latency, client_timeout if client_timeout is not None else call_latency)
+    compositions = {}
+    for label in [c for c, _ in COMPOSITIONS] + ["other"]:
+        mine = call_class == label
+        if mine.any():
+            compositions[label] = {
+                "calls": int(mine.sum()), "ok": int((mine & call_ok).sum()), "failed": int((mine & ~call_ok).sum()),
+                "latency": describe(call_latency[mine & call_ok]),
+                "latency_censored": describe(censored[mine & np.isfinite(censored)]),
+            }
     return {
         "overall": group(np.ones(len(log), dtype=bool)),
         "tasks": tasks,
+        "compositions": compositions,
         "gpus": gpu_rows,
         "gpu_seconds": total_busy,
         "makespan_s": makespan,

@@ -266,3 +266,45 @@ def heatmap_panels(agg: pd.DataFrame, metric: str, rows: str, cols: str, panel: 
     fig.colorbar(im, ax=axes[0].tolist(), label=metric_label(metric))
     fig.suptitle(title)
     return _save(fig, path)
+
+
+def runs_cdf(runs: dict[str, pd.DataFrame], title: str = "Call latency", path=None,
+             timeout: float | None = None):
+    """Empirical CDFs of call latency of several runs (per-call tables, failed calls at their
+    censored value), overlaid, with the client timeout marked."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, (name, calls) in enumerate(runs.items()):
+        lat = np.sort(calls["latency_censored_s"].to_numpy(float))
+        if lat.size == 0:
+            continue
+        style = _style(i)
+        ax.step(lat, np.arange(1, lat.size + 1) / lat.size, where="post", label=name,
+                linestyle=style["linestyle"])
+    if timeout is not None:
+        ax.axvline(timeout, color="black", linestyle=":", linewidth=1, label=f"client timeout {timeout:g} s")
+    ax.set_xlabel("call latency (s; failed calls at the timeout)")
+    ax.set_ylabel("fraction of calls")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return _save(fig, path)
+
+
+def calls_scatter(reference: pd.DataFrame, other: pd.DataFrame, names: tuple[str, str],
+                  title: str = "Per-call latency", path=None):
+    """One point per call: latency in ``other`` against ``reference`` (matched by call id),
+    marked by composition class, with the diagonal."""
+    merged = reference.merge(other, on="call_id", suffixes=("_a", "_b"))
+    fig, ax = plt.subplots(figsize=(6, 6))
+    markers = "osD^v"
+    for i, (comp, rows) in enumerate(merged.groupby("composition_a", sort=True)):
+        ax.scatter(rows["latency_censored_s_a"], rows["latency_censored_s_b"], s=18,
+                   marker=markers[i % len(markers)], label=comp, alpha=0.8)
+    top = float(np.nanmax(merged[["latency_censored_s_a", "latency_censored_s_b"]].to_numpy())) if len(merged) else 1.0
+    ax.plot([0, top], [0, top], color="black", linewidth=0.8, linestyle="--", label="equal")
+    ax.set_xlabel(f"{names[0]} call latency (s)")
+    ax.set_ylabel(f"{names[1]} call latency (s)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return _save(fig, path)

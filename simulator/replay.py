@@ -67,5 +67,6 @@ def replay(
     scaled = trace.scaled(scenario.rate_scale)
     log = simulate(scaled, scenario, profile, seed)
     summary = summarize(log, resolved_config(trace, scenario, profile, seed),
-                        deadline=scenario.deadline, gpus=scenario.gpus)
+                        deadline=scenario.deadline, gpus=scenario.gpus,
+                        client_timeout=scenario.client_timeout)
     return ReplayResult(log=log, summary=summary, scenario=scenario, profile=profile, seed=seed)

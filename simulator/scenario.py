@@ -12,6 +12,10 @@ tokens and resource to use. It is read from TOML (``--config``)::
     gpu_sharing = "processor-sharing"   # or "exclusive"
     deadline = 1200            # seconds from trace start; optional
     client = "open"            # or "closed:N[:THINK]": N calls outstanding, THINK s between
+    client_timeout = 600       # a call not done in 600 s failed (still served); optional
+    cold_start = 60            # nothing is served before t = 60 s; optional
+    max_concurrent_groups = 2  # a call's task groups run at most 2 at a time ...
+    group_order = ["graph", "mmlu", "infobench"]   # ... started in this order
 
     [defaults]                 # applies to every task (CLI flags set these too)
     flush = 0.5
@@ -58,6 +62,17 @@ class TaskConfig:
     (counted as dropped) or ``send`` keeps it (counted as timed out in the queue, still
     served), as Triton's queue policy does.
 
+    Behaviours of real servers (see ``scenarios/lminference-*.toml``): ``sticky_gpu`` — a
+    worker that takes a GPU per batch keeps the GPU of its first batch; ``dispatch_per`` —
+    ``split`` sends each ``prompt`` to a queue, or a call's whole ``group`` to one;
+    ``batch_forming`` — ``eager``: a free worker forms its batch and then waits for its GPU
+    (a per-GPU lock taken after dequeuing), ``gpu-free``: it forms one only when its GPU is
+    free; ``rows_per_prompt`` — rows a prompt occupies in a batch (best-of-n sampling: n);
+    ``single_prompt`` — a batch of one prompt is served ``batched`` like any other, or
+    ``sequential``: its rows run one after another as separate generations;
+    ``adaptive_lookahead`` — speculative decoding picks the lookahead of each batch from the
+    GPU's recent acceptance history (see :mod:`simulator.profile.kinds.spec_decode`).
+
     ``continuous`` topology only: ``max_num_seqs`` (rows in the running batch),
     ``max_batched_tokens`` (tokens per iteration: a prefill counts its prompt, a decode row
     one), ``kv_blocks`` (KV-cache blocks of ``block_size`` tokens per engine; ``None``: the
@@ -84,10 +99,18 @@ class TaskConfig:
     max_batched_tokens: int = 8192
     kv_blocks: int | None = None
     block_size: int = 16
+    sticky_gpu: bool = False
+    dispatch_per: str = "prompt"
+    batch_forming: str = "eager"
+    rows_per_prompt: int = 1
+    single_prompt: str = "batched"
+    adaptive_lookahead: bool = False
 
 
 TASK_FIELDS = {f.name for f in fields(TaskConfig)}
 TIMEOUT_ACTIONS = ("drop", "send")
+CHOICES = {"dispatch_per": ("prompt", "group"), "batch_forming": ("eager", "gpu-free"),
+           "single_prompt": ("batched", "sequential")}
 
 
 @dataclass(frozen=True)
@@ -102,6 +125,10 @@ class Scenario:
     deadline: float | None = None
     rate_scale: float = 1.0
     client: str = "open"
+    client_timeout: float | None = None
+    cold_start: float = 0.0
+    max_concurrent_groups: int | None = None
+    group_order: tuple[str, ...] = ()
     defaults: TaskConfig = field(default_factory=TaskConfig)
     tasks: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     source: str | None = None
@@ -122,6 +149,10 @@ class Scenario:
             "deadline": self.deadline,
             "rate_scale": self.rate_scale,
             "client": self.client,
+            "client_timeout": self.client_timeout,
+            "cold_start": self.cold_start,
+            "max_concurrent_groups": self.max_concurrent_groups,
+            "group_order": list(self.group_order),
             "defaults": asdict(self.defaults),
             "tasks": {k: dict(v) for k, v in self.tasks.items()},
         }
@@ -150,6 +181,12 @@ def _check_task_values(values: Mapping[str, Any], where: str | None, record: str
         elif key == "discipline":
             if value not in ("ragged", "lockstep"):
                 raise ScenarioError(where, record, key, f"must be ragged or lockstep, got {value!r}")
+        elif key in ("sticky_gpu", "adaptive_lookahead"):
+            if not isinstance(value, bool):
+                raise ScenarioError(where, record, key, f"must be true or false, got {value!r}")
+        elif key in CHOICES:
+            if value not in CHOICES[key]:
+                raise ScenarioError(where, record, key, f"must be {' or '.join(CHOICES[key])}, got {value!r}")
         elif key == "timeout_action":
             if value not in TIMEOUT_ACTIONS:
                 raise ScenarioError(where, record, key, f"must be {' or '.join(TIMEOUT_ACTIONS)}, got {value!r}")
@@ -171,7 +208,8 @@ def _check_task_values(values: Mapping[str, Any], where: str | None, record: str
     return out
 
 
-RUN_FIELDS = ("gpus", "gpu_sharing", "deadline", "rate_scale", "client")
+RUN_FIELDS = ("gpus", "gpu_sharing", "deadline", "rate_scale", "client", "client_timeout",
+              "cold_start", "max_concurrent_groups", "group_order")
 
 
 @dataclass(frozen=True)
@@ -222,6 +260,17 @@ def _check_run_values(values: Mapping[str, Any], where: str | None, record: str)
         rate_scale = values["rate_scale"]
         if isinstance(rate_scale, bool) or not isinstance(rate_scale, (int, float)) or not (rate_scale > 0 and math.isfinite(rate_scale)):
             raise ScenarioError(where, record, "rate_scale", f"must be a number > 0, got {rate_scale!r}")
+    for key in ("client_timeout", "cold_start"):
+        value = values.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not (value >= 0 and math.isfinite(value))):
+            raise ScenarioError(where, record, key, f"must be a number of seconds >= 0, got {value!r}")
+    groups = values.get("max_concurrent_groups")
+    if groups is not None and (isinstance(groups, bool) or not isinstance(groups, int) or groups < 1):
+        raise ScenarioError(where, record, "max_concurrent_groups", f"must be an integer >= 1, got {groups!r}")
+    order = values.get("group_order")
+    if order is not None and (not isinstance(order, (list, tuple)) or not all(isinstance(t, str) and t for t in order)):
+        raise ScenarioError(where, record, "group_order", f"must be a list of task names, got {order!r}")
     if "client" in values:
         client = values["client"]
         if not isinstance(client, str):
@@ -326,6 +375,7 @@ def build_scenario(
     rate_scale = run_values.get("rate_scale", 1.0)
     sharing = run_values.get("gpu_sharing", "exclusive")
     client = run_values.get("client", "open")
+    client_timeout = run_values.get("client_timeout")
 
     scenario = Scenario(
         name=str(data.get("name", Path(path).stem if path else "cli")),
@@ -335,6 +385,10 @@ def build_scenario(
         deadline=None if deadline is None else float(deadline),
         rate_scale=float(rate_scale),
         client=client,
+        client_timeout=None if client_timeout is None else float(client_timeout),
+        cold_start=float(run_values.get("cold_start", 0.0)),
+        max_concurrent_groups=run_values.get("max_concurrent_groups"),
+        group_order=tuple(run_values.get("group_order", ())),
         defaults=replace(TaskConfig(), **merged_defaults),
         tasks=task_overrides,
         source=where,

@@ -185,7 +185,8 @@ def run_job(job: tuple[str, dict[str, Any], int], task: str | None, base: Base |
     scenario = scenario_for(base, config, task)
     trace = base.trace.scaled(scenario.rate_scale) if scenario.rate_scale != 1 else base.trace
     log = simulate(trace, scenario, base.profile, seed)
-    summary = summarize(log, config=None, deadline=scenario.deadline, gpus=scenario.gpus)
+    summary = summarize(log, config=None, deadline=scenario.deadline, gpus=scenario.gpus,
+                        client_timeout=scenario.client_timeout)
     return {"config_key": key, "seed": seed, **config, **flatten(summary)}
 
 

@@ -86,7 +86,7 @@ def test_summary_figures_from_the_log():
 
 def test_summary_keys_are_stable():
     s = summarize(LOG)
-    assert set(s) == {"overall", "tasks", "gpus", "gpu_seconds", "makespan_s", "deadline_s", "config"}
+    assert set(s) == {"overall", "tasks", "compositions", "gpus", "gpu_seconds", "makespan_s", "deadline_s", "config"}
     assert set(s["overall"]) == {"prompts", "completed", "timed_out", "rejected", "dropped",
                                  "sent_after_timeout", "preemptions", "calls", "calls_completed",
                                  "latency", "call_latency", "wait", "service", "ttft", "tpot",
@@ -120,3 +120,15 @@ def test_time_average_in_system_by_hand():
     # Little's law holds exactly on a finished sample path: L = (N / T) * W.
     w = with_durations(LOG)["latency_s"].mean()
     assert time_average_in_system(LOG) == pytest.approx(len(LOG) / 10.0 * w)
+
+
+def test_composition_figures_in_the_summary_match_the_per_call_table():
+    from simulator.metrics import call_figures, client_calls
+
+    log = LOG.assign(task=LOG["task"].map({"a": "infobench", "g": "graph"}))
+    s = summarize(log, client_timeout=4.0)
+    by_table = call_figures(client_calls(log, 4.0), 4.0)["compositions"]
+    assert s["compositions"] == by_table
+    # call 0 (graph + infobench, 5 s) and call 2 (infobench, 7 s) exceed 4 s: failed, censored
+    assert s["compositions"]["any-infobench"]["failed"] == 2
+    assert s["compositions"]["any-infobench"]["latency_censored"]["max"] == 4.0

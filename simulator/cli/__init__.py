@@ -23,7 +23,8 @@ app = typer.Typer(
 # Command modules register themselves on ``app`` when imported. A command whose core
 # dependency is missing on this machine (a GPU box may have torch but not simpy) is still
 # listed, and says what to install instead of breaking every other command.
-_COMMANDS = ("replay", "validate", "synth", "import", "profile", "sweep", "compare", "plan", "plot")
+_COMMANDS = ("replay", "validate", "synth", "import", "profile", "sweep", "compare", "plan", "plot",
+             "observed")
 
 
 def _unavailable(name: str, missing: str) -> None:

@@ -31,7 +31,7 @@ def user_errors() -> Iterator[None]:
             with _errors_to_exit():
                 yield
         finally:
-            for w in caught:
+            for w in list(caught):  # re-emitting below appends to ``caught``
                 if issubclass(w.category, SimctlWarning):
                     warn(str(w.message))
                 else:

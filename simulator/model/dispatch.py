@@ -70,6 +70,17 @@ class ShortestByTokens(LeastLoaded):
     unit = "tokens"
 
 
+@DISPATCH_RULES.register("shortest-waiting")
+class ShortestWaiting(LeastLoaded):
+    """The queue with the fewest prompts *waiting* (batches formed or running are not
+    counted, as a server comparing ``len(queue)`` does); ties go to the lowest index. Where
+    the places are GPUs or engines, which have no waiting line of prompts, it compares
+    outstanding prompts like ``least-loaded``."""
+
+    name = "shortest-waiting"
+    unit = "waiting"
+
+
 @DISPATCH_RULES.register("random")
 class UniformRandom(DispatchRule):
     """A place drawn uniformly at random (from the run's dispatch stream)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+from collections import deque
 from typing import Callable
 
 import numpy as np
@@ -62,6 +63,7 @@ class System:
         self.gpus: list[Device] = [make_gpu(self.env, g) for g in range(scenario.gpus)]
         self._cpu_pools: dict[str, Device] = {}
         self.batches: list[Batch] = []
+        self._acceptance: dict[tuple[str, int], deque] = {}  # per (task, GPU): recent row acceptance rates
         self.queues: list = []  # every micro-batch queue, told when input ends
         self.input_closed = False
 
@@ -83,6 +85,9 @@ class System:
 
     # -- construction -----------------------------------------------------------------
     def _build(self, trace: Trace) -> None:
+        # Groups start in the scenario's group order (tasks it does not list keep their
+        # order of first appearance, after the listed ones).
+        self._group_rank = {t: r for r, t in enumerate(self.scenario.group_order)}
         fronts: dict[str, Topology] = {}
         # Per task: its front end, default prompt tokens, default max tokens and cap.
         info: dict[str, tuple[Topology, int, int, int | None]] = {}
@@ -113,7 +118,9 @@ class System:
                 else:
                     group.append(index)
                 index += 1
-            self.groups.append([(info[t][0], ids) for t, ids in by_task.items()])
+            order = self._group_rank
+            tasks = sorted(by_task, key=lambda t: order.get(t, len(order))) if order else list(by_task)
+            self.groups.append([(info[t][0], by_task[t]) for t in tasks])
         nan = float("nan")
         self.batch_of = [-1] * index
         self.done_at = [nan] * index
@@ -122,6 +129,15 @@ class System:
         self.preemptions = [0] * index
         self._left_in_call = [len(c.prompts) for c in trace.calls]
         self._sent = [False] * len(trace.calls)
+        # With at most N groups of a call at a time: the groups not started yet, and prompts
+        # left per running group (keyed by the group's first prompt).
+        self._waiting_groups: dict[int, deque] = {}
+        self._left_in_group: dict[int, int] = {}
+        self._group_head = [0] * index
+        for call_groups in self.groups:
+            for _, ids in call_groups:
+                for i in ids:
+                    self._group_head[i] = ids[0]
         self._on_call_done: Callable[[int], None] | None = None
 
     def _front(self, fronts: dict[str, Topology], task: str) -> Topology:
@@ -196,16 +212,34 @@ class System:
             self._services[task] = service
         return service
 
-    def form_batch(self, task: str, queue: str, ids: list[int], worker: int) -> Batch:
-        """Make a batch of ``ids`` now and draw its service time."""
-        if len(ids) == 1:
-            i = ids[0]
-            shape = BatchShape(1, self.prompt_tokens[i], self.max_tokens[i])
-        else:
-            rows = tuple(map(self.max_tokens.__getitem__, ids))
-            shape = BatchShape(len(ids), max(map(self.prompt_tokens.__getitem__, ids)), max(rows), rows)
+    def form_batch(self, task: str, queue: str, ids: list[int], worker: int,
+                   device: Device | None = None) -> Batch:
+        """Make a batch of ``ids`` now, for ``device`` where it is known, and draw its service time.
+
+        A prompt takes ``rows_per_prompt`` rows (best-of-n); a lone prompt with
+        ``single_prompt = "sequential"`` runs its rows as that many one-row generations, one
+        after another. With ``adaptive_lookahead`` the lookahead comes from the device's
+        acceptance history, which the batch's rows then extend."""
+        cfg = self.configs[task]
+        n = cfg.rows_per_prompt
+        rows = tuple(m for m in map(self.max_tokens.__getitem__, ids) for _ in range(n))
+        shape = BatchShape(len(rows), max(map(self.prompt_tokens.__getitem__, ids)), max(rows), rows)
         service = self.service_of(task)
-        work = service.sample(shape, self.service_rng(task))
+        history = None
+        if cfg.adaptive_lookahead and hasattr(service, "sample_detail"):
+            from simulator.profile.kinds.spec_decode import adaptive_lookahead
+
+            history = self._acceptance.setdefault((task, -1 if device is None else device.gpu_id), deque(maxlen=100))
+            k = adaptive_lookahead(service.lookahead, sum(history) / len(history) if history else None)
+            service = service.with_overrides(lookahead=k)
+        rng = self.service_rng(task)
+        if len(ids) == 1 and n > 1 and cfg.single_prompt == "sequential":
+            one = BatchShape(1, shape.prompt_tokens, rows[0], rows[:1])
+            draws = [self._draw(service, one, rng, history) for _ in range(n)]
+            work = float(sum(draws))
+            shape = one
+        else:
+            work = self._draw(service, shape, rng, history)
         batch = Batch(next(self._batch_ids), task, queue, ids, worker, self.env._now, work)
         batch.priority = self.configs[task].priority
         batch.tokens = sum(self.prompt_tokens[i] + self.max_tokens[i] for i in ids)
@@ -215,6 +249,14 @@ class System:
         for i in ids:
             batch_of[i] = batch.id
         return batch
+
+    @staticmethod
+    def _draw(service, shape: BatchShape, rng: np.random.Generator, history: deque | None) -> float:
+        if history is None:
+            return service.sample(shape, rng)
+        work, rates = service.sample_detail(shape, rng)
+        history.extend(rates.tolist())
+        return work
 
     def new_batch_id(self) -> int:
         return next(self._batch_ids)
@@ -240,7 +282,21 @@ class System:
         self.prompts_finished(ids)
 
     def prompts_finished(self, ids: list[int]) -> None:
-        """Prompts left the system now; a closed-loop client learns when a call is over."""
+        """Prompts left the system now: a call's next task group may start (at most N at a
+        time); a closed-loop client learns when a call is over."""
+        if self._waiting_groups:
+            for i in ids:
+                head = self._group_head[i]
+                left = self._left_in_group.get(head)
+                if left is None:
+                    continue
+                if left > 1:
+                    self._left_in_group[head] = left - 1
+                    continue
+                del self._left_in_group[head]
+                pending = self._waiting_groups.get(self.call_of[i])
+                if pending:
+                    self._start_group(*pending.popleft())
         if self._on_call_done is None:
             return
         left, call_of = self._left_in_call, self.call_of
@@ -260,10 +316,21 @@ class System:
         env = self.env
         closed = parse_client(self.scenario.client)
 
+        cold_until = self.scenario.cold_start
+        limit = self.scenario.max_concurrent_groups
+
         def send(ci: int) -> None:
+            if env._now < cold_until:
+                # Nothing serves before the cold start ends: the call is taken in then.
+                env.call_at(cold_until, ARRIVAL, lambda event: send(event._value), ci)
+                return
             self._sent[ci] = True
-            for front, ids in groups[ci]:
-                front.accept(ids)
+            call_groups = groups[ci]
+            if limit is not None and len(call_groups) > limit:
+                self._waiting_groups[ci] = deque(call_groups[limit:])
+                call_groups = call_groups[:limit]
+            for front, ids in call_groups:
+                self._start_group(front, ids)
             if ci == len(calls) - 1:
                 self.input_closed = True
                 for queue in self.queues:
@@ -302,6 +369,11 @@ class System:
         env.run()
         self._check_stalled()
         return self._event_log()
+
+    def _start_group(self, front: Topology, ids: list[int]) -> None:
+        if self._waiting_groups:
+            self._left_in_group[ids[0]] = len(ids)
+        front.accept(ids)
 
     def _check_stalled(self) -> None:
         """Nothing left to happen, yet prompts wait: only a batch that can never fill (static

@@ -78,6 +78,11 @@ class BatchQueue:
         self.max_queue = config.max_queue
         self.queue_timeout = config.queue_timeout
         self.drop_on_timeout = config.timeout_action == "drop"
+        self.sticky = config.sticky_gpu
+        self.form_when_free = config.batch_forming == "gpu-free"
+        if self.form_when_free:
+            for device in {id(d): d for d in [w.device for w in self.idle if w.device is not None]}.values():
+                device.watchers.append(self.poll)
         system.queues.append(self)
 
     @property
@@ -101,6 +106,11 @@ class BatchQueue:
             self.env.call_at(self.env._now + self.queue_timeout, TIMER, self._on_queue_timeout, prompt_ids)
         self.poll()
 
+    @property
+    def waiting_count(self) -> int:
+        """Prompts waiting (not yet in a batch): what ``shortest-waiting`` compares."""
+        return len(self.waiting)
+
     def _idle_share(self, chosen: Device | None) -> float:
         """Share of the queue's GPUs other than ``chosen`` with nothing to run."""
         others = [d for d in self.devices if d is not chosen]
@@ -116,6 +126,12 @@ class BatchQueue:
             if self.pickup_at is None:
                 self.pickup_at = now
             worker = self.idle[0] if self.idle else None
+            if self.form_when_free and worker is not None:
+                # Only a worker whose GPU is free may form a batch; the GPU's watcher polls again.
+                free = [w for w in self.idle if w.device is None or w.device.is_free()]
+                if not free:
+                    return
+                worker = free[0]
             idle_share = self._idle_share(worker.device if worker is not None else None) if self.devices else 0.0
             decision = self.policy.release(len(self.waiting), arrived_at[self.waiting[0]], now,
                                            self.pickup_at, idle_share)
@@ -132,13 +148,18 @@ class BatchQueue:
             ids = [self.waiting.popleft() for _ in range(decision.count)]
             self.pickup_at = None
             self.timer_at = None
-            worker = self.idle.popleft() if self.idle else Worker(self.system.new_worker_id(), self.unbound_device)
+            if worker is not None:
+                self.idle.remove(worker)
+            else:
+                worker = Worker(self.system.new_worker_id(), self.unbound_device)
             self._dispatch(worker, ids)
 
     def _dispatch(self, worker: Worker, ids: list[int]) -> None:
-        batch = self.system.form_batch(self.task, self.name, ids, worker.id)
-        self.in_service += len(ids)
         device = worker.device if worker.device is not None else self.pick_device()  # type: ignore[misc]
+        if self.sticky and worker.device is None:
+            worker.device = device  # keeps the GPU of its first batch from now on
+        batch = self.system.form_batch(self.task, self.name, ids, worker.id, device)
+        self.in_service += len(ids)
         batch.holder = worker
         batch.on_done = self._batch_done
         device.submit(batch)

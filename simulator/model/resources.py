@@ -65,6 +65,12 @@ class Device(ABC):
     gpu_id: int = -1
     outstanding: int = 0
     outstanding_tokens: int = 0
+    #: called after every batch finishes (queues that form batches only on a free GPU)
+    watchers: list
+
+    def is_free(self) -> bool:
+        """Nothing runs or waits on the device."""
+        return self.outstanding == 0
 
     @abstractmethod
     def submit(self, batch: Batch) -> None:
@@ -82,6 +88,7 @@ class ServerPool(Device):
         self.gpu_id = gpu_id
         self.servers = servers
         self.busy = 0
+        self.watchers = []
         self.line: list[tuple[int, int, Batch]] = []  # heap of (-priority, arrival order, batch)
         self._order = itertools.count()
         self.outstanding = 0
@@ -113,6 +120,8 @@ class ServerPool(Device):
         if self.line:
             self._start(heappop(self.line)[2])
         batch.on_done(batch)  # type: ignore[misc]
+        for watcher in self.watchers:
+            watcher()
 
 
 class ProcessorSharingGpu(Device):
@@ -122,6 +131,7 @@ class ProcessorSharingGpu(Device):
         self.env = env
         self.gpu_id = gpu_id
         self.remaining: dict[Batch, float] = {}
+        self.watchers = []
         self.updated_at = 0.0
         self.version = 0
         self.outstanding = 0
@@ -170,6 +180,8 @@ class ProcessorSharingGpu(Device):
         self._reschedule()
         for batch in finished:
             batch.on_done(batch)  # type: ignore[misc]
+        for watcher in self.watchers:
+            watcher()
 
 
 GPU_SHARING: Registry[Callable[["SimEnvironment", int], Device]] = Registry("GPU sharing mode")

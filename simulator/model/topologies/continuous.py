@@ -244,5 +244,7 @@ class Continuous(Topology):
             if len(engines) == 1:
                 engines[0].add(pid)
             else:
-                loads = [e.outstanding_tokens if self.rule.unit == "tokens" else e.outstanding for e in engines]
+                unit = self.rule.unit
+                loads = [e.outstanding_tokens if unit == "tokens" else len(e.waiting) if unit == "waiting"
+                         else e.outstanding for e in engines]
                 engines[self.rule.choose(loads, self.rng)].add(pid)

@@ -27,6 +27,7 @@ class Direct(Topology):
     def accept(self, prompt_ids: list[int]) -> None:
         size = self.max_batch
         for start in range(0, len(prompt_ids), size):
-            batch = self.system.form_batch(self.task, f"{self.task}/direct", prompt_ids[start:start + size], -1)
+            device = self.pick()
+            batch = self.system.form_batch(self.task, f"{self.task}/direct", prompt_ids[start:start + size], -1, device)
             batch.on_done = self.system.batch_done
-            self.pick().submit(batch)
+            device.submit(batch)

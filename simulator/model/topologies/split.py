@@ -1,7 +1,9 @@
 """``split``: one micro-batch queue per task per GPU, each with one worker bound to its GPU.
 
 Each prompt is dispatched on arrival to one queue by the task's rule (``round-robin``,
-``least-loaded`` by outstanding prompts, ``jsq-tokens`` by outstanding tokens, or ``random``). For a task on the CPU there is one
+``least-loaded`` by outstanding prompts, ``jsq-tokens`` by outstanding tokens,
+``shortest-waiting`` by prompts waiting in the queue only, or ``random``), or with
+``dispatch_per = "group"`` each call's group of this task as a whole). For a task on the CPU there is one
 queue per CPU server, so ``cpu_workers`` must be set.
 """
 
@@ -41,10 +43,13 @@ class SplitQueues(Topology):
         ]
         self.rule = system.dispatch_rule(config)
         self.rng = system.dispatch_rng
+        self.per_group = config.dispatch_per == "group"
 
     def accept(self, prompt_ids: list[int]) -> None:
         queues = self.queues
-        for pid in prompt_ids:
-            loads = [q.outstanding_tokens if self.rule.unit == "tokens" else q.outstanding for q in queues]
-            index = self.rule.choose(loads, self.rng)
-            queues[index].add([pid])
+        unit = self.rule.unit
+        # dispatch_per = "group": the call's prompts of this task all go to one queue.
+        for part in ([prompt_ids] if self.per_group else [[p] for p in prompt_ids]):
+            loads = [q.outstanding_tokens if unit == "tokens" else q.waiting_count if unit == "waiting"
+                     else q.outstanding for q in queues]
+            queues[self.rule.choose(loads, self.rng)].add(part)

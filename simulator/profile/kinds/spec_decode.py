@@ -25,6 +25,19 @@ stream as a truncated geometric (each draft accepted with probability ``acceptan
 the first rejection, at most k), and commits ``n + 1`` tokens (``ragged``) or ``m + 1`` with
 m the minimum over the unfinished rows (``lockstep``). The batch ends when its slowest row
 has its max tokens. This module needs numpy only: replay never imports torch.
+
+``"kv_cache": false`` describes a decoder without a KV cache (as in the users' first
+server): every draft pass and the verify pass run over each active row's whole sequence,
+right-padded to the longest, so iteration i costs
+``k·draft_step(R_i, V_i, V_i) + verify(R_i, V_i + k, V_i + k) + iteration(k)`` with R_i the
+rows still running and V_i the longest of them (ragged discipline; the prefill is the first
+pass and not priced apart).
+
+Adaptive lookahead (the scenario's ``adaptive_lookahead``, per GPU): the lookahead of a
+batch is chosen from the mean of the last 100 per-row acceptance rates (accepted over
+drafted tokens, per row of past batches on that GPU; 0.5 with no history) from the base
+lookahead k: mean > 0.75 → k + 2 (at most 8), > 0.60 → k + 1, > 0.40 → k,
+> 0.25 → max(k − 1, 2), else max(k − 2, 1). This is the rule of the users' decoder.
 """
 
 from __future__ import annotations
@@ -106,6 +119,7 @@ class SpecDecodeService:
     lookahead: int
     discipline: str = "ragged"
     view_step: int = 256
+    kv_cache: bool = True
     kind: str = "spec_decode"
     _moments: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -132,12 +146,38 @@ class SpecDecodeService:
         return t + float(per_iter.sum())
 
     def sample(self, shape: BatchShape, rng: np.random.Generator) -> float:
+        return self.sample_detail(shape, rng)[0]
+
+    def sample_detail(self, shape: BatchShape, rng: np.random.Generator) -> tuple[float, np.ndarray]:
+        """One batch time and each row's acceptance rate (accepted over drafted tokens)."""
         rows = shape.rows_max_tokens or (shape.max_tokens,) * shape.size
+        if not self.kv_cache:
+            return self._sample_no_cache(shape.prompt_tokens, np.asarray(rows), rng)
         needs = np.asarray(rows) - 1   # the prefill gives every row its first token
         horizon = max(int(needs.max()), 0)
         accepted = draw_accepted(rng, self.acceptance, self.lookahead, (horizon, len(rows)))
         its = iterations_needed(needs, accepted, self.discipline) if horizon else 0
-        return self.time_for(shape.size, shape.prompt_tokens, its, max(rows))
+        rates = accepted[:max(its, 1)].mean(axis=0) / self.lookahead if horizon else np.zeros(len(rows))
+        return self.time_for(shape.size, shape.prompt_tokens, its, max(rows)), rates
+
+    def _sample_no_cache(self, P: int, needs: np.ndarray, rng: np.random.Generator) -> tuple[float, np.ndarray]:
+        """Ragged rounds without a KV cache (module docstring), vectorised over rounds."""
+        c, k = self.costs, self.lookahead
+        horizon = int(needs.max())
+        if horizon <= 0:
+            return 0.0, np.zeros(len(needs))
+        accepted = draw_accepted(rng, self.acceptance, k, (horizon, len(needs)))
+        made = np.minimum(np.cumsum(accepted + 1, axis=0), needs)   # tokens after each round
+        before = np.vstack([np.zeros((1, len(needs)), dtype=made.dtype), made[:-1]])
+        active = before < needs                                      # rows running in round i
+        rounds = int(active.any(axis=1).sum())
+        active, before = active[:rounds], before[:rounds]
+        R = active.sum(axis=1).astype(float)
+        V = P + np.where(active, before, 0).max(axis=1).astype(float)
+        t = (k * c["draft_step"](R, V, V) + c["verify"](R, V + k, V + k) + c["iteration"](np.full(rounds, float(k))))
+        drafted = active.sum(axis=0) * k
+        rates = np.where(drafted > 0, (accepted[:rounds] * active).sum(axis=0) / np.maximum(drafted, 1), 0.0)
+        return float(t.sum()), rates
 
     def _moments_of(self, shape: BatchShape) -> tuple[float, float]:
         key = (shape.size, shape.prompt_tokens, shape.max_tokens, shape.rows_max_tokens)
@@ -155,9 +195,12 @@ class SpecDecodeService:
         return self._moments_of(shape)[1]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "costs": {k: v.to_dict() for k, v in self.costs.items()},
-                "acceptance": self.acceptance, "lookahead": self.lookahead,
-                "discipline": self.discipline, "view_step": self.view_step}
+        out = {"kind": self.kind, "costs": {k: v.to_dict() for k, v in self.costs.items()},
+               "acceptance": self.acceptance, "lookahead": self.lookahead,
+               "discipline": self.discipline, "view_step": self.view_step}
+        if not self.kv_cache:
+            out["kv_cache"] = False
+        return out
 
 
 @KINDS.register("spec_decode")
@@ -192,10 +235,28 @@ def parse(spec: dict[str, Any], where: Where) -> SpecDecodeService:
     step = spec.get("view_step", 256)
     if isinstance(step, bool) or not isinstance(step, int) or step < 1:
         raise where.error("view_step", f"must be an integer >= 1, got {step!r}")
-    return SpecDecodeService(costs, alpha, k, discipline, step)
+    kv_cache = spec.get("kv_cache", True)
+    if not isinstance(kv_cache, bool):
+        raise where.error("kv_cache", f"must be true or false, got {kv_cache!r}")
+    return SpecDecodeService(costs, alpha, k, discipline, step, kv_cache)
 
 
 def expected_iterations(max_new: int, alpha: float, k: int) -> float:
     """Rough mean iterations of one row: (max_new - 1) / E[tokens per iteration]."""
     per = k + 1 if alpha == 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
     return max(max_new - 1, 0) / per if per else math.inf
+
+
+def adaptive_lookahead(base: int, history_mean: float | None) -> int:
+    """The lookahead the adaptive rule picks from the mean recent acceptance rate (module
+    docstring); ``None`` (no history yet) counts as 0.5."""
+    mean = 0.5 if history_mean is None else history_mean
+    if mean > 0.75:
+        return min(base + 2, 8)
+    if mean > 0.60:
+        return base + 1
+    if mean > 0.40:
+        return base
+    if mean > 0.25:
+        return max(base - 1, 2)
+    return max(base - 2, 1)

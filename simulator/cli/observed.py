@@ -1,0 +1,116 @@
+"""``simctl observed`` and ``simctl compare-runs``: real runs in, figure-by-figure comparisons out."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich import box
+from rich.table import Table
+
+from simulator.cli import app
+from simulator.cli._common import console, user_errors
+from simulator.observed import CLIENT_TIMEOUT, compare_calls, observed_to_json, read_observed, read_run
+from simulator.outputs import check_writable, open_output
+
+
+def _fmt(x: Any, digits: int = 1) -> str:
+    return "–" if x is None or x != x else f"{x:,.{digits}f}"
+
+
+def print_call_figures(figures: dict, title: str) -> None:
+    """One row per composition class, per task (calls containing it) and overall."""
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    table.add_column("calls", justify="left")
+    for col in ("n", "ok", "fail", "mean", "p50", "p90", "p99", "p50*", "p90*"):
+        table.add_column(col, justify="right")
+    groups = [(c, g) for c, g in figures["compositions"].items()]
+    groups += [(f"with {t}", g) for t, g in figures["tasks"].items()] + [("[bold]overall[/bold]", figures["overall"])]
+    for name, g in groups:
+        lat, cens = g["latency"], g["latency_censored"]
+        table.add_row(name, str(g["calls"]), str(g["ok"]), str(g["failed"]),
+                      *(_fmt(lat[k]) for k in ("mean", "p50", "p90", "p99")),
+                      _fmt(cens["p50"]), _fmt(cens["p90"]))
+    console.print(table)
+    console.print("* over all calls, failed ones at the timeout", highlight=False)
+
+
+@app.command("observed")
+def observed_cli(
+    folder: Path = typer.Argument(..., help="Results folder of the load-testing client (batch_NNNN.json, simulation_summary.json)."),
+    arrivals: Optional[Path] = typer.Option(None, "--arrivals", help="The arrival file the run replayed (default: ../batch_arrivals.json)."),
+    timeout: float = typer.Option(CLIENT_TIMEOUT, "--timeout", help="Client timeout: failed calls are censored here (s)."),
+    json_out: Optional[str] = typer.Option(None, "--json", help="Write the figures and per-call table to FILE ('-' for stdout)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing output file."),
+) -> None:
+    """Summarise an observed run per call composition and overall, as replay does.
+
+    A call succeeded only if its result file exists and holds `choices`; failed calls are
+    censored at the client timeout.
+    """
+    with user_errors():
+        if json_out and json_out != "-":
+            check_writable(json_out, force=force, inputs=(folder,))
+        run = read_observed(folder, arrivals, timeout)
+        data = observed_to_json(run)
+        if json_out == "-":
+            sys.stdout.write(json.dumps(data, indent=2) + "\n")
+            return
+        if json_out:
+            with open_output(json_out, force=force) as fh:
+                json.dump(data, fh, indent=2)
+        print_call_figures(data["figures"], f"observed {run.name}: call latency (s), failures censored at {timeout:g} s")
+
+
+@app.command("compare-runs")
+def compare_runs_cli(
+    reference: Path = typer.Argument(..., help="The reference run: results folder, observed JSON or event log."),
+    other: Path = typer.Argument(..., help="The run to compare with it (e.g. a simulated event log)."),
+    arrivals: Optional[Path] = typer.Option(None, "--arrivals", help="Arrival file for results folders (default: ../batch_arrivals.json)."),
+    timeout: float = typer.Option(CLIENT_TIMEOUT, "--timeout", help="Client timeout: calls over it failed, censored here (s)."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Write cdf.png (overlaid CDFs) and scatter.png (per call) into DIR."),
+    json_out: Optional[str] = typer.Option(None, "--json", help="Write the error table to FILE ('-' for stdout)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
+) -> None:
+    """Compare two runs call by call: p50/p90/p99/mean of call latency per composition and
+    their relative error (other − reference) / reference."""
+    with user_errors():
+        if json_out and json_out != "-":
+            check_writable(json_out, force=force, inputs=(reference, other))
+        name_a, calls_a = read_run(reference, timeout, arrivals)
+        name_b, calls_b = read_run(other, timeout, arrivals)
+        table = compare_calls(calls_a, calls_b)
+        if plot:
+            from simulator.plots import calls_scatter, runs_cdf
+
+            plot.mkdir(parents=True, exist_ok=True)
+            for name in ("cdf.png", "scatter.png"):
+                check_writable(plot / name, force=force)
+            runs_cdf({name_a: calls_a, name_b: calls_b}, f"Call latency: {name_b} vs {name_a}",
+                     plot / "cdf.png", timeout)
+            calls_scatter(calls_a, calls_b, (name_a, name_b), f"Per-call latency: {name_b} vs {name_a}",
+                          plot / "scatter.png")
+        if json_out:
+            text = table.to_json(orient="records", indent=2)
+            if json_out == "-":
+                sys.stdout.write(text + "\n")
+                return
+            with open_output(json_out, force=force) as fh:
+                fh.write(text)
+        out = Table(title=f"call latency (s), failures at {timeout:g} s: {name_b} against {name_a}",
+                    title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+        out.add_column("calls", justify="left")
+        out.add_column("n", justify="right")
+        for stat in ("p50", "p90", "p99", "mean"):
+            out.add_column(stat, justify="right")
+        for _, r in table.iterrows():
+            stats = ("p50", "p90", "p99", "mean")
+            out.add_row(r["group"], str(r["calls"]), *(_fmt(r[f"{s}_ref"]) for s in stats))
+            out.add_row("", "", *(_fmt(r[f"{s}_other"]) for s in stats))
+            out.add_row("  error", "", *("–" if r[f"{s}_err"] != r[f"{s}_err"] else f"{100 * r[f'{s}_err']:+.0f} %"
+                                         for s in stats), end_section=True)
+        console.print(out)
+        console.print(f"rows per group: {name_a}, {name_b}, error = ({name_b} − {name_a}) / {name_a}", highlight=False)

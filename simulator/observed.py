@@ -1,0 +1,247 @@
+"""Observed runs: what a real system did with a trace, per call, in the same terms as replay.
+
+The users' load-testing client writes a results folder per run::
+
+    batch_results_RUN/
+      batch_0000.json ...          one per call that got an HTTP response
+      simulation_summary.json      every call, failures included (optional)
+
+Each record: ``batch_id, batch_size, scheduled_arrival_time, actual_send_time,
+request_duration, completion_time, status_code, prompt_idxs, response, error`` (seconds
+from the start of the run). Rules, as the client and server behave:
+
+* a call **succeeded** only if its ``batch_NNNN.json`` exists and its ``response`` has
+  ``choices`` (the server returns HTTP 200 with ``{"error": ...}`` on an exception); a call
+  with no file (a timeout or a 500) or with an error body **failed**;
+* a successful call's latency is its ``request_duration``; a failed call's is censored at
+  the client's timeout (600 s for this client);
+* the arrival file (``batch_arrivals.json``, the client format) gives each call's tasks.
+
+:func:`call_figures` turns any per-call table (observed, or simulated via
+:func:`simulated_calls`) into the same figures: call latency statistics overall, per task
+(calls containing it) and per composition class, over successful calls and censored.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from simulator.errors import SimctlError
+from simulator.metrics import COMPOSITIONS, call_figures, client_calls as simulated_calls, composition_of
+from simulator.trace.model import Trace
+
+CLIENT_TIMEOUT = 600.0
+SUMMARY_FILE = "simulation_summary.json"
+_BATCH_FILE = re.compile(r"^batch_(\d+)\.json$")
+
+class ObservedError(SimctlError):
+    """An observed-run folder or file that cannot be read."""
+
+    kind = "observed"
+
+
+@dataclass(frozen=True)
+class ObservedRun:
+    """One observed run: ``calls`` has one row per call of the trace (see :func:`read_observed`)."""
+
+    name: str
+    path: str
+    calls: pd.DataFrame
+    timeout: float = CLIENT_TIMEOUT
+    meta: dict = field(default_factory=dict)
+
+    def figures(self) -> dict[str, Any]:
+        return call_figures(self.calls, self.timeout)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ObservedError(path, None, None, f"not valid JSON (line {exc.lineno}): {exc.msg}") from None
+    except OSError as exc:
+        raise ObservedError(path, None, None, f"cannot read: {exc.strerror}") from None
+
+
+def _number(record: dict, key: str, path: Path, index: int | str) -> float | None:
+    value = record.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ObservedError(path, index, key, f"must be a number of seconds, got {value!r}")
+    return float(value)
+
+
+def _succeeded(record: dict) -> bool:
+    response = record.get("response")
+    return (record.get("status_code") == 200 and isinstance(response, dict)
+            and isinstance(response.get("choices"), list) and not record.get("error"))
+
+
+def find_arrivals(folder: Path) -> Path | None:
+    """The arrival file next to a results folder (``../batch_arrivals.json``), if there."""
+    candidate = folder.parent / "batch_arrivals.json"
+    return candidate if candidate.exists() else None
+
+
+def read_observed(folder: str | Path, arrivals: str | Path | Trace | None = None,
+                  timeout: float = CLIENT_TIMEOUT) -> ObservedRun:
+    """Read a results folder of the users' client; ``arrivals`` (the trace the run replayed,
+    default ``../batch_arrivals.json``) gives each call's tasks and arrival instant."""
+    from simulator.trace.formats import load_trace
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ObservedError(folder, None, None, "not a folder of observed results")
+    if arrivals is None:
+        arrivals = find_arrivals(folder)
+        if arrivals is None:
+            raise ObservedError(folder, None, None, "no batch_arrivals.json beside it; give the arrival file (--arrivals)")
+    trace = arrivals if isinstance(arrivals, Trace) else load_trace(arrivals)
+    by_id = {c.id: i for i, c in enumerate(trace.calls)}
+
+    files: dict[str, dict] = {}
+    for path in sorted(folder.iterdir()):
+        m = _BATCH_FILE.match(path.name)
+        if not m:
+            continue
+        record = _read_json(path)
+        if not isinstance(record, dict):
+            raise ObservedError(path, None, None, "must be a JSON object (one call's result)")
+        call_id = str(record.get("batch_id", int(m.group(1))))
+        if call_id not in by_id:
+            raise ObservedError(path, None, "batch_id", f"call {call_id} is not in the arrival file {trace.source}")
+        files[call_id] = (path, record)  # type: ignore[assignment]
+    summary_path = folder / SUMMARY_FILE
+    summary: dict[str, tuple[Path, dict, int]] = {}
+    if summary_path.exists():
+        data = _read_json(summary_path)
+        results = data.get("results") if isinstance(data, dict) else None
+        if not isinstance(results, list):
+            raise ObservedError(summary_path, None, "results", "must be a list of per-call records")
+        total = data.get("total_batches")
+        if isinstance(total, int) and total != len(trace):
+            raise ObservedError(summary_path, None, "total_batches",
+                                f"the run has {total} calls but the arrival file {trace.source} has {len(trace)}; "
+                                f"give the arrival file this run replayed (--arrivals)")
+        for index, record in enumerate(results):
+            if not isinstance(record, dict) or "batch_id" not in record:
+                raise ObservedError(summary_path, index, "batch_id", "each result needs a batch_id")
+            call_id = str(record["batch_id"])
+            if call_id not in by_id:
+                raise ObservedError(summary_path, index, "batch_id", f"call {call_id} is not in the arrival file {trace.source}")
+            summary[call_id] = (summary_path, record, index)
+    if not files and not summary:
+        raise ObservedError(folder, None, None, f"no batch_NNNN.json files and no {SUMMARY_FILE}")
+
+    for call_id, source in list(files.items()) + list(summary.items()):
+        size = source[1].get("batch_size")
+        expected = len(trace.calls[by_id[call_id]].prompts)
+        if size is not None and size != expected:
+            where = source[2] if len(source) == 3 else None
+            raise ObservedError(source[0], where, "batch_size",
+                                f"call {call_id} has {size} prompts here but {expected} in the arrival file "
+                                f"{trace.source}; give the arrival file this run replayed (--arrivals)")
+
+    rows = []
+    for ci, call in enumerate(trace.calls):
+        tasks = frozenset(p.task for p in call.prompts)
+        row: dict[str, Any] = {
+            "call_id": call.id, "call_index": ci, "arrived_at": call.t, "prompts": len(call.prompts),
+            "tasks": "+".join(sorted(tasks)), "composition": composition_of(tasks),
+            "sent_at": np.nan, "duration_s": np.nan, "done_at": np.nan, "status_code": pd.NA,
+            "ok": False, "error": "",
+        }
+        source = files.get(call.id) or summary.get(call.id)
+        if source is not None:
+            path, record = source[0], source[1]
+            where = source[2] if len(source) == 3 else None
+            row["sent_at"] = _number(record, "actual_send_time", path, where) or np.nan
+            duration = _number(record, "request_duration", path, where)
+            row["duration_s"] = np.nan if duration is None else duration
+            done = _number(record, "completion_time", path, where)
+            row["done_at"] = np.nan if done is None else done
+            row["status_code"] = record.get("status_code") if record.get("status_code") is not None else pd.NA
+            scheduled = _number(record, "scheduled_arrival_time", path, where)
+            if scheduled is not None:
+                row["arrived_at"] = scheduled
+            if call.id in files:
+                rec = files[call.id][1]
+                row["ok"] = _succeeded(rec)
+                if not row["ok"]:
+                    body = rec.get("response")
+                    err = rec.get("error") or (body.get("error") if isinstance(body, dict) else None)
+                    row["error"] = str(err or "no choices in the response")
+            else:
+                row["error"] = str(record.get("error") or "no result file")
+        else:
+            row["error"] = "no result"
+        rows.append(row)
+    calls = pd.DataFrame(rows)
+    calls["latency_s"] = np.where(calls["ok"], calls["duration_s"], np.nan)
+    calls["latency_censored_s"] = np.where(calls["ok"], np.minimum(calls["duration_s"], timeout), timeout)
+    meta = {"files": len(files), "summary": summary_path.exists(), "arrivals": trace.source}
+    return ObservedRun(name=folder.name.removeprefix("batch_results_"), path=str(folder), calls=calls,
+                       timeout=timeout, meta=meta)
+
+
+def observed_to_json(run: ObservedRun) -> dict[str, Any]:
+    """The run as JSON: its figures and its per-call table (what ``compare-runs`` reads)."""
+    cols = ["call_id", "call_index", "arrived_at", "sent_at", "duration_s", "done_at", "status_code",
+            "ok", "error", "latency_s", "latency_censored_s", "prompts", "tasks", "composition"]
+    records = json.loads(run.calls[cols].to_json(orient="records"))
+    return {"format": "simctl-observed/1", "name": run.name, "path": run.path, "timeout_s": run.timeout,
+            "meta": run.meta, "figures": run.figures(), "calls": records}
+
+
+def read_run(path: str | Path, timeout: float = CLIENT_TIMEOUT, arrivals: str | Path | None = None) -> tuple[str, pd.DataFrame]:
+    """A per-call table from any run: an observed results folder, an observed-run JSON
+    (``simctl observed --json``) or a simulated event log (.parquet/.csv)."""
+    p = Path(path)
+    if p.is_dir():
+        run = read_observed(p, arrivals, timeout)
+        return run.name, run.calls
+    if not p.exists():
+        raise ObservedError(p, None, None, "no such file or folder")
+    if p.suffix.lower() in (".parquet", ".csv"):
+        from simulator.events import read_event_log
+
+        return p.stem, simulated_calls(read_event_log(p), timeout)
+    data = _read_json(p)
+    if not isinstance(data, dict) or data.get("format") != "simctl-observed/1" or not isinstance(data.get("calls"), list):
+        raise ObservedError(p, None, "format", "expected a results folder, an event log (.parquet/.csv) or "
+                            "a simctl-observed/1 JSON from `simctl observed --json`")
+    calls = pd.DataFrame(data["calls"])
+    for col in ("latency_s", "latency_censored_s", "arrived_at"):
+        calls[col] = pd.to_numeric(calls[col], errors="coerce")
+    calls["call_id"] = calls["call_id"].astype(str)
+    return str(data.get("name", p.stem)), calls
+
+
+def compare_calls(reference: pd.DataFrame, other: pd.DataFrame) -> pd.DataFrame:
+    """Per composition class and overall: p50/p90/p99/mean of censored call latency in each
+    run, and the relative error ``(other − reference) / reference``."""
+    rows = []
+    groups = [("overall", None)] + [(c, c) for c, _ in COMPOSITIONS] + [("other", "other")]
+    for label, comp in groups:
+        a = reference if comp is None else reference[reference["composition"] == comp]
+        b = other if comp is None else other[other["composition"] == comp]
+        if a.empty and b.empty:
+            continue
+        xa, xb = a["latency_censored_s"].to_numpy(float), b["latency_censored_s"].to_numpy(float)
+        row: dict[str, Any] = {"group": label, "calls": len(a)}
+        for stat in ("p50", "p90", "p99", "mean"):
+            va = float(np.mean(xa)) if stat == "mean" else float(np.percentile(xa, int(stat[1:]))) if xa.size else np.nan
+            vb = float(np.mean(xb)) if stat == "mean" else float(np.percentile(xb, int(stat[1:]))) if xb.size else np.nan
+            row[f"{stat}_ref"], row[f"{stat}_other"] = va, vb
+            row[f"{stat}_err"] = (vb - va) / va if va else np.nan
+        rows.append(row)
+    return pd.DataFrame(rows)
