@@ -24,7 +24,7 @@ app = typer.Typer(
 # dependency is missing on this machine (a GPU box may have torch but not simpy) is still
 # listed, and says what to install instead of breaking every other command.
 _COMMANDS = ("replay", "validate", "synth", "import", "profile", "sweep", "compare", "plan", "plot",
-             "observed")
+             "observed", "calibrate")
 
 
 def _unavailable(name: str, missing: str) -> None:

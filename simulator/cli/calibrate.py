@@ -1,0 +1,81 @@
+"""``simctl calibrate``: fit a profile to an observed run and write it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich import box
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from simulator.cli import app
+from simulator.cli._common import console, user_errors
+from simulator.errors import ProfileError
+from simulator.observed import CLIENT_TIMEOUT, find_arrivals, read_observed
+from simulator.outputs import check_writable, open_output
+from simulator.profile import resolve_profile_path
+from simulator.scenario import build_scenario
+
+
+@app.command("calibrate")
+def calibrate_cli(
+    run: Path = typer.Argument(..., help="Observed results folder (batch_NNNN.json, simulation_summary.json)."),
+    scenario: Path = typer.Option(..., "--scenario", "-s", help="Scenario file of the server that produced the run."),
+    start: str = typer.Option(..., "--start", help="Starting profile (file or bundled name) whose meta.calibrate lists the free parameters."),
+    out: Path = typer.Option(..., "--out", "-o", help="Where to write the fitted profile (JSON)."),
+    arrivals: Optional[Path] = typer.Option(None, "--arrivals", help="The arrival file the run replayed (default: ../batch_arrivals.json)."),
+    seeds: int = typer.Option(3, "--seeds", help="Seeds averaged per evaluation (the same at every step)."),
+    max_evaluations: int = typer.Option(120, "--max-evaluations", help="Budget of objective evaluations."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing output file."),
+) -> None:
+    """Fit the free parameters of a profile so that simulated call latencies match RUN's.
+
+    Prints the fitted values with their relative standard errors and the fit's error per
+    call composition.
+    """
+    with user_errors():
+        from simulator.calibrate import calibrate
+        from simulator.trace.formats import load_trace
+
+        check_writable(out, force=force, inputs=(run, scenario))
+        start_path = resolve_profile_path(start)
+        try:
+            start_data = json.loads(start_path.read_text())
+        except json.JSONDecodeError as exc:
+            raise ProfileError(str(start_path), None, None, f"not valid JSON: {exc.msg}") from None
+        arrivals_path = arrivals or find_arrivals(run)
+        trace = load_trace(arrivals_path) if arrivals_path else None
+        observed = read_observed(run, trace, CLIENT_TIMEOUT)
+        scen = build_scenario(path=scenario)
+        with Progress(SpinnerColumn(), TextColumn("calibrating: {task.fields[info]}"), TimeElapsedColumn(),
+                      console=console, transient=True) as bar:
+            job = bar.add_task("fit", total=None, info="starting")
+            result = calibrate(observed, trace, scen, start_data, tuple(range(seeds)), max_evaluations,
+                               progress=lambda i, e: bar.update(job, info=f"evaluation {i}, mean |log error| {e:.3f}"),
+                               where=str(start_path))
+        fitted = dict(result.profile)
+        fitted["name"] = out.stem
+        fitted["source"] = (f"Calibrated by `simctl calibrate` on the observed run {observed.path} with scenario "
+                            f"{scenario} from {start_path.name} ({result.evaluations} evaluations, {seeds} seeds). "
+                            f"Started from: {start_data.get('source', '')}")
+        fitted.setdefault("meta", {})["fit"] = {
+            "run": observed.name, "scenario": str(scenario), "values": result.values,
+            "relative_se": result.relative_se, "cost": result.cost, "evaluations": result.evaluations}
+        with open_output(out, force=force) as fh:
+            json.dump(fitted, fh, indent=1)
+            fh.write("\n")
+        table = Table(title=f"fitted parameters (written to {out})", title_justify="left", box=box.SIMPLE_HEAD)
+        for col in ("parameter", "value", "± (relative)"):
+            table.add_column(col, justify="left" if col == "parameter" else "right")
+        for name, value in result.values.items():
+            table.add_row(name, f"{value:.4g}", f"{100 * result.relative_se[name]:.0f} %")
+        console.print(table)
+        err = Table(title="fit error, (simulated − observed) / observed", title_justify="left", box=box.SIMPLE_HEAD)
+        for col in ("calls", "n", "p50", "p90", "mean"):
+            err.add_column(col, justify="left" if col == "calls" else "right")
+        for _, r in result.errors.iterrows():
+            err.add_row(r["group"], str(r["calls"]), *(f"{100 * r[f'{s}_err']:+.0f} %" for s in ("p50", "p90", "mean")))
+        console.print(err)

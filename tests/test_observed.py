@@ -1,0 +1,125 @@
+"""Observed runs: the reader's counts and percentiles against values computed here from the
+raw JSON of the users' real runs (skipped where ../shared/ is absent), and compare-runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import assert_one_line_error
+from typer.testing import CliRunner
+
+from simulator.cli import app
+from simulator.observed import ObservedError, compare_calls, read_observed, read_run
+
+REQUEST = (Path(__file__).resolve().parents[2] / "shared" / "traces" / "real" / "lminference"
+           / "EEElisa@dfb2bf8" / "mingqia2_3" / "request")
+needs_shared = pytest.mark.skipif(not REQUEST.exists(), reason=f"real runs not present at {REQUEST}")
+RUNS = ["4B_fw_5_b10", "4B_fw_5_b10_updated", "4B_separate_queues_no_thinking", "4B_4queues_nothinking",
+        "4B_4queues_nothinking_longmmlu", "4B_4queues_nothinking_longmmlu_fixedgraph", "py"]
+TASK_OF = lambda idx: "graph" if idx < 100 else "infobench" if idx < 200 else "mmlu"  # noqa: E731
+
+
+def raw_expectation(folder: Path) -> dict:
+    """Computed independently: success = a batch file whose response has choices."""
+    arrivals = json.loads((REQUEST / "batch_arrivals.json").read_text())
+    ok_latency, failed, comp = {}, 0, {}
+    for rec in arrivals:
+        f = folder / f"batch_{rec['batch_id']:04d}.json"
+        tasks = {TASK_OF(i) for i in rec["prompt_idxs"]}
+        comp[rec["batch_id"]] = ("any-infobench" if "infobench" in tasks else
+                                 "mmlu-no-infobench" if "mmlu" in tasks else "graph-only")
+        body = json.loads(f.read_text()) if f.exists() else None
+        if body and body.get("status_code") == 200 and isinstance(body.get("response"), dict) \
+                and "choices" in body["response"]:
+            ok_latency[rec["batch_id"]] = body["request_duration"]
+        else:
+            failed += 1
+    return {"ok": ok_latency, "failed": failed, "composition": comp}
+
+
+@needs_shared
+@pytest.mark.parametrize("run", RUNS)
+def test_reader_counts_and_percentiles_match_the_raw_files(run):
+    folder = REQUEST / f"batch_results_{run}"
+    observed = read_observed(folder)
+    expected = raw_expectation(folder)
+    figures = observed.figures()
+    assert figures["overall"]["calls"] == 98
+    assert figures["overall"]["ok"] == len(expected["ok"])
+    assert figures["overall"]["failed"] == expected["failed"]
+    lat = np.array(list(expected["ok"].values()))
+    for q in (50, 90, 99):
+        assert figures["overall"]["latency"][f"p{q}"] == pytest.approx(np.percentile(lat, q))
+    censored = np.concatenate([np.minimum(lat, 600.0), np.full(expected["failed"], 600.0)])
+    assert figures["overall"]["latency_censored"]["p90"] == pytest.approx(np.percentile(censored, 90))
+    for label in ("graph-only", "mmlu-no-infobench", "any-infobench"):
+        ids = [b for b, c in expected["composition"].items() if c == label]
+        mine = [expected["ok"][b] for b in ids if b in expected["ok"]]
+        assert figures["compositions"][label]["calls"] == len(ids)
+        assert figures["compositions"][label]["latency"]["mean"] == pytest.approx(np.mean(mine))
+
+
+@needs_shared
+def test_published_figures_of_the_runs_are_reproduced():
+    # modeled-system.md §5: 4B_fw_5_b10 mean 265.7, p50 333.2; 4B_4queues p90 70.0; the
+    # separate-queues run 88 ok / 10 failed.
+    fw = read_observed(REQUEST / "batch_results_4B_fw_5_b10").figures()["overall"]
+    assert round(fw["latency"]["mean"], 1) == 265.7 and round(fw["latency"]["p50"], 1) == 333.2
+    q4 = read_observed(REQUEST / "batch_results_4B_4queues_nothinking").figures()["overall"]
+    assert round(q4["latency"]["p90"], 1) == 70.0
+    sq = read_observed(REQUEST / "batch_results_4B_separate_queues_no_thinking").figures()["overall"]
+    assert (sq["ok"], sq["failed"]) == (88, 10)
+
+
+@needs_shared
+def test_wrong_arrival_file_is_a_one_line_error():
+    result = CliRunner().invoke(app, ["observed", str(REQUEST / "batch_results_sample_py")])
+    assert_one_line_error(result, "simulation_summary.json", "total_batches", "--arrivals")
+    good = CliRunner().invoke(app, ["observed", str(REQUEST / "batch_results_sample_py"),
+                                    "--arrivals", str(REQUEST / "batch_arrivals_sample.json")])
+    assert good.exit_code == 0, good.stdout
+
+
+def test_reader_on_a_hand_made_folder(tmp_path):
+    # call 0 ok (12 s); call 1 has a file with an error body (failed); call 2 has no file.
+    arrivals = [{"batch_id": i, "arrival_time": 10.0 * i, "batch_size": 1, "max_length": 64,
+                 "prompts": ["The following is a multiple choice question: A?"]} for i in range(3)]
+    (tmp_path / "batch_arrivals.json").write_text(json.dumps(arrivals))
+    run = tmp_path / "batch_results_x"
+    run.mkdir()
+    base = {"batch_size": 1, "scheduled_arrival_time": 0.0, "actual_send_time": 0.01, "status_code": 200}
+    (run / "batch_0000.json").write_text(json.dumps({**base, "batch_id": 0, "request_duration": 12.0,
+                                                     "completion_time": 12.0, "response": {"choices": [{"text": "A"}]}}))
+    (run / "batch_0001.json").write_text(json.dumps({**base, "batch_id": 1, "request_duration": 0.5,
+                                                     "completion_time": 10.5, "response": {"error": "Already borrowed"}}))
+    observed = read_observed(run)
+    assert observed.calls["ok"].tolist() == [True, False, False]
+    assert observed.calls["error"].tolist()[1] == "Already borrowed"
+    assert observed.calls["latency_censored_s"].tolist() == [12.0, 600.0, 600.0]
+    # compare a run with itself: zero error everywhere
+    name, calls = read_run(run)
+    table = compare_calls(calls, calls)
+    assert (table[[c for c in table if c.endswith("_err")]].fillna(0) == 0).all().all()
+    bad = run / "batch_0002.json"
+    bad.write_text("{not json")
+    with pytest.raises(ObservedError, match="batch_0002.json"):
+        read_observed(run)
+
+
+def test_compare_runs_cli_writes_plots_and_refuses_overwrite(tmp_path):
+    from helpers import fixed_profile, make_trace, run as simulate_run
+
+    from simulator.events import write_event_log
+
+    log = simulate_run(make_trace([(0, ["mmlu"]), (1, ["graph"])]), fixed_profile(mmlu=2.0, graph=0.1), gpus=1)
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    write_event_log(log, a)
+    write_event_log(log, b)
+    out = CliRunner().invoke(app, ["compare-runs", str(a), str(b), "--plot", str(tmp_path / "p")])
+    assert out.exit_code == 0, out.stdout
+    assert (tmp_path / "p" / "cdf.png").stat().st_size > 0 and (tmp_path / "p" / "scatter.png").exists()
+    again = CliRunner().invoke(app, ["compare-runs", str(a), str(b), "--plot", str(tmp_path / "p")])
+    assert_one_line_error(again, "cdf.png")
