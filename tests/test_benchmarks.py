@@ -60,3 +60,17 @@ def test_topology_comparison_quick_mode(capsys):
         assert r["gpu_seconds"] > 0 and r["mmlu_p50"] <= r["mmlu_p90"] <= r["mmlu_p99"]
     assert len(result["adaptive_vs_fixed"]) == 2 * len(bench.LOADS)
     assert {r["best_window"] for r in result["adaptive_vs_fixed"]} <= set(bench.WINDOWS)
+
+
+@pytest.mark.benchmark
+def test_calibration_table_runs_on_the_real_runs(capsys):
+    bench = load("calibration_table")
+    if not bench.REQUEST.exists():
+        pytest.skip(f"real runs not present at {bench.REQUEST}")
+    assert bench.main(["--runs", "4B_fw_5_b10", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    kinds = {(r["run"], r["kind"]) for r in result["rows"]}
+    assert ("4B_fw_5_b10", "in-sample") in kinds
+    assert ("4B_separate_queues_no_thinking", "out-of-sample") in kinds
+    overall = [r for r in result["rows"] if r["group"] == "overall" and r["kind"] == "in-sample"][0]
+    assert abs(overall["p90_err"]) < 0.5   # a fit that worked at all, not a tolerance claim
