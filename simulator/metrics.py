@@ -275,7 +275,9 @@ def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
             "mean_batch_size": float(sizes[mine][first_row].mean()) if ids.size else None,
             "mean_concurrency": float((done[mine] - started[mine]).sum() / busy) if busy > 0 else None,
         })
-    # compositions: a call's task set as a bit mask, mapped to its class (few distinct masks)
+    # compositions: the figures call_figures(client_calls(log)) gives (a test holds them equal),
+    # computed here with numpy because sweeps summarise thousands of runs. A call's task set
+    # is a bit mask, mapped to its class (few distinct masks).
     mask = np.zeros(n_calls, dtype=np.int64)
     np.bitwise_or.at(mask, call_of, np.left_shift(1, task_codes.astype(np.int64)))
     classes = {m: composition_of(frozenset(str(task_names[i]) for i in range(len(task_names)) if m >> i & 1))

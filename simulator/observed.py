@@ -164,7 +164,8 @@ def read_observed(folder: str | Path, arrivals: str | Path | Trace | None = None
         if source is not None:
             path, record = source[0], source[1]
             where = source[2] if len(source) == 3 else None
-            row["sent_at"] = _number(record, "actual_send_time", path, where) or np.nan
+            sent = _number(record, "actual_send_time", path, where)
+            row["sent_at"] = np.nan if sent is None else sent
             duration = _number(record, "request_duration", path, where)
             row["duration_s"] = np.nan if duration is None else duration
             done = _number(record, "completion_time", path, where)

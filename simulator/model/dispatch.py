@@ -25,10 +25,18 @@ class DispatchRule(ABC):
     name = ""
     unit = "prompts"
 
+    def loads(self, places: Sequence) -> list[int]:
+        """The load of each place in this rule's unit: every place (queue, device or engine)
+        has ``outstanding``, ``outstanding_tokens`` and ``waiting_count``."""
+        attr = _LOAD_ATTRIBUTE[self.unit]
+        return [getattr(place, attr) for place in places]
+
     @abstractmethod
     def choose(self, loads: Sequence[int], rng: np.random.Generator) -> int:
         """Index of the chosen place."""
 
+
+_LOAD_ATTRIBUTE = {"prompts": "outstanding", "tokens": "outstanding_tokens", "waiting": "waiting_count"}
 
 DISPATCH_RULES: Registry[type[DispatchRule]] = Registry("dispatch rule")
 

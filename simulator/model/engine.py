@@ -177,9 +177,7 @@ class System:
             only = devices[0]
             return lambda: only
         rule, rng = self.dispatch_rule(config), self.dispatch_rng
-        if rule.unit == "tokens":
-            return lambda: devices[rule.choose([d.outstanding_tokens for d in devices], rng)]
-        return lambda: devices[rule.choose([d.outstanding for d in devices], rng)]
+        return lambda: devices[rule.choose(rule.loads(devices), rng)]
 
     def new_worker_id(self) -> int:
         return next(self._worker_ids)

@@ -68,6 +68,12 @@ class Device(ABC):
     #: called after every batch finishes (queues that form batches only on a free GPU)
     watchers: list
 
+    @property
+    def waiting_count(self) -> int:
+        """A device has no line of prompts, only batches: ``shortest-waiting`` compares
+        outstanding prompts here, like ``least-loaded``."""
+        return self.outstanding
+
     def is_free(self) -> bool:
         """Nothing runs or waits on the device."""
         return self.outstanding == 0

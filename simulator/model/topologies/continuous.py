@@ -224,6 +224,11 @@ class Engine:
         """Prompts waiting or running here."""
         return len(self.waiting) + len(self.running)
 
+    @property
+    def waiting_count(self) -> int:
+        """Prompts not yet admitted (recomputes included)."""
+        return len(self.waiting)
+
 
 @TOPOLOGIES.register("continuous")
 class Continuous(Topology):
@@ -244,7 +249,5 @@ class Continuous(Topology):
             if len(engines) == 1:
                 engines[0].add(pid)
             else:
-                unit = self.rule.unit
-                loads = [e.outstanding_tokens if unit == "tokens" else len(e.waiting) if unit == "waiting"
-                         else e.outstanding for e in engines]
+                loads = self.rule.loads(engines)
                 engines[self.rule.choose(loads, self.rng)].add(pid)

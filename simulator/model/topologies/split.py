@@ -47,9 +47,7 @@ class SplitQueues(Topology):
 
     def accept(self, prompt_ids: list[int]) -> None:
         queues = self.queues
-        unit = self.rule.unit
         # dispatch_per = "group": the call's prompts of this task all go to one queue.
         for part in ([prompt_ids] if self.per_group else [[p] for p in prompt_ids]):
-            loads = [q.outstanding_tokens if unit == "tokens" else q.waiting_count if unit == "waiting"
-                     else q.outstanding for q in queues]
+            loads = self.rule.loads(queues)
             queues[self.rule.choose(loads, self.rng)].add(part)
