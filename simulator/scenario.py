@@ -14,6 +14,7 @@ tokens and resource to use. It is read from TOML (``--config``)::
     client = "open"            # or "closed:N[:THINK]": N calls outstanding, THINK s between
     client_timeout = 600       # a call not done in 600 s failed (still served); optional
     cold_start = 60            # nothing is served before t = 60 s; optional
+    host_lock = true           # one process (one interpreter lock) drives every GPU; optional
     max_concurrent_groups = 2  # a call's task groups run at most 2 at a time ...
     group_order = ["graph", "mmlu", "infobench"]   # ... started in this order
 
@@ -127,6 +128,7 @@ class Scenario:
     client: str = "open"
     client_timeout: float | None = None
     cold_start: float = 0.0
+    host_lock: bool = False
     max_concurrent_groups: int | None = None
     group_order: tuple[str, ...] = ()
     defaults: TaskConfig = field(default_factory=TaskConfig)
@@ -151,6 +153,7 @@ class Scenario:
             "client": self.client,
             "client_timeout": self.client_timeout,
             "cold_start": self.cold_start,
+            "host_lock": self.host_lock,
             "max_concurrent_groups": self.max_concurrent_groups,
             "group_order": list(self.group_order),
             "defaults": asdict(self.defaults),
@@ -209,7 +212,7 @@ def _check_task_values(values: Mapping[str, Any], where: str | None, record: str
 
 
 RUN_FIELDS = ("gpus", "gpu_sharing", "deadline", "rate_scale", "client", "client_timeout",
-              "cold_start", "max_concurrent_groups", "group_order")
+              "cold_start", "host_lock", "max_concurrent_groups", "group_order")
 
 
 @dataclass(frozen=True)
@@ -265,6 +268,8 @@ def _check_run_values(values: Mapping[str, Any], where: str | None, record: str)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                   or not (value >= 0 and math.isfinite(value))):
             raise ScenarioError(where, record, key, f"must be a number of seconds >= 0, got {value!r}")
+    if "host_lock" in values and not isinstance(values["host_lock"], bool):
+        raise ScenarioError(where, record, "host_lock", f"must be true or false, got {values['host_lock']!r}")
     groups = values.get("max_concurrent_groups")
     if groups is not None and (isinstance(groups, bool) or not isinstance(groups, int) or groups < 1):
         raise ScenarioError(where, record, "max_concurrent_groups", f"must be an integer >= 1, got {groups!r}")
@@ -387,6 +392,7 @@ def build_scenario(
         client=client,
         client_timeout=None if client_timeout is None else float(client_timeout),
         cold_start=float(run_values.get("cold_start", 0.0)),
+        host_lock=bool(run_values.get("host_lock", False)),
         max_concurrent_groups=run_values.get("max_concurrent_groups"),
         group_order=tuple(run_values.get("group_order", ())),
         defaults=replace(TaskConfig(), **merged_defaults),

@@ -35,6 +35,10 @@ PROFILE = profile_from_dict({"tasks": {
     "z": {"resource": "cpu", "service": {"kind": "distribution", "dist": "deterministic",
                                          "mean": 0.3}},
 }})
+#: the same costs, with GPU work holding a shared host lock part of the time (host_lock runs)
+HOST_PROFILE = profile_from_dict({"tasks": {
+    name: {**task.to_dict(), **({"host_fraction": f} if task.resource == "gpu" else {})}
+    for (name, task), f in zip(PROFILE.tasks.items(), (0.7, 0.3, 0.0))}})
 
 calls = st.lists(
     st.tuples(
@@ -105,9 +109,10 @@ def _check_invariants(log: pd.DataFrame, trace, per_task: dict, sharing: str, cl
         for t in calls["a"]:
             assert ((calls["a"] <= t) & (calls["d"] > t)).sum() <= n
     # Exclusive GPUs serve one static batch at a time.
-    static = log[log["task"].map(lambda t: per_task[t].get("topology") != "continuous")]
-    if sharing == "exclusive":
-        batches = static[static["gpu"].notna()].groupby("batch_id").agg(
+    static = log[log["task"].map(lambda t: per_task[t].get("topology") != "continuous").astype(bool)]
+    on_gpus = static[static["gpu"].notna()]
+    if sharing == "exclusive" and not on_gpus.empty:
+        batches = on_gpus.groupby("batch_id").agg(
             gpu=("gpu", "first"), s=("started_at", "first"), e=("done_at", "first"))
         for _, b in batches.groupby("gpu"):
             b = b.sort_values("s")
@@ -122,9 +127,11 @@ def _check_invariants(log: pd.DataFrame, trace, per_task: dict, sharing: str, cl
     sharing=st.sampled_from(GPU_SHARING.names()),
     cpu_workers=st.sampled_from([None, 1, 2]),
     client=st.sampled_from(["open", "open", "closed:2", "closed:3:0.5"]),
+    host_lock=st.booleans(),
     seed=st.integers(0, 2**16),
 )
-def test_every_configuration_keeps_the_invariants(calls, x, y, z, gpus, sharing, cpu_workers, client, seed):
+def test_every_configuration_keeps_the_invariants(calls, x, y, z, gpus, sharing, cpu_workers, client, host_lock,
+                                                  seed):
     trace = make_trace(calls)
     if client != "open":
         # Static batching without a timeout can wait forever for a closed loop's next call
@@ -133,11 +140,12 @@ def test_every_configuration_keeps_the_invariants(calls, x, y, z, gpus, sharing,
     z = dict(z, cpu_workers=cpu_workers)
     if z["topology"] == "split" and cpu_workers is None:
         z["cpu_workers"] = 2  # split on the CPU needs a finite pool (its own error test below)
-    scenario = build_scenario(run={"gpus": gpus, "gpu_sharing": sharing, "client": client},
+    scenario = build_scenario(run={"gpus": gpus, "gpu_sharing": sharing, "client": client, "host_lock": host_lock},
                               tasks={"x": x, "y": y, "z": z})
-    log = simulate(trace, scenario, PROFILE, seed)
+    profile = HOST_PROFILE if host_lock else PROFILE
+    log = simulate(trace, scenario, profile, seed)
     _check_invariants(log, trace, {"x": x, "y": y, "z": z}, sharing, client)
-    again = simulate(trace, scenario, PROFILE, seed)
+    again = simulate(trace, scenario, profile, seed)
     pd.testing.assert_frame_equal(log, again)
 
 

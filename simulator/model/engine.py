@@ -30,7 +30,7 @@ from simulator.events import SERVED
 from simulator.model.dispatch import DISPATCH_RULES, DispatchRule
 from simulator.model.kernel import ARRIVAL, SimEnvironment
 from simulator.model.policies import POLICIES, BatchingPolicy
-from simulator.model.resources import GPU_SHARING, Batch, Device, ServerPool
+from simulator.model.resources import GPU_SHARING, Batch, Device, HostLock, HostSharedGpu, ServerPool
 from simulator.model.topologies import TOPOLOGIES, Topology
 from simulator.profile import Profile
 from simulator.profile.iteration import first_token_seconds
@@ -59,8 +59,13 @@ class System:
         self._services: dict[str, object] = {}
         self._worker_ids = itertools.count()
         self._batch_ids = itertools.count()
-        make_gpu = GPU_SHARING.get(scenario.gpu_sharing)
-        self.gpus: list[Device] = [make_gpu(self.env, g) for g in range(scenario.gpus)]
+        if scenario.host_lock:
+            host = HostLock()
+            exclusive = scenario.gpu_sharing == "exclusive"
+            self.gpus: list[Device] = [HostSharedGpu(self.env, g, host, exclusive) for g in range(scenario.gpus)]
+        else:
+            make_gpu = GPU_SHARING.get(scenario.gpu_sharing)
+            self.gpus = [make_gpu(self.env, g) for g in range(scenario.gpus)]
         self._cpu_pools: dict[str, Device] = {}
         self.batches: list[Batch] = []
         self._acceptance: dict[tuple[str, int], deque] = {}  # per (task, GPU): recent row acceptance rates
@@ -240,6 +245,7 @@ class System:
             work = self._draw(service, shape, rng, history)
         batch = Batch(next(self._batch_ids), task, queue, ids, worker, self.env._now, work)
         batch.priority = self.configs[task].priority
+        batch.host_fraction = self.profile.tasks[task].host_fraction
         batch.tokens = sum(self.prompt_tokens[i] + self.max_tokens[i] for i in ids)
         batch.first_token_work = first_token_seconds(self.profile.tasks[task], service, shape, work)
         self.batches.append(batch)

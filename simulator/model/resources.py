@@ -37,7 +37,7 @@ class Batch:
     __slots__ = (
         "id", "task", "queue", "prompts", "worker", "device", "formed_at", "started_at",
         "done_at", "work", "on_done", "holder", "priority", "first_token_work",
-        "tokens",
+        "tokens", "host_fraction",
     )
 
     def __init__(self, id: int, task: str, queue: str, prompts: list[int], worker: int,
@@ -57,6 +57,7 @@ class Batch:
         self.priority = 0
         self.first_token_work = work
         self.tokens = 0  # prompt plus max output tokens of its prompts (jsq-tokens dispatch)
+        self.host_fraction = 0.0  # share of its service time that holds the host lock
 
 
 class Device(ABC):
@@ -182,8 +183,135 @@ class ProcessorSharingGpu(Device):
             batch.done_at = now
             self.outstanding -= len(batch.prompts)
             self.outstanding_tokens -= batch.tokens
-        self.outstanding_tokens -= batch.tokens
         self._reschedule()
+        for batch in finished:
+            batch.on_done(batch)  # type: ignore[misc]
+        for watcher in self.watchers:
+            watcher()
+
+
+def host_slowdown(threads: int, host_fraction: float) -> float:
+    """How many times slower than alone each of ``threads`` concurrent threads runs when
+    each spends ``host_fraction`` of its solo time holding one lock.
+
+    The machine-repairman model (a closed network of ``threads`` customers, one
+    exponential server): a thread alternates lock work ``h`` and lock-free work ``g``,
+    ``f = h / (h + g)``, ``r = h / g``; the lock is busy with probability
+    ``U = 1 - P0``, ``P0 = 1 / sum_k N!/(N-k)! r^k``, so a cycle takes ``N h / U`` against
+    ``h + g`` alone: slowdown ``N f / U``. It is 1 for one thread or ``f = 0``, N for
+    ``f = 1``, and smooth between (two threads: 1.25 at f = 0.5, 1.81 at f = 0.9)."""
+    if threads <= 1 or host_fraction <= 0:
+        return 1.0
+    if host_fraction >= 1:
+        return float(threads)
+    r = host_fraction / (1.0 - host_fraction)
+    total, term = 1.0, 1.0
+    for k in range(1, threads + 1):
+        term *= (threads - k + 1) * r
+        total += term
+    busy = 1.0 - 1.0 / total
+    return threads * host_fraction / busy
+
+
+class HostLock:
+    """One host process with one interpreter lock driving every GPU (the GIL).
+
+    A batch whose task has host fraction ``f`` spends ``f`` of its exclusive service time
+    in host code that holds the lock (the Python of a generation loop, kernel launches)
+    and the rest on the GPU. Alone it runs at full speed; with others running anywhere
+    (other GPUs, or the same GPU under processor sharing) every GPU batch is slowed by
+    :func:`host_slowdown` of their number and mean host fraction, on top of its share of
+    its own GPU. Every start or finish re-times all running batches.
+    """
+
+    def __init__(self) -> None:
+        self.devices: list[HostSharedGpu] = []
+        self.speed = 1.0
+
+    def before_change(self) -> None:
+        """Bring every device's remaining work up to now at the current speed."""
+        for device in self.devices:
+            device.advance()
+
+    def after_change(self) -> None:
+        """Recompute the speed for the new set of running batches and reschedule."""
+        fractions = [b.host_fraction for device in self.devices for b in device.remaining]
+        mean = sum(fractions) / len(fractions) if fractions else 0.0
+        self.speed = 1.0 / host_slowdown(len(fractions), mean)
+        for device in self.devices:
+            device.reschedule()
+
+
+class HostSharedGpu(Device):
+    """A GPU (exclusive or processor-sharing) whose batches also share a :class:`HostLock`
+    with every other GPU's: the work of a running batch drains at its GPU share times the
+    host's speed, and every start or finish anywhere re-times them all."""
+
+    def __init__(self, env: SimEnvironment, gpu_id: int, host: HostLock, exclusive: bool) -> None:
+        self.env = env
+        self.gpu_id = gpu_id
+        self.host = host
+        self.exclusive = exclusive
+        self.remaining: dict[Batch, float] = {}
+        self.line: list[tuple[int, int, Batch]] = []
+        self._order = itertools.count()
+        self.watchers = []
+        self.updated_at = 0.0
+        self.version = 0
+        self.outstanding = 0
+        self.outstanding_tokens = 0
+        host.devices.append(self)
+
+    def _rate(self) -> float:
+        return self.host.speed / len(self.remaining) if self.remaining else 0.0
+
+    def advance(self) -> None:
+        now = self.env._now
+        if self.remaining:
+            done = (now - self.updated_at) * self._rate()
+            for batch in self.remaining:
+                self.remaining[batch] -= done
+        self.updated_at = now
+
+    def reschedule(self) -> None:
+        # One pending completion per device; any change of speed or sharing makes it stale.
+        self.version += 1
+        if self.remaining:
+            least = min(self.remaining.values())
+            at = self.env._now + max(least, 0.0) / self._rate()
+            self.env.call_at(at, COMPLETION, self._on_timer, self.version)
+
+    def submit(self, batch: Batch) -> None:
+        batch.device = self.gpu_id
+        self.outstanding += len(batch.prompts)
+        self.outstanding_tokens += batch.tokens
+        if self.exclusive and self.remaining:
+            heappush(self.line, (-batch.priority, next(self._order), batch))
+            return
+        self.host.before_change()
+        self._begin(batch)
+        self.host.after_change()
+
+    def _begin(self, batch: Batch) -> None:
+        batch.started_at = self.env._now
+        self.remaining[batch] = batch.work
+
+    def _on_timer(self, event: Event) -> None:
+        if event._value != self.version:
+            return
+        self.host.before_change()
+        least = min(self.remaining.values())
+        tolerance = 1e-9 * max(1.0, abs(least))
+        finished = [b for b, r in self.remaining.items() if r <= least + tolerance]
+        now = self.env._now
+        for batch in finished:
+            del self.remaining[batch]
+            batch.done_at = now
+            self.outstanding -= len(batch.prompts)
+            self.outstanding_tokens -= batch.tokens
+        if self.exclusive and self.line and not self.remaining:
+            self._begin(heappop(self.line)[2])
+        self.host.after_change()
         for batch in finished:
             batch.on_done(batch)  # type: ignore[misc]
         for watcher in self.watchers:

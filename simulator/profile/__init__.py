@@ -6,6 +6,7 @@ A profile is JSON (``simctl-profile/1``)::
      "tasks": {TASK: {"resource": "gpu" | "cpu", "prompt_tokens": int, "max_tokens": int,
                       "service": {"kind": KIND, ...},
                       "tokens_per_iteration": 1.0,                     # optional
+                      "host_fraction": 0.0,                            # optional
                       "kv_cache": {"blocks": int} | {"memory_gib": float,  # optional
                                    "bytes_per_token": int}}}}
 
@@ -15,6 +16,10 @@ says how many tokens a row gains per decoding iteration, so that continuous batc
 derive an iteration's cost from a batch's (see :mod:`simulator.profile.iteration`).
 ``kv_cache`` is the KV-cache capacity one engine has: blocks, or the memory left for the
 cache and the cache bytes one token takes (2 x layers x KV heads x head dim x dtype bytes).
+``host_fraction`` (0 to 1) is the share of a batch's service time spent in host code that
+holds the process's interpreter lock; it matters only in a scenario with ``host_lock``,
+where one process drives every GPU and their batches compete for that lock
+(:class:`simulator.model.resources.HostLock`).
 ``service`` is one of the registered kinds (:mod:`simulator.profile.kinds`); every kind
 answers :meth:`Profile.batch_service_time`.
 """
@@ -51,6 +56,7 @@ class TaskProfile:
     service: ServiceModel
     tokens_per_iteration: float = 1.0
     kv_cache: Mapping[str, float] | None = None
+    host_fraction: float = 0.0
 
     def kv_blocks(self, block_size: int) -> int | None:
         """KV-cache blocks of ``block_size`` tokens one engine holds (``None``: unlimited)."""
@@ -72,6 +78,8 @@ class TaskProfile:
             out["tokens_per_iteration"] = self.tokens_per_iteration
         if self.kv_cache:
             out["kv_cache"] = dict(self.kv_cache)
+        if self.host_fraction:
+            out["host_fraction"] = self.host_fraction
         return out
 
 
@@ -160,6 +168,9 @@ def profile_from_dict(data: Any, path: str | None = None) -> Profile:
             raise ProfileError(where_path, f"task '{name}'", "service.kind", str(exc)) from None
         task_where = Where(where_path, name, prefix="")
         tpi = need_number(spec.get("tokens_per_iteration", 1.0), task_where, "tokens_per_iteration", minimum=1.0)
+        host_fraction = need_number(spec.get("host_fraction", 0.0), task_where, "host_fraction", minimum=0.0)
+        if host_fraction > 1:
+            raise task_where.error("host_fraction", f"must be between 0 and 1, got {host_fraction!r}")
         tasks[name] = TaskProfile(
             resource=resource,
             prompt_tokens=_need_int(spec.get("prompt_tokens", 256), where_path, name, "prompt_tokens"),
@@ -167,6 +178,7 @@ def profile_from_dict(data: Any, path: str | None = None) -> Profile:
             service=parser(service_raw, Where(where_path, name)),
             tokens_per_iteration=tpi,
             kv_cache=_kv_cache(spec.get("kv_cache"), task_where),
+            host_fraction=host_fraction,
         )
     name = data.get("name") or (Path(path).stem if path else "unnamed")
     source = data.get("source", "")

@@ -174,6 +174,7 @@ class Engine:
         now = self.env._now
         item = Batch(system.new_batch_id(), self.task, self.name, running + admitted, -1, now, work)
         item.priority = self.priority
+        item.host_fraction = system.profile.tasks[self.task].host_fraction
         item.on_done = self._iteration_done
         item.holder = (list(running), gains, admitted, prefill)
         if admitted:
