@@ -8,7 +8,7 @@ import pytest
 from helpers import run, timeline
 
 import theory
-from simulator.errors import ScenarioError
+from simulator.errors import ProfileError, ScenarioError
 from simulator.model import simulate
 from simulator.profile import profile_from_dict
 from simulator.profile.iteration import batch_iterations, first_token_seconds, step_cost
@@ -117,6 +117,27 @@ def test_static_batch_on_iteration_costs_matches_the_sum_of_its_iterations():
     assert svc.variance(shape) == 0
     # first token: the prefill iteration and the first decoding one
     assert svc.first_token_mean(shape) == pytest.approx((1 + 1.5 + 3.0) + (1 + 0.5 * 2))
+
+
+def test_context_cost_and_rows_that_stay_by_hand():
+    # Same batch (max tokens 1, 2, 4; prompts of 10), 0.01 s per row per context token.
+    # Iteration i has context 10 + i. Rows that stay: 3 rows in all 4 iterations.
+    ctx = iteration_profile(base=1.0, per_row=0.5, per_prefill_token=0.1, per_context_token=0.01).tasks["x"].service
+    shape = BatchShape(3, 10, 4, (1, 2, 4))
+    leave = (1 + 1.5 + 3.0 + 0.01 * 3 * 10) + (1 + 0.5 * 2 + 0.01 * 2 * 11) + (1 + 0.5 + 0.01 * 12) + (1 + 0.5 + 0.01 * 13)
+    assert ctx.mean(shape) == pytest.approx(leave)
+    stay = profile_from_dict({"tasks": {"x": {"service": {
+        "kind": "iteration", "finished_rows": "stay",
+        "step": {"base": 1.0, "per_row": 0.5, "per_prefill_token": 0.1, "per_context_token": 0.01}}}}}).tasks["x"].service
+    expected = (1 + 1.5 + 3.0 + 0.3) + sum(1 + 1.5 + 0.03 * (10 + i) for i in (1, 2, 3))
+    assert stay.mean(shape) == pytest.approx(expected)
+    assert stay.to_dict()["finished_rows"] == "stay" and stay.to_dict()["step"]["per_context_token"] == 0.01
+    # a continuous engine's iteration pays for its rows' context too
+    cost = step_cost(profile_from_dict({"tasks": {"x": {"service": ctx.to_dict()}}}).tasks["x"], ctx)
+    assert cost.step(4, [], 100, None) == pytest.approx(1 + 0.5 * 4 + 0.01 * 4 * 100)
+    with pytest.raises(ProfileError, match="finished_rows"):
+        profile_from_dict({"tasks": {"x": {"service": {"kind": "iteration", "finished_rows": "never",
+                                                        "step": {"base": 1.0}}}}})
 
 
 def test_batch_kinds_derive_iteration_costs_that_add_up_to_the_batch_mean():

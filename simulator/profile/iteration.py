@@ -56,7 +56,7 @@ class IterationKindCost:
         self.service = service
 
     def step(self, decode_rows, prefill_prompts, context, rng, capacity=None):
-        mean = self.service.step_mean(decode_rows + len(prefill_prompts), sum(prefill_prompts))
+        mean = self.service.step_mean(decode_rows + len(prefill_prompts), sum(prefill_prompts), context)
         return self.service.draw(mean, rng)
 
     def tokens(self, rows, rng):

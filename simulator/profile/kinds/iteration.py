@@ -3,19 +3,29 @@
 ::
 
     {"kind": "iteration", "dist": "deterministic" | "exponential" | "gamma", "cv": 0.2,
-     "step": {"base": 0.02, "per_row": 0.001, "per_prefill_token": 1e-5}}
+     "step": {"base": 0.02, "per_row": 0.001, "per_prefill_token": 1e-5,
+              "per_context_token": 0.0},
+     "finished_rows": "leave" | "stay"}
 
 One iteration of a batch with R rows, of which some are admitted this iteration with
-``prefill`` prompt tokens in all, takes on average
-``base + per_row * R + per_prefill_token * prefill`` seconds, drawn from ``dist`` around that
-mean (independently per iteration). Every row commits one token per iteration; a row's first
-token comes from the iteration that prefills it.
+``prefill`` prompt tokens in all, over a context of C tokens per row (prompt plus tokens
+so far), takes on average
+``base + per_row * R + per_prefill_token * prefill + per_context_token * R * C`` seconds,
+drawn from ``dist`` around that mean (independently per iteration). The last term is the
+part that grows as the sequences do (attention reading every row's KV cache, a cache that
+is copied to grow); it is what makes the 200th token of a row dearer than its 20th.
+Every row commits one token per iteration; a row's first token comes from the iteration
+that prefills it.
 
 The same costs give a static batch's time, so micro-batching and continuous batching are
 compared on one set of numbers: a batch of B prompts (longest prompt P, max tokens m_b per
 row) runs its first iteration with all B rows prefilling B * P tokens, then one decode
 iteration per further token, rows leaving as they finish (the batch ends with its longest
-row). Mean and variance are sums over those independent iterations.
+row; a batch is padded to its longest prompt, so every row's context is that prompt plus
+the tokens so far). ``finished_rows``: ``leave`` (default) drops a row that reached its max
+tokens from later iterations; ``stay`` keeps it to the end, as a static batched generate
+does (Hugging Face ``generate`` pads finished rows until every row is done). Mean and
+variance are sums over those independent iterations.
 """
 
 from __future__ import annotations
@@ -29,6 +39,8 @@ from simulator.profile.kinds import KINDS, BatchShape
 from simulator.profile.spec import Where, need_number
 
 DISTS = ("deterministic", "exponential", "gamma")
+FINISHED_ROWS = ("leave", "stay")
+STEP_FIELDS = ("base", "per_row", "per_prefill_token", "per_context_token")
 
 
 @dataclass(frozen=True)
@@ -38,13 +50,17 @@ class IterationService:
     base: float
     per_row: float = 0.0
     per_prefill_token: float = 0.0
+    per_context_token: float = 0.0
     dist: str = "deterministic"
     cv: float = 0.0
+    finished_rows: str = "leave"
     kind: str = "iteration"
 
-    def step_mean(self, rows: int, prefill_tokens: int) -> float:
-        """Mean seconds of one iteration of ``rows`` rows prefilling ``prefill_tokens`` tokens."""
-        return self.base + self.per_row * rows + self.per_prefill_token * prefill_tokens
+    def step_mean(self, rows: int, prefill_tokens: int, context: int = 0) -> float:
+        """Mean seconds of one iteration of ``rows`` rows prefilling ``prefill_tokens`` tokens,
+        over ``context`` tokens per row."""
+        return (self.base + self.per_row * rows + self.per_prefill_token * prefill_tokens
+                + self.per_context_token * rows * context)
 
     @property
     def _cv(self) -> float:
@@ -62,9 +78,14 @@ class IterationService:
     def _iteration_means(self, shape: BatchShape) -> np.ndarray:
         rows = np.asarray(shape.rows_max_tokens or (shape.max_tokens,) * shape.size)
         longest = int(rows.max())
-        # Rows still running in iteration i (0-based) are those with more than i tokens to make.
-        running = (rows[None, :] > np.arange(longest)[:, None]).sum(axis=1)
+        if self.finished_rows == "stay":
+            running = np.full(longest, rows.size)
+        else:
+            # Rows still running in iteration i (0-based) are those with more than i tokens to make.
+            running = (rows[None, :] > np.arange(longest)[:, None]).sum(axis=1)
         means = self.base + self.per_row * running
+        if self.per_context_token:
+            means = means + self.per_context_token * running * (shape.prompt_tokens + np.arange(longest))
         means[0] += self.per_prefill_token * shape.size * shape.prompt_tokens
         return means
 
@@ -92,8 +113,12 @@ class IterationService:
         out: dict[str, Any] = {"kind": self.kind, "dist": self.dist,
                                "step": {"base": self.base, "per_row": self.per_row,
                                         "per_prefill_token": self.per_prefill_token}}
+        if self.per_context_token:
+            out["step"]["per_context_token"] = self.per_context_token
         if self.dist == "gamma":
             out["cv"] = self.cv
+        if self.finished_rows != "leave":
+            out["finished_rows"] = self.finished_rows
         return out
 
 
@@ -105,15 +130,17 @@ def parse(spec: dict[str, Any], where: Where) -> IterationService:
         raise where.error("dist", f"must be one of {', '.join(DISTS)}, got {dist!r}")
     step = spec.get("step")
     if not isinstance(step, dict):
-        raise where.error("step", "must be an object with base, per_row, per_prefill_token (seconds)")
-    unknown = set(step) - {"base", "per_row", "per_prefill_token"}
+        raise where.error("step", f"must be an object with {', '.join(STEP_FIELDS)} (seconds)")
+    unknown = set(step) - set(STEP_FIELDS)
     if unknown:
-        raise where.error(f"step.{sorted(unknown)[0]}", "unknown field; valid: base, per_row, per_prefill_token")
-    values = {k: need_number(step.get(k, 0.0), where, f"step.{k}", minimum=0.0)
-              for k in ("base", "per_row", "per_prefill_token")}
+        raise where.error(f"step.{sorted(unknown)[0]}", f"unknown field; valid: {', '.join(STEP_FIELDS)}")
+    values = {k: need_number(step.get(k, 0.0), where, f"step.{k}", minimum=0.0) for k in STEP_FIELDS}
     if values["base"] + values["per_row"] <= 0:
         raise where.error("step", "an iteration must take time: base + per_row must be > 0")
     cv = 0.0
     if dist == "gamma":
         cv = need_number(spec.get("cv"), where, "cv", positive=True)
-    return IterationService(dist=dist, cv=cv, **values)
+    finished = spec.get("finished_rows", "leave")
+    if finished not in FINISHED_ROWS:
+        raise where.error("finished_rows", f"must be one of {', '.join(FINISHED_ROWS)}, got {finished!r}")
+    return IterationService(dist=dist, cv=cv, finished_rows=finished, **values)
