@@ -17,6 +17,15 @@ from the start of the run). Rules, as the client and server behave:
   the client's timeout (600 s for this client);
 * the arrival file (``batch_arrivals.json``, the client format) gives each call's tasks.
 
+A successful call's response also holds each prompt's generated text (``choices[i].text``,
+in prompt order). :attr:`ObservedRun.prompts` keeps its length: the answer is the text
+after the chat template's ``</think>`` (the server decodes the whole sequence), else after
+an echoed prompt, else the whole text. :func:`with_observed_lengths` turns those lengths into
+each prompt's output tokens in the trace — the workload's own lengths, measured, for
+servers that stop at end of sequence. Characters become tokens at
+:data:`CHARS_PER_TOKEN` (no tokenizer is needed; for English text a BPE vocabulary of
+~150k averages about 4 characters per token), so a length is an estimate within ~20 %.
+
 :func:`call_figures` turns any per-call table (observed, or simulated via
 :func:`simulated_calls`) into the same figures: call latency statistics overall, per task
 (calls containing it) and per composition class, over successful calls and censored.
@@ -39,6 +48,7 @@ from simulator.metrics import COMPOSITIONS, call_figures, client_calls as simula
 from simulator.trace.model import Trace
 
 CLIENT_TIMEOUT = 600.0
+CHARS_PER_TOKEN = 4.0
 SUMMARY_FILE = "simulation_summary.json"
 _BATCH_FILE = re.compile(r"^batch_(\d+)\.json$")
 
@@ -57,6 +67,9 @@ class ObservedRun:
     calls: pd.DataFrame
     timeout: float = CLIENT_TIMEOUT
     meta: dict = field(default_factory=dict)
+    #: one row per prompt of a successful call: call_id, prompt_index, task, answer_chars
+    prompts: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
+        columns=["call_id", "prompt_index", "task", "answer_chars"]))
 
     def figures(self) -> dict[str, Any]:
         return call_figures(self.calls, self.timeout)
@@ -151,7 +164,7 @@ def read_observed(folder: str | Path, arrivals: str | Path | Trace | None = None
                                 f"call {call_id} has {size} prompts here but {expected} in the arrival file "
                                 f"{trace.source}; give the arrival file this run replayed (--arrivals)")
 
-    rows = []
+    rows, prompt_rows = [], []
     for ci, call in enumerate(trace.calls):
         tasks = frozenset(p.task for p in call.prompts)
         row: dict[str, Any] = {
@@ -177,6 +190,8 @@ def read_observed(folder: str | Path, arrivals: str | Path | Trace | None = None
             if call.id in files:
                 rec = files[call.id][1]
                 row["ok"] = _succeeded(rec)
+                if row["ok"]:
+                    prompt_rows += _answers(call, rec["response"]["choices"], path)
                 if not row["ok"]:
                     body = rec.get("response")
                     err = rec.get("error") or (body.get("error") if isinstance(body, dict) else None)
@@ -190,8 +205,61 @@ def read_observed(folder: str | Path, arrivals: str | Path | Trace | None = None
     calls["latency_s"] = np.where(calls["ok"], calls["duration_s"], np.nan)
     calls["latency_censored_s"] = np.where(calls["ok"], np.minimum(calls["duration_s"], timeout), timeout)
     meta = {"files": len(files), "summary": summary_path.exists(), "arrivals": trace.source}
+    prompts = pd.DataFrame(prompt_rows, columns=["call_id", "prompt_index", "task", "answer_chars"])
     return ObservedRun(name=folder.name.removeprefix("batch_results_"), path=str(folder), calls=calls,
-                       timeout=timeout, meta=meta)
+                       timeout=timeout, meta=meta, prompts=prompts)
+
+
+def answer_of(choice: Any) -> str | None:
+    """The generated answer in one response choice (module docstring), or ``None``."""
+    if not isinstance(choice, dict) or not isinstance(choice.get("text"), str):
+        return None
+    text = choice["text"]
+    if "</think>" in text:
+        return text.split("</think>", 1)[1].strip()
+    prompt = choice.get("prompt")
+    if isinstance(prompt, str) and prompt and text.startswith(prompt):
+        return text[len(prompt):].strip()
+    return text.strip()
+
+
+def _answers(call, choices: list, path: Path) -> list[tuple[str, int, str, int]]:
+    """(call_id, prompt index, task, answer characters) for each choice of a call; choices
+    come back in prompt order (their ``index``)."""
+    out = []
+    for position, choice in enumerate(choices):
+        index = choice.get("index", position) if isinstance(choice, dict) else position
+        answer = answer_of(choice)
+        if answer is None or not isinstance(index, int) or not 0 <= index < len(call.prompts):
+            continue
+        out.append((call.id, index, call.prompts[index].task, len(answer)))
+    return out
+
+
+def with_observed_lengths(trace: Trace, observed: ObservedRun, tasks: tuple[str, ...] | list[str],
+                          chars_per_token: float = CHARS_PER_TOKEN) -> Trace:
+    """``trace`` with the prompts of ``tasks`` given the output length they had in
+    ``observed`` (as ``max_tokens``: a model that generates to max tokens then generates
+    what the real server generated; the scenario's cap still applies). Prompts the run did
+    not answer keep their value. Only tasks whose answer is the generation itself make
+    sense here (not a task whose server returns an extracted letter, or a CPU task)."""
+    from dataclasses import replace
+
+    wanted = set(tasks)
+    unknown = wanted - {p.task for c in trace.calls for p in c.prompts}
+    if unknown:
+        raise ObservedError(observed.path, None, "tasks", f"the trace has no prompts of task {sorted(unknown)[0]!r}")
+    lengths = {(r.call_id, r.prompt_index): max(1, math.ceil(r.answer_chars / chars_per_token))
+               for r in observed.prompts.itertuples() if r.task in wanted}
+    calls = []
+    for call in trace.calls:
+        prompts = tuple(replace(p, max_tokens=lengths[(call.id, i)]) if (call.id, i) in lengths else p
+                        for i, p in enumerate(call.prompts))
+        calls.append(replace(call, prompts=prompts))
+    meta = dict(trace.meta)
+    meta["output_lengths"] = {"run": observed.path, "tasks": sorted(wanted), "prompts": len(lengths),
+                              "chars_per_token": chars_per_token}
+    return replace(trace, calls=tuple(calls), meta=meta)
 
 
 def observed_to_json(run: ObservedRun) -> dict[str, Any]:

@@ -123,3 +123,61 @@ def test_compare_runs_cli_writes_plots_and_refuses_overwrite(tmp_path):
     assert (tmp_path / "p" / "cdf.png").stat().st_size > 0 and (tmp_path / "p" / "scatter.png").exists()
     again = CliRunner().invoke(app, ["compare-runs", str(a), str(b), "--plot", str(tmp_path / "p")])
     assert_one_line_error(again, "cdf.png")
+
+
+def test_answers_are_taken_after_the_template_or_the_echoed_prompt():
+    from simulator.observed import answer_of
+
+    assert answer_of({"text": "user\nQ?\nassistant\n<think>\n\n</think>\n\nHARER"}) == "HARER"
+    assert answer_of({"text": "Q? the answer", "prompt": "Q?"}) == "the answer"
+    assert answer_of({"text": "  plain answer "}) == "plain answer"
+    assert answer_of({"no": "text"}) is None
+
+
+@needs_shared
+def test_measured_output_lengths_match_the_raw_responses(tmp_path):
+    """Every InfoBench prompt of the 4-queue run was answered; its length here, from the raw
+    JSON, is the trace's max_tokens after --write-trace (4 characters a token, rounded up)."""
+    folder = REQUEST / "batch_results_4B_4queues_nothinking"
+    arrivals = json.loads((REQUEST / "batch_arrivals.json").read_text())
+    expected = {}
+    for rec in arrivals:
+        body = json.loads((folder / f"batch_{rec['batch_id']:04d}.json").read_text())
+        for i, (idx, choice) in enumerate(zip(rec["prompt_idxs"], body["response"]["choices"])):
+            if TASK_OF(idx) != "infobench":
+                continue
+            text = choice["text"]
+            answer = text.split("</think>", 1)[1].strip() if "</think>" in text else (
+                text[len(choice["prompt"]):].strip() if text.startswith(choice.get("prompt") or "\0") else text.strip())
+            expected[(str(rec["batch_id"]), i)] = -(-len(answer) // 4)
+    assert len(expected) == 100
+    out = tmp_path / "lengths.json"
+    result = CliRunner().invoke(app, ["observed", str(folder), "--lengths", "infobench", "--write-trace", str(out)])
+    assert result.exit_code == 0, result.output
+    from simulator.trace.formats import load_trace
+
+    trace = load_trace(out)
+    got = {(c.id, i): p.max_tokens for c in trace.calls for i, p in enumerate(c.prompts) if p.task == "infobench"}
+    assert got == expected
+    # other tasks keep the client's max_tokens; the source run is recorded
+    assert {p.max_tokens for c in trace.calls for p in c.prompts if p.task != "infobench"} == {2048}
+    assert trace.meta["output_lengths"]["prompts"] == 100
+    # the options go together, and the trace is not overwritten
+    again = CliRunner().invoke(app, ["observed", str(folder), "--lengths", "infobench", "--write-trace", str(out)])
+    assert_one_line_error(again, str(out))
+    alone = CliRunner().invoke(app, ["observed", str(folder), "--write-trace", str(tmp_path / "x.json")])
+    assert_one_line_error(alone, "--lengths")
+
+
+@needs_shared
+def test_the_shipped_lengths_trace_is_the_real_arrivals_with_the_measured_lengths():
+    from simulator.observed import with_observed_lengths
+    from simulator.trace.formats import load_trace
+
+    real = load_trace(REQUEST / "batch_arrivals.json")
+    expected = with_observed_lengths(real, read_observed(REQUEST / "batch_results_4B_4queues_nothinking", real),
+                                     ["infobench"])
+    shipped = load_trace(Path(__file__).resolve().parents[1] / "traces" / "lminference-4queues-lengths.json")
+    assert [(c.id, c.t) for c in shipped.calls] == [(c.id, c.t) for c in expected.calls]
+    assert [[(p.task, p.prompt_tokens, p.max_tokens) for p in c.prompts] for c in shipped.calls] == \
+           [[(p.task, p.prompt_tokens, p.max_tokens) for p in c.prompts] for c in expected.calls]

@@ -44,17 +44,38 @@ def observed_cli(
     arrivals: Optional[Path] = typer.Option(None, "--arrivals", help="The arrival file the run replayed (default: ../batch_arrivals.json)."),
     timeout: float = typer.Option(CLIENT_TIMEOUT, "--timeout", help="Client timeout: failed calls are censored here (s)."),
     json_out: Optional[str] = typer.Option(None, "--json", help="Write the figures and per-call table to FILE ('-' for stdout)."),
+    lengths: Optional[str] = typer.Option(None, "--lengths", help="Tasks (comma-separated) whose answers give each prompt's output length, for --write-trace."),
+    write_trace: Optional[Path] = typer.Option(None, "--write-trace", help="Write the arrival trace with the --lengths tasks' measured output tokens as max_tokens (simctl-trace/1)."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing output file."),
 ) -> None:
     """Summarise an observed run per call composition and overall, as replay does.
 
     A call succeeded only if its result file exists and holds `choices`; failed calls are
-    censored at the client timeout.
+    censored at the client timeout. With --lengths and --write-trace, also write the
+    workload as this run generated it: each answered prompt of those tasks gets its
+    answer's length in tokens (about 4 characters each) as max_tokens, for replay and
+    calibrate to simulate.
     """
     with user_errors():
+        from simulator.observed import ObservedError
+
+        if (lengths is None) != (write_trace is None):
+            raise ObservedError(folder, None, "--lengths" if lengths is None else "--write-trace",
+                                "--lengths and --write-trace go together")
         if json_out and json_out != "-":
             check_writable(json_out, force=force, inputs=(folder,))
+        if write_trace is not None:
+            check_writable(write_trace, force=force, inputs=(folder,) + ((arrivals,) if arrivals else ()))
         run = read_observed(folder, arrivals, timeout)
+        if write_trace is not None:
+            from simulator.observed import find_arrivals, with_observed_lengths
+            from simulator.trace.formats import load_trace, save_trace
+
+            tasks = [t.strip() for t in lengths.split(",") if t.strip()]
+            trace = with_observed_lengths(load_trace(arrivals or find_arrivals(folder)), run, tasks)
+            save_trace(trace, write_trace, force=force)
+            console.print(f"wrote {write_trace}: {trace.meta['output_lengths']['prompts']} prompts of "
+                          f"{', '.join(tasks)} with their measured output tokens", highlight=False)
         data = observed_to_json(run)
         if json_out == "-":
             sys.stdout.write(json.dumps(data, indent=2) + "\n")
