@@ -6,15 +6,24 @@ The free parameters are listed in the starting profile's ``meta.calibrate``::
     {"name": "infobench.pass_base", "task": "infobench", "path": "service.costs.verify.coef.0",
      "min": 1e-4, "max": 5.0, "ties": [{"path": "service.costs.draft_step.coef.0", "factor": 0.3}]}
 
-(``path`` is a dotted path into the task's profile; ``ties`` move other values with it).
+(``path`` is a dotted path into the task's profile; ``ties`` move other values with it, in
+the same task or, with ``"task"``, another one).
 The fit works on log-parameters with ``scipy.optimize.least_squares`` (soft-L1 loss, robust
-to a few badly modelled calls) on the per-call residuals ``log(sim) − log(obs)``, where
-``sim`` is the call's latency averaged over the seeds (the same seeds at every step: common
-random numbers, so the objective is smooth enough for finite differences) and both sides
-are floored at 0.05 s. Simulated latencies are not censored (the model serves every call, so
-the residuals keep their slope however slow a candidate is); an observed call that failed at
-the client timeout counts only if the simulated one is shorter than the timeout. Standard errors come from the
-Gauss–Newton covariance ``s² (JᵀJ)⁻¹`` at the optimum, in log space (so they are relative).
+to a few badly modelled calls). The objective (``both`` by default) joins the per-call
+residuals ``log(sim) − log(obs)``, where ``sim`` is the call's latency averaged over the seeds
+(the same seeds at every step: common random numbers; one seed when the model has no
+randomness), and the residuals of the log quantiles of call latency (p10..p95, overall and
+per composition class; each seed's quantiles, averaged), which make the fitted distribution,
+not only each call's centre, match. Both sides are floored at 0.05 s. Simulated latencies
+are not censored in the per-call terms (the model serves every call, so the residuals keep
+their slope however slow a candidate is); an observed call that failed at the client timeout
+counts only if the simulated one is shorter than the timeout. Several observed runs (``also``)
+can be fitted at once. The surface is rough (a batch forms or not as a cost crosses a
+threshold) and has several basins, so quasi-random points are screened first and local fits
+run from the best few; every local fit whose cost a likelihood-ratio test at 95 % cannot tell
+from the best one's is kept (``ensemble``), and :func:`predict_ensemble` gives a prediction's
+range over them. Standard errors come from the Gauss–Newton covariance ``s² (JᵀJ)⁻¹`` at the
+best fit, in log space (so they are relative).
 
 What the call latencies can and cannot identify: they see batch *times*, not their parts.
 A per-iteration cost and the number of iterations trade off against each other — for
@@ -29,14 +38,14 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
 
 from simulator.errors import ProfileError
-from simulator.metrics import client_calls
+from simulator.metrics import COMPOSITIONS, client_calls
 from simulator.model import simulate
 from simulator.observed import ObservedRun, compare_calls
 from simulator.profile import Profile, profile_from_dict
@@ -44,6 +53,12 @@ from simulator.scenario import Scenario
 from simulator.trace.model import Trace
 
 FLOOR = 0.05  # seconds: latencies below this are compared as this (graph calls are ~0.1 s)
+#: quantiles of call latency the ``quantiles`` objective matches, overall and per composition class
+QUANTILES = (10, 25, 50, 75, 90, 95)
+#: a quantile residual stands for this many per-call residuals in the ``both`` objective
+QUANTILE_WEIGHT = 3.0
+OBJECTIVES = ("calls", "quantiles", "both")
+F_SCALE = 0.3  # soft-L1 scale: residuals beyond ~30 % in log latency count less than squared
 
 
 @dataclass(frozen=True)
@@ -53,7 +68,7 @@ class FreeParameter:
     path: str
     low: float
     high: float
-    ties: tuple[tuple[str, float], ...] = ()
+    ties: tuple[tuple[str, str, float], ...] = ()  # (task, path, factor)
 
 
 @dataclass(frozen=True)
@@ -62,9 +77,14 @@ class CalibrationResult:
     values: dict[str, float]
     relative_se: dict[str, float]     # standard error of log(value): relative uncertainty
     correlation: np.ndarray
-    errors: pd.DataFrame              # compare_calls(observed, fitted simulation)
+    errors: pd.DataFrame              # predict(observed, ..., fitted profile): figures per class
     cost: float
     evaluations: int
+    #: every local fit whose cost the calls cannot tell from the best one's (the best first):
+    #: what the run leaves undetermined shows as the spread of their values and predictions
+    ensemble: list[dict[str, Any]] = field(default_factory=list)
+    ensemble_values: list[dict[str, float]] = field(default_factory=list)
+    seeds: tuple[int, ...] = ()
 
 
 def free_parameters(data: dict[str, Any], where: str) -> list[FreeParameter]:
@@ -74,12 +94,16 @@ def free_parameters(data: dict[str, Any], where: str) -> list[FreeParameter]:
     out = []
     for i, p in enumerate(raw):
         try:
-            out.append(FreeParameter(str(p["name"]), str(p["task"]), str(p["path"]), float(p["min"]), float(p["max"]),
-                                     tuple((str(t["path"]), float(t["factor"])) for t in p.get("ties", ()))))
-        except (KeyError, TypeError, ValueError):
+            task = str(p["task"])
+            out.append(FreeParameter(str(p["name"]), task, str(p["path"]), float(p["min"]), float(p["max"]),
+                                     tuple((str(t.get("task", task)), str(t["path"]), float(t["factor"]))
+                                           for t in p.get("ties", ()))))
+        except (KeyError, TypeError, ValueError, AttributeError):
             raise ProfileError(where, f"meta.calibrate[{i}]", None,
-                               "needs name, task, path, min, max (and optional ties of path, factor)") from None
+                               "needs name, task, path, min, max (and optional ties of path, factor, task)") from None
         _get(data, out[-1].task, out[-1].path, where)
+        for task, path, _ in out[-1].ties:
+            _get(data, task, path, where)
     return out
 
 
@@ -116,79 +140,198 @@ def _with_values(data: dict, params: list[FreeParameter], values: np.ndarray) ->
     out = copy.deepcopy(data)
     for p, v in zip(params, values):
         _set(out, p.task, p.path, float(v))
-        for path, factor in p.ties:
-            _set(out, p.task, path, float(v) * factor)
+        for task, path, factor in p.ties:
+            _set(out, task, path, float(v) * factor)
     return out
 
 
-def calibrate(observed: ObservedRun, trace: Trace, scenario: Scenario, start: dict[str, Any],
-              seeds: tuple[int, ...] = (0, 1, 2), max_evaluations: int = 120,
-              progress: Callable[[int, float], None] | None = None, where: str = "<profile>") -> CalibrationResult:
-    """Fit ``start``'s free parameters to ``observed`` (a run of ``trace`` under ``scenario``)."""
-    from scipy.optimize import least_squares
+def _soft_l1_cost(r: np.ndarray) -> float:
+    """``least_squares``' objective for ``loss="soft_l1"``: 0.5 f² Σ 2(√(1 + (r/f)²) − 1)."""
+    z = (r / F_SCALE) ** 2
+    return float(0.5 * F_SCALE ** 2 * np.sum(2.0 * (np.sqrt(1.0 + z) - 1.0)))
 
-    params = free_parameters(start, where)
-    timeout = scenario.client_timeout
-    obs = observed.calls.set_index("call_id")
-    call_ids = [c.id for c in trace.calls]
-    y = np.log(np.maximum(obs["latency_censored_s"].reindex(call_ids).to_numpy(float), FLOOR))
-    failed = ~obs["ok"].reindex(call_ids).to_numpy(bool)
-    low = np.log([p.low for p in params])
-    high = np.log([p.high for p in params])
-    x0 = np.clip(np.log([_get(start, p.task, p.path, where) for p in params]), low + 1e-9, high - 1e-9)
-    count = [0]
 
-    def simulated(x: np.ndarray) -> np.ndarray:
-        profile = profile_from_dict(_with_values(start, params, np.exp(x)), where)
-        runs = []
-        for seed in seeds:
-            calls = client_calls(simulate(trace, scenario, profile, seed), None)
-            runs.append(np.log(np.maximum(calls["latency_censored_s"].to_numpy(float), FLOOR)))
-        return np.mean(runs, axis=0)
+def _screened_points(residuals: Callable[[np.ndarray], np.ndarray], x0: np.ndarray, low: np.ndarray,
+                     high: np.ndarray, points: int) -> list[tuple[float, np.ndarray]]:
+    """``x0`` and ``points`` scrambled-Sobol points in the box of a factor 10 either way of
+    ``x0`` (within the bounds), each with the fit's own cost, best first.
 
-    def residuals(x: np.ndarray) -> np.ndarray:
-        count[0] += 1
-        r = simulated(x) - y
-        # A call the client gave up on took at least the timeout: only a shorter simulated
-        # latency is an error.
-        r[failed] = np.minimum(r[failed], 0.0)
-        if progress:
-            progress(count[0], float(np.mean(np.abs(r))))
-        return r
+    Why: a parameter whose effect is small at the start (a per-row cost next to a large
+    per-batch one) has a flat gradient there, and a local fit leaves it where it began;
+    the cost surface of a simulation is also rough at the scale of a finite difference,
+    with several basins. Local fits from the best screened points find them."""
+    from scipy.stats import qmc
 
-    fit = least_squares(residuals, x0, bounds=(low, high), loss="soft_l1", f_scale=0.3,
-                        diff_step=0.1, max_nfev=max_evaluations, x_scale=1.0)
-    n, k = len(y), len(params)
+    lo = np.maximum(low, x0 - math.log(10.0))
+    hi = np.minimum(high, x0 + math.log(10.0))
+    out = [(_soft_l1_cost(residuals(x0)), x0)]
+    if points > 0:
+        sample = qmc.Sobol(len(x0), scramble=True, seed=0).random_base2(max(0, math.ceil(math.log2(points))))
+        out += [(_soft_l1_cost(residuals(x)), x) for x in (lo + u * (hi - lo) for u in sample)]
+    return sorted(out, key=lambda item: item[0])
+
+
+def _covariance(fit, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Relative standard errors and correlation from the Gauss–Newton covariance
+    ``s² (JᵀJ)⁻¹`` (a parameter the calls do not see gets an infinite error)."""
+    n = len(fit.fun)
     J = fit.jac
     s2 = float(np.sum(fit.fun ** 2) / max(n - k, 1))
-    # A parameter the calls do not see (a zero column of J) gets an infinite error.
     seen = np.abs(J).sum(axis=0) > 0
     se = np.full(k, math.inf)
     corr = np.full((k, k), np.nan)
     if seen.any():
-        Js = J[:, seen]
-        cov = np.linalg.pinv(Js.T @ Js) * s2
+        cov = np.linalg.pinv(J[:, seen].T @ J[:, seen]) * s2
         se_seen = np.sqrt(np.clip(np.diag(cov), 0, None))
         se[seen] = se_seen
         idx = np.flatnonzero(seen)
         with np.errstate(invalid="ignore", divide="ignore"):
             corr[np.ix_(idx, idx)] = cov / np.outer(se_seen, se_seen)
-    fitted = _with_values(start, params, np.exp(fit.x))
+    return se, corr
+
+
+class _Target:
+    """One observed run the fit must reproduce: its calls' log latencies and quantiles."""
+
+    def __init__(self, observed: ObservedRun, trace: Trace, scenario: Scenario) -> None:
+        self.observed, self.trace, self.scenario = observed, trace, scenario
+        self.timeout = scenario.client_timeout or math.inf
+        obs = observed.calls.set_index("call_id")
+        call_ids = [c.id for c in trace.calls]
+        missing = set(call_ids) - set(obs.index)
+        if missing:
+            raise ValueError(f"the observed run {observed.name} lacks calls of the trace (e.g. {sorted(missing)[0]})")
+        latency = np.maximum(obs["latency_censored_s"].reindex(call_ids).to_numpy(float), FLOOR)
+        self.y = np.log(latency)
+        self.failed = ~obs["ok"].reindex(call_ids).to_numpy(bool)
+        groups = [np.ones(len(call_ids), bool)] + [
+            (obs["composition"].reindex(call_ids) == c).to_numpy(bool) for c, _ in COMPOSITIONS]
+        self.groups = [g for g in groups if g.sum() >= 10]
+        self.y_quantiles = self._quantiles(latency)
+
+    def _quantiles(self, latency: np.ndarray) -> np.ndarray:
+        return np.log(np.concatenate([np.percentile(np.minimum(latency[g], self.timeout), QUANTILES)
+                                      for g in self.groups]))
+
+    def simulate(self, profile: Profile, seeds: tuple[int, ...]) -> list[np.ndarray]:
+        return [np.maximum(client_calls(simulate(self.trace, self.scenario, profile, seed), None)
+                           ["latency_censored_s"].to_numpy(float), FLOOR) for seed in seeds]
+
+    def residuals(self, runs: list[np.ndarray], objective: str) -> list[np.ndarray]:
+        parts = []
+        if objective in ("calls", "both"):
+            r = np.mean(np.log(runs), axis=0) - self.y
+            # A call the client gave up on took at least the timeout: only a shorter simulated
+            # latency is an error.
+            r[self.failed] = np.minimum(r[self.failed], 0.0)
+            parts.append(r)
+        if objective in ("quantiles", "both"):
+            # Each seed is one possible run: its quantiles (censored like the client's) are
+            # averaged in log, not taken of the per-call means, whose spread is narrower
+            # than a run's.
+            sim_q = np.mean([self._quantiles(run) for run in runs], axis=0)
+            parts.append(QUANTILE_WEIGHT * (sim_q - self.y_quantiles))
+        return parts
+
+
+def calibrate(observed: ObservedRun, trace: Trace, scenario: Scenario, start: dict[str, Any],
+              seeds: tuple[int, ...] = (0, 1, 2), max_evaluations: int = 120,
+              progress: Callable[[int, float], None] | None = None, where: str = "<profile>",
+              objective: str = "both", screen: int = 64, starts: int = 4,
+              also: Sequence[tuple[ObservedRun, Trace, Scenario]] = ()) -> CalibrationResult:
+    """Fit ``start``'s free parameters to ``observed`` (a run of ``trace`` under ``scenario``)
+    and, jointly, to the runs in ``also`` (other configurations of the same hardware: what
+    one run leaves undetermined, such as how a cost grows with length, another may pin).
+
+    ``objective``: ``calls`` (per-call log residuals), ``quantiles`` (log residuals of the
+    10th..95th percentiles of call latency, overall and per composition class) or ``both``.
+    ``screen`` quasi-random points are tried first and local fits run from the best
+    ``starts`` of them (see :func:`_screened_points`)."""
+    from scipy.optimize import least_squares
+    from scipy.stats import chi2
+
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}")
+    params = free_parameters(start, where)
+    targets = [_Target(observed, trace, scenario)] + [_Target(*run) for run in also]
+    low = np.log([p.low for p in params])
+    high = np.log([p.high for p in params])
+    x0 = np.clip(np.log([_get(start, p.task, p.path, where) for p in params]), low + 1e-9, high - 1e-9)
+    count = [0]
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        count[0] += 1
+        profile = profile_from_dict(_with_values(start, params, np.exp(x)), where)
+        parts = []
+        for target in targets:
+            parts += target.residuals(target.simulate(profile, seeds), objective)
+        r = np.concatenate(parts)
+        if progress:
+            progress(count[0], float(np.mean(np.abs(r))))
+        return r
+
+    # A model without randomness gives every seed the same run: one seed is enough.
+    if len(seeds) > 1:
+        probe = profile_from_dict(_with_values(start, params, np.exp(x0)), where)
+        if all(np.array_equal(*t.simulate(probe, seeds[:2])) for t in targets):
+            seeds = seeds[:1]
+    candidates = _screened_points(residuals, x0, low, high, screen)[:max(1, starts)]
+    fits = [least_squares(residuals, x, bounds=(low, high), loss="soft_l1", f_scale=F_SCALE,
+                          diff_step=0.1, max_nfev=max_evaluations, x_scale=1.0) for _, x in candidates]
+    fits.sort(key=lambda f: f.cost)
+    fit = fits[0]
+    k = len(params)
+    se, corr = _covariance(fit, k)
+    # Fits the calls cannot tell apart: a likelihood-ratio test at 95 % on the cost, in units
+    # of the residual variance (approximate under the robust loss).
+    s2 = float(np.sum(fit.fun ** 2) / max(len(fit.fun) - k, 1))
+    limit = 0.5 * s2 * chi2.ppf(0.95, k)
+    ensemble = [_with_values(start, params, np.exp(f.x)) for f in fits if f.cost - fit.cost <= limit]
+    fitted = ensemble[0]
     profile = profile_from_dict(fitted, where)
-    final = client_calls(simulate(trace, scenario, profile, seeds[0]), timeout)
-    final["call_id"] = final["call_id"].astype(str)
     return CalibrationResult(
         profile=fitted, values={p.name: float(v) for p, v in zip(params, np.exp(fit.x))},
         relative_se={p.name: float(s) for p, s in zip(params, se)}, correlation=corr,
-        errors=compare_calls(observed.calls, final), cost=float(fit.cost), evaluations=count[0])
+        errors=predict(observed, trace, scenario, profile), cost=float(fit.cost), evaluations=count[0],
+        ensemble=ensemble, ensemble_values=[{p.name: float(v) for p, v in zip(params, np.exp(f.x))}
+                                            for f in fits if f.cost - fit.cost <= limit],
+        seeds=tuple(seeds))
 
 
 def predict(observed: ObservedRun, trace: Trace, scenario: Scenario, profile: Profile,
-            seeds: tuple[int, ...] = (0, 1, 2)) -> pd.DataFrame:
-    """Errors of a profile's prediction of an observed run: the simulated per-call latency
-    (censored at the client timeout) averaged over seeds, against the observed one."""
-    runs = [client_calls(simulate(trace, scenario, profile, s), scenario.client_timeout) for s in seeds]
-    calls = runs[0].copy()
-    calls["latency_censored_s"] = np.mean([r["latency_censored_s"].to_numpy(float) for r in runs], axis=0)
-    calls["call_id"] = calls["call_id"].astype(str)
-    return compare_calls(observed.calls, calls)
+            seeds: tuple[int, ...] = tuple(range(10))) -> pd.DataFrame:
+    """Errors of a profile's prediction of an observed run, figure by figure.
+
+    Each seed is one possible run: its p50/p90/p99/mean per composition class (latency
+    censored at the client timeout) are computed like the observed run's, then averaged
+    over the seeds (``*_other``), with their standard deviation over seeds (``*_sd``, how
+    much one simulated run scatters). Averaging per-call latencies over seeds first would
+    narrow the distribution and bias the upper quantiles low."""
+    tables = []
+    for seed in seeds:
+        calls = client_calls(simulate(trace, scenario, profile, seed), scenario.client_timeout)
+        calls["call_id"] = calls["call_id"].astype(str)
+        tables.append(compare_calls(observed.calls, calls).set_index("group"))
+    out = tables[0].copy()
+    for stat in ("p50", "p90", "p99", "mean"):
+        values = np.array([t[f"{stat}_other"].reindex(out.index).to_numpy(float) for t in tables])
+        out[f"{stat}_other"] = values.mean(axis=0)
+        out[f"{stat}_sd"] = values.std(axis=0, ddof=1) if len(tables) > 1 else 0.0
+        ref = out[f"{stat}_ref"].to_numpy(float)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[f"{stat}_err"] = np.where(ref != 0, (out[f"{stat}_other"] - ref) / ref, np.nan)
+    return out.reset_index()
+
+
+def predict_ensemble(observed: ObservedRun, trace: Trace, scenario: Scenario, profiles: list[Profile],
+                     seeds: tuple[int, ...] = tuple(range(10))) -> pd.DataFrame:
+    """:func:`predict` for the first (best) profile, with each figure's range over all of
+    ``profiles`` (``*_low``/``*_high``: the prediction's spread over the fits the
+    calibration run could not tell apart)."""
+    tables = [predict(observed, trace, scenario, p, seeds).set_index("group") for p in profiles]
+    out = tables[0].copy()
+    for stat in ("p50", "p90", "p99", "mean"):
+        values = np.array([t[f"{stat}_other"].reindex(out.index).to_numpy(float) for t in tables])
+        out[f"{stat}_low"] = values.min(axis=0)
+        out[f"{stat}_high"] = values.max(axis=0)
+    return out.reset_index()

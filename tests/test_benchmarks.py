@@ -67,10 +67,15 @@ def test_calibration_table_runs_on_the_real_runs(capsys):
     bench = load("calibration_table")
     if not bench.REQUEST.exists():
         pytest.skip(f"real runs not present at {bench.REQUEST}")
-    assert bench.main(["--runs", "4B_fw_5_b10", "--json"]) == 0
+    assert bench.main(["--runs", "4B_fw_5_b10", "--json", "--jobs", "1", "--no-joint", "--screen", "16",
+                       "--starts", "2"]) == 0
     result = json.loads(capsys.readouterr().out)
     kinds = {(r["run"], r["kind"]) for r in result["rows"]}
     assert ("4B_fw_5_b10", "in-sample") in kinds
     assert ("4B_separate_queues_no_thinking", "out-of-sample") in kinds
     overall = [r for r in result["rows"] if r["group"] == "overall" and r["kind"] == "in-sample"][0]
     assert abs(overall["p90_err"]) < 0.5   # a fit that worked at all, not a tolerance claim
+    # out-of-sample rows carry the range over the fits the calibration run cannot tell apart
+    for r in result["rows"]:
+        if r["kind"] == "out-of-sample":
+            assert r["p50_low"] <= r["p50_other"] <= r["p50_high"]

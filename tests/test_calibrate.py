@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from helpers import fixed_profile, make_trace, run, timeline
 
-from simulator.calibrate import calibrate, free_parameters
+from simulator.calibrate import _with_values, calibrate, free_parameters, predict
 from simulator.errors import ProfileError
 from simulator.metrics import client_calls
 from simulator.model import simulate
@@ -36,7 +36,7 @@ def test_calibration_recovers_what_a_run_simulated_with_known_costs_identifies()
     calls = client_calls(simulate(trace, scenario, profile_from_dict(truth), seed=0), 600.0)
     calls["call_id"] = calls["call_id"].astype(str)
     observed = ObservedRun("truth", "memory", calls)
-    result = calibrate(observed, trace, scenario, start, seeds=(0,), max_evaluations=60)
+    result = calibrate(observed, trace, scenario, start, seeds=(0,), max_evaluations=60, screen=16, starts=3)
     assert np.nanmax(np.abs(result.errors[["p50_err", "p90_err"]].to_numpy())) < 0.1
     base, per_row = result.values["mmlu.step_base"], result.values["mmlu.step_per_row"]
     assert base == pytest.approx(0.05, rel=0.25)
@@ -44,6 +44,90 @@ def test_calibration_recovers_what_a_run_simulated_with_known_costs_identifies()
     assert 150 * (base + per_row) == pytest.approx(150 * (0.05 + 0.004), rel=0.15)
     # the start was far off: the fit moved it
     assert abs(np.log(base / 0.03)) > 0.2
+
+
+def _observed_from(trace, scenario, data: dict, seed: int = 0) -> ObservedRun:
+    calls = client_calls(simulate(trace, scenario, profile_from_dict(data), seed=seed), scenario.client_timeout)
+    calls["call_id"] = calls["call_id"].astype(str)
+    return ObservedRun("truth", "memory", calls)
+
+
+def _mmlu_context_start() -> dict:
+    """The 4-queue starting profile with MMLU's base and per-context costs free."""
+    start = json.loads((ROOT / "profiles" / "qwen3-4b-nospec-start.json").read_text())
+    start["tasks"]["mmlu"]["service"]["step"].update(base=0.03, per_row=0.002, per_context_token=1e-5)
+    start["meta"]["calibrate"] = [
+        start["meta"]["calibrate"][0],
+        {"name": "mmlu.step_per_context_token", "task": "mmlu", "path": "service.step.per_context_token",
+         "min": 1e-8, "max": 1e-3}]
+    return start
+
+
+def test_a_cost_that_grows_with_length_is_pinned_by_runs_at_two_lengths_not_one():
+    """Truth: MMLU iterations of 0.03 s + 0.002 s per row + 4e-5 s per row and context token.
+    One run at 50 tokens barely sees the context term; fitted jointly with a run at 256
+    tokens (``also``) it is recovered, with a smaller standard error."""
+    trace = load_trace(ROOT / "traces" / "batch_arrivals.json")
+    short = build_scenario(path=ROOT / "scenarios" / "lminference-4queues.toml")
+    long = build_scenario(path=ROOT / "scenarios" / "lminference-4queues-longmmlu.toml")
+    start = _mmlu_context_start()
+    truth = copy.deepcopy(start)
+    truth["tasks"]["mmlu"]["service"]["step"].update(base=0.03, per_context_token=4e-5)
+    start["tasks"]["mmlu"]["service"]["step"].update(base=0.06, per_context_token=4e-6)
+    obs_short, obs_long = _observed_from(trace, short, truth), _observed_from(trace, long, truth)
+    one = calibrate(obs_short, trace, short, start, max_evaluations=60, screen=16, starts=2)
+    both = calibrate(obs_short, trace, short, start, max_evaluations=60, screen=16, starts=2,
+                     also=[(obs_long, trace, long)])
+    assert one.seeds == (0,)        # a deterministic model needs one seed
+    assert both.values["mmlu.step_per_context_token"] == pytest.approx(4e-5, rel=0.3)
+    assert both.values["mmlu.step_base"] == pytest.approx(0.03, rel=0.3)
+    assert both.relative_se["mmlu.step_per_context_token"] < one.relative_se["mmlu.step_per_context_token"]
+
+
+def test_predicted_figures_are_averages_of_whole_simulated_runs():
+    """A run's p90 is a figure of one run: predict averages each seed's p90, it does not take
+    the p90 of per-call averages (narrower, so lower)."""
+    trace = load_trace(ROOT / "traces" / "batch_arrivals.json")
+    scenario = build_scenario(path=ROOT / "scenarios" / "lminference-4queues.toml")
+    data = json.loads((ROOT / "profiles" / "qwen3-4b-nospec-start.json").read_text())
+    data["tasks"]["infobench"]["service"] = {"kind": "distribution", "dist": "gamma", "cv": 0.6,
+                                            "mean": {"base": 10.0, "per_prompt": 3.0}}
+    observed = _observed_from(trace, scenario, data, seed=99)
+    table = predict(observed, trace, scenario, profile_from_dict(data), seeds=(0, 1, 2, 3)).set_index("group")
+    p90s = []
+    for seed in range(4):
+        calls = client_calls(simulate(trace, scenario, profile_from_dict(data), seed), scenario.client_timeout)
+        p90s.append(np.percentile(calls["latency_censored_s"], 90))
+    assert table.loc["overall", "p90_other"] == pytest.approx(np.mean(p90s))
+    assert table.loc["overall", "p90_sd"] == pytest.approx(np.std(p90s, ddof=1))
+    ref = np.percentile(observed.calls["latency_censored_s"], 90)
+    assert table.loc["overall", "p90_err"] == pytest.approx(np.mean(p90s) / ref - 1)
+
+
+def test_screened_starts_keep_every_fit_the_run_cannot_tell_apart():
+    trace = load_trace(ROOT / "traces" / "batch_arrivals.json")
+    scenario = build_scenario(path=ROOT / "scenarios" / "lminference-4queues.toml")
+    start = json.loads((ROOT / "profiles" / "qwen3-4b-nospec-start.json").read_text())
+    observed = _observed_from(trace, scenario, start)
+    result = calibrate(observed, trace, scenario, start, screen=8, starts=3, max_evaluations=20)
+    assert 1 <= len(result.ensemble) <= 3
+    assert result.ensemble[0] == result.profile
+    assert result.ensemble_values[0] == result.values
+    with pytest.raises(ValueError, match="objective"):
+        calibrate(observed, trace, scenario, start, objective="median", screen=0)
+
+
+def test_ties_may_move_a_value_of_another_task():
+    start = json.loads((ROOT / "profiles" / "qwen3-4b-nospec-start.json").read_text())
+    start["meta"]["calibrate"] = start["meta"]["calibrate"][:1]   # mmlu.step_base alone
+    start["meta"]["calibrate"][0]["ties"] = [{"task": "infobench", "path": "service.step.base", "factor": 2.0}]
+    params = free_parameters(start, "start.json")
+    moved = _with_values(start, params, np.array([0.05]))
+    assert moved["tasks"]["mmlu"]["service"]["step"]["base"] == 0.05
+    assert moved["tasks"]["infobench"]["service"]["step"]["base"] == pytest.approx(0.1)
+    start["meta"]["calibrate"][0]["ties"] = [{"task": "infobench", "path": "service.nope", "factor": 2.0}]
+    with pytest.raises(ProfileError, match="service.nope"):
+        free_parameters(start, "start.json")
 
 
 def test_starting_profile_must_name_existing_fields():

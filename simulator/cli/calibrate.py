@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 from rich import box
@@ -28,19 +28,35 @@ def calibrate_cli(
     out: Path = typer.Option(..., "--out", "-o", help="Where to write the fitted profile (JSON)."),
     arrivals: Optional[Path] = typer.Option(None, "--arrivals", help="The arrival file the run replayed (default: ../batch_arrivals.json)."),
     seeds: int = typer.Option(3, "--seeds", help="Seeds averaged per evaluation (the same at every step)."),
-    max_evaluations: int = typer.Option(120, "--max-evaluations", help="Budget of objective evaluations."),
+    max_evaluations: int = typer.Option(120, "--max-evaluations", help="Budget of objective evaluations per local fit."),
+    objective: str = typer.Option("both", "--objective", help="calls (per-call latencies), quantiles (p10..p95 per composition) or both."),
+    screen: int = typer.Option(64, "--screen", help="Quasi-random points tried before the local fits (0: start where the profile says)."),
+    starts: int = typer.Option(4, "--starts", help="Local fits, from the best screened points."),
+    also: Optional[List[Path]] = typer.Option(None, "--also", help="Another observed run of the same hardware to fit jointly (repeat; pair each with --also-scenario)."),
+    also_scenario: Optional[List[Path]] = typer.Option(None, "--also-scenario", help="The scenario of each --also run, in order."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing output file."),
 ) -> None:
     """Fit the free parameters of a profile so that simulated call latencies match RUN's.
 
-    Prints the fitted values with their relative standard errors and the fit's error per
-    call composition.
+    Prints the fitted values with their relative standard errors, the range of each value
+    over the fits the run cannot tell apart, and the fit's error per call composition.
+    With --arrivals pointing at a trace from `simctl observed --write-trace`, prompts
+    generate what the real server generated.
     """
     with user_errors():
         from simulator.calibrate import calibrate
         from simulator.trace.formats import load_trace
 
-        check_writable(out, force=force, inputs=(run, scenario))
+        from simulator.calibrate import OBJECTIVES
+        from simulator.observed import ObservedError
+
+        also, also_scenario = list(also or []), list(also_scenario or [])
+        if len(also) != len(also_scenario):
+            raise ObservedError(also[0] if also else also_scenario[0], None, "--also-scenario",
+                                f"give one --also-scenario per --also run ({len(also)} runs, {len(also_scenario)} scenarios)")
+        if objective not in OBJECTIVES:
+            raise ObservedError(None, None, "--objective", f"must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+        check_writable(out, force=force, inputs=(run, scenario, *also, *also_scenario))
         start_path = resolve_profile_path(start)
         try:
             start_data = json.loads(start_path.read_text())
@@ -50,28 +66,36 @@ def calibrate_cli(
         trace = load_trace(arrivals_path) if arrivals_path else None
         observed = read_observed(run, trace, CLIENT_TIMEOUT)
         scen = build_scenario(path=scenario)
+        # (read_observed has refused a run without an arrival file: trace is set here.) The
+        # joint runs replay the same workload.
+        joint = [(read_observed(d, trace, CLIENT_TIMEOUT), trace, build_scenario(path=sp))
+                 for d, sp in zip(also, also_scenario)]
         with Progress(SpinnerColumn(), TextColumn("calibrating: {task.fields[info]}"), TimeElapsedColumn(),
                       console=console, transient=True) as bar:
             job = bar.add_task("fit", total=None, info="starting")
             result = calibrate(observed, trace, scen, start_data, tuple(range(seeds)), max_evaluations,
                                progress=lambda i, e: bar.update(job, info=f"evaluation {i}, mean |log error| {e:.3f}"),
-                               where=str(start_path))
+                               where=str(start_path), objective=objective, screen=screen, starts=starts, also=joint)
         fitted = dict(result.profile)
         fitted["name"] = out.stem
         fitted["source"] = (f"Calibrated by `simctl calibrate` on the observed run {observed.path} with scenario "
                             f"{scenario} from {start_path.name} ({result.evaluations} evaluations, {seeds} seeds). "
                             f"Started from: {start_data.get('source', '')}")
         fitted.setdefault("meta", {})["fit"] = {
-            "run": observed.name, "scenario": str(scenario), "values": result.values,
-            "relative_se": result.relative_se, "cost": result.cost, "evaluations": result.evaluations}
+            "run": observed.name, "scenario": str(scenario), "also": [str(d) for d in also],
+            "objective": objective, "screen": screen, "starts": starts, "values": result.values,
+            "relative_se": result.relative_se, "cost": result.cost, "evaluations": result.evaluations,
+            "ensemble": result.ensemble_values}
         with open_output(out, force=force) as fh:
             json.dump(fitted, fh, indent=1)
             fh.write("\n")
         table = Table(title=f"fitted parameters (written to {out})", title_justify="left", box=box.SIMPLE_HEAD)
-        for col in ("parameter", "value", "± (relative)"):
+        for col in ("parameter", "value", "± (relative)", f"range over {len(result.ensemble)} fits"):
             table.add_column(col, justify="left" if col == "parameter" else "right")
         for name, value in result.values.items():
-            table.add_row(name, f"{value:.4g}", f"{100 * result.relative_se[name]:.0f} %")
+            values = [v[name] for v in result.ensemble_values]
+            table.add_row(name, f"{value:.4g}", f"{100 * result.relative_se[name]:.0f} %",
+                          f"{min(values):.3g} – {max(values):.3g}")
         console.print(table)
         err = Table(title="fit error, (simulated − observed) / observed", title_justify="left", box=box.SIMPLE_HEAD)
         for col in ("calls", "n", "p50", "p90", "mean"):
