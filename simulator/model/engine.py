@@ -30,7 +30,7 @@ from simulator.events import SERVED
 from simulator.model.dispatch import DISPATCH_RULES, DispatchRule
 from simulator.model.kernel import ARRIVAL, SimEnvironment
 from simulator.model.policies import POLICIES, BatchingPolicy
-from simulator.model.resources import GPU_SHARING, Batch, Device, HostLock, HostSharedGpu, ServerPool
+from simulator.model.resources import GPU_SHARING, Batch, Device, HostLock, RetimedGpu, ServerPool
 from simulator.model.topologies import TOPOLOGIES, Topology
 from simulator.profile import Profile
 from simulator.profile.iteration import first_token_seconds
@@ -62,7 +62,7 @@ class System:
         if scenario.host_lock:
             host = HostLock()
             exclusive = scenario.gpu_sharing == "exclusive"
-            self.gpus: list[Device] = [HostSharedGpu(self.env, g, host, exclusive) for g in range(scenario.gpus)]
+            self.gpus: list[Device] = [RetimedGpu(self.env, g, host, exclusive) for g in range(scenario.gpus)]
         else:
             make_gpu = GPU_SHARING.get(scenario.gpu_sharing)
             self.gpus = [make_gpu(self.env, g) for g in range(scenario.gpus)]

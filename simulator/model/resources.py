@@ -12,7 +12,10 @@ GPU sharing between concurrent batches (``gpu_sharing``):
   interrupted.
 * ``processor-sharing`` — every batch on the GPU starts at once and the n concurrent
   batches each progress at rate 1/n (kernels of concurrent threads interleave), so each
-  slows down accordingly.
+  slows down accordingly (:class:`RetimedGpu` with its own :class:`Clock`).
+
+With ``host_lock`` every GPU is a :class:`RetimedGpu` on one :class:`HostLock`: batches on
+different GPUs slow each other down through the host process's interpreter lock.
 """
 
 from __future__ import annotations
@@ -131,65 +134,6 @@ class ServerPool(Device):
             watcher()
 
 
-class ProcessorSharingGpu(Device):
-    """A GPU shared equally by every batch on it (egalitarian processor sharing)."""
-
-    def __init__(self, env: SimEnvironment, gpu_id: int) -> None:
-        self.env = env
-        self.gpu_id = gpu_id
-        self.remaining: dict[Batch, float] = {}
-        self.watchers = []
-        self.updated_at = 0.0
-        self.version = 0
-        self.outstanding = 0
-        self.outstanding_tokens = 0
-
-    def submit(self, batch: Batch) -> None:
-        batch.device = self.gpu_id
-        self.outstanding += len(batch.prompts)
-        self.outstanding_tokens += batch.tokens
-        self._advance()
-        batch.started_at = self.env._now
-        self.remaining[batch] = batch.work
-        self._reschedule()
-
-    def _advance(self) -> None:
-        now = self.env._now
-        if self.remaining:
-            done = (now - self.updated_at) / len(self.remaining)
-            for batch in self.remaining:
-                self.remaining[batch] -= done
-        self.updated_at = now
-
-    def _reschedule(self) -> None:
-        # One pending completion at a time; a change of the sharing set makes it stale.
-        self.version += 1
-        if self.remaining:
-            least = min(self.remaining.values())
-            at = self.env._now + max(least, 0.0) * len(self.remaining)
-            self.env.call_at(at, COMPLETION, self._on_timer, self.version)
-
-    def _on_timer(self, event: Event) -> None:
-        if event._value != self.version:
-            return
-        self._advance()
-        least = min(self.remaining.values())
-        # Batches that finish at this instant (equal work up to rounding) leave together.
-        tolerance = 1e-9 * max(1.0, abs(least))
-        finished = [b for b, r in self.remaining.items() if r <= least + tolerance]
-        now = self.env._now
-        for batch in finished:
-            del self.remaining[batch]
-            batch.done_at = now
-            self.outstanding -= len(batch.prompts)
-            self.outstanding_tokens -= batch.tokens
-        self._reschedule()
-        for batch in finished:
-            batch.on_done(batch)  # type: ignore[misc]
-        for watcher in self.watchers:
-            watcher()
-
-
 def host_slowdown(threads: int, host_fraction: float) -> float:
     """How many times slower than alone each of ``threads`` concurrent threads runs when
     each spends ``host_fraction`` of its solo time holding one lock.
@@ -213,7 +157,28 @@ def host_slowdown(threads: int, host_fraction: float) -> float:
     return threads * host_fraction / busy
 
 
-class HostLock:
+class Clock:
+    """What re-times the batches of :class:`RetimedGpu` devices: every start or finish on one
+    of its devices first brings all of them up to now, then reschedules them all. Alone
+    (one GPU, no host lock) it runs at full speed."""
+
+    speed = 1.0
+
+    def __init__(self) -> None:
+        self.devices: list[RetimedGpu] = []
+
+    def before_change(self) -> None:
+        """Bring every device's remaining work up to now at the current speed."""
+        for device in self.devices:
+            device.advance()
+
+    def after_change(self) -> None:
+        """Reschedule every device's next completion."""
+        for device in self.devices:
+            device.reschedule()
+
+
+class HostLock(Clock):
     """One host process with one interpreter lock driving every GPU (the GIL).
 
     A batch whose task has host fraction ``f`` spends ``f`` of its exclusive service time
@@ -224,30 +189,22 @@ class HostLock:
     its own GPU. Every start or finish re-times all running batches.
     """
 
-    def __init__(self) -> None:
-        self.devices: list[HostSharedGpu] = []
-        self.speed = 1.0
-
-    def before_change(self) -> None:
-        """Bring every device's remaining work up to now at the current speed."""
-        for device in self.devices:
-            device.advance()
-
     def after_change(self) -> None:
         """Recompute the speed for the new set of running batches and reschedule."""
         fractions = [b.host_fraction for device in self.devices for b in device.remaining]
         mean = sum(fractions) / len(fractions) if fractions else 0.0
         self.speed = 1.0 / host_slowdown(len(fractions), mean)
-        for device in self.devices:
-            device.reschedule()
+        super().after_change()
 
 
-class HostSharedGpu(Device):
-    """A GPU (exclusive or processor-sharing) whose batches also share a :class:`HostLock`
-    with every other GPU's: the work of a running batch drains at its GPU share times the
-    host's speed, and every start or finish anywhere re-times them all."""
+class RetimedGpu(Device):
+    """A GPU whose running batches drain their work at a rate that changes as batches start
+    and finish: their share of the GPU (1, or 1/n for n batches under processor sharing,
+    egalitarian) times the speed of its :class:`Clock` — 1 on its own, less under a
+    :class:`HostLock` shared with the other GPUs. Exclusive GPUs hold further batches in a
+    line by priority, FIFO within one."""
 
-    def __init__(self, env: SimEnvironment, gpu_id: int, host: HostLock, exclusive: bool) -> None:
+    def __init__(self, env: SimEnvironment, gpu_id: int, host: Clock, exclusive: bool) -> None:
         self.env = env
         self.gpu_id = gpu_id
         self.host = host
@@ -320,4 +277,4 @@ class HostSharedGpu(Device):
 
 GPU_SHARING: Registry[Callable[["SimEnvironment", int], Device]] = Registry("GPU sharing mode")
 GPU_SHARING.register("exclusive")(lambda env, gpu_id: ServerPool(env, gpu_id, servers=1))
-GPU_SHARING.register("processor-sharing")(ProcessorSharingGpu)
+GPU_SHARING.register("processor-sharing")(lambda env, gpu_id: RetimedGpu(env, gpu_id, Clock(), exclusive=False))
