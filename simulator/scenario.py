@@ -15,6 +15,8 @@ tokens and resource to use. It is read from TOML (``--config``)::
     client_timeout = 600       # a call not done in 600 s failed (still served); optional
     cold_start = 60            # nothing is served before t = 60 s; optional
     host_lock = true           # one process (one interpreter lock) drives every GPU; optional
+    shared_rotation = ["graph", "infobench"]   # one round-robin counter every group of these
+                               # tasks advances; their round-robin dispatch takes from it
     max_concurrent_groups = 2  # a call's task groups run at most 2 at a time ...
     group_order = ["graph", "mmlu", "infobench"]   # ... started in this order
 
@@ -129,6 +131,7 @@ class Scenario:
     client_timeout: float | None = None
     cold_start: float = 0.0
     host_lock: bool = False
+    shared_rotation: tuple[str, ...] = ()
     max_concurrent_groups: int | None = None
     group_order: tuple[str, ...] = ()
     defaults: TaskConfig = field(default_factory=TaskConfig)
@@ -154,6 +157,7 @@ class Scenario:
             "client_timeout": self.client_timeout,
             "cold_start": self.cold_start,
             "host_lock": self.host_lock,
+            "shared_rotation": list(self.shared_rotation),
             "max_concurrent_groups": self.max_concurrent_groups,
             "group_order": list(self.group_order),
             "defaults": asdict(self.defaults),
@@ -212,7 +216,7 @@ def _check_task_values(values: Mapping[str, Any], where: str | None, record: str
 
 
 RUN_FIELDS = ("gpus", "gpu_sharing", "deadline", "rate_scale", "client", "client_timeout",
-              "cold_start", "host_lock", "max_concurrent_groups", "group_order")
+              "cold_start", "host_lock", "shared_rotation", "max_concurrent_groups", "group_order")
 
 
 @dataclass(frozen=True)
@@ -273,9 +277,10 @@ def _check_run_values(values: Mapping[str, Any], where: str | None, record: str)
     groups = values.get("max_concurrent_groups")
     if groups is not None and (isinstance(groups, bool) or not isinstance(groups, int) or groups < 1):
         raise ScenarioError(where, record, "max_concurrent_groups", f"must be an integer >= 1, got {groups!r}")
-    order = values.get("group_order")
-    if order is not None and (not isinstance(order, (list, tuple)) or not all(isinstance(t, str) and t for t in order)):
-        raise ScenarioError(where, record, "group_order", f"must be a list of task names, got {order!r}")
+    for key in ("group_order", "shared_rotation"):
+        names = values.get(key)
+        if names is not None and (not isinstance(names, (list, tuple)) or not all(isinstance(t, str) and t for t in names)):
+            raise ScenarioError(where, record, key, f"must be a list of task names, got {names!r}")
     if "client" in values:
         client = values["client"]
         if not isinstance(client, str):
@@ -393,6 +398,7 @@ def build_scenario(
         client_timeout=None if client_timeout is None else float(client_timeout),
         cold_start=float(run_values.get("cold_start", 0.0)),
         host_lock=bool(run_values.get("host_lock", False)),
+        shared_rotation=tuple(run_values.get("shared_rotation", ())),
         max_concurrent_groups=run_values.get("max_concurrent_groups"),
         group_order=tuple(run_values.get("group_order", ())),
         defaults=replace(TaskConfig(), **merged_defaults),

@@ -12,7 +12,7 @@ import pytest
 from helpers import fixed_profile, make_trace, run, timeline
 
 from simulator.calibrate import _with_values, calibrate, free_parameters, predict
-from simulator.errors import ProfileError
+from simulator.errors import ProfileError, ScenarioError
 from simulator.metrics import client_calls
 from simulator.model import simulate
 from simulator.observed import ObservedRun
@@ -152,6 +152,21 @@ def test_at_most_two_groups_of_a_call_run_at_once_in_the_given_order():
 def test_cold_start_holds_calls_until_the_server_is_up():
     log = run(make_trace([(5, ["x"]), (70, ["x"])]), fixed_profile(x=1.0), gpus=1, cold_start=60)
     assert timeline(log) == [("0.0", 61.0), ("1.0", 71.0)]
+
+
+def test_a_shared_rotation_is_advanced_by_every_group_of_its_tasks():
+    # graph (CPU) groups at 0 and 2 take turns 0 and 2 of the rotation; the infobench groups
+    # at 1 and 3 get turns 1 and 3: GPU 1 both times. Each task on its own would alternate.
+    trace = make_trace([(0, ["cpu_graph"]), (1, ["x"]), (2, ["cpu_graph"]), (3, ["x"])])
+    profile = fixed_profile(x=0.5, cpu_graph=0.1)
+    tasks = {"x": {"topology": "split", "dispatch": "round-robin", "dispatch_per": "group"},
+             "cpu_graph": {"topology": "direct"}}
+    shared = run(trace, profile, gpus=2, tasks=tasks, shared_rotation=["cpu_graph", "x"])
+    alone = run(trace, profile, gpus=2, tasks=tasks)
+    assert list(shared[shared["task"] == "x"]["gpu"]) == [1, 1]
+    assert list(alone[alone["task"] == "x"]["gpu"]) == [0, 1]
+    with pytest.raises(ScenarioError, match="shared_rotation"):
+        build_scenario(run={"shared_rotation": "graph"})
 
 
 def test_sticky_worker_keeps_the_gpu_of_its_first_batch():

@@ -128,10 +128,11 @@ def _check_invariants(log: pd.DataFrame, trace, per_task: dict, sharing: str, cl
     cpu_workers=st.sampled_from([None, 1, 2]),
     client=st.sampled_from(["open", "open", "closed:2", "closed:3:0.5"]),
     host_lock=st.booleans(),
+    rotation=st.sampled_from([[], ["x", "z"], ["x", "y", "z"]]),
     seed=st.integers(0, 2**16),
 )
 def test_every_configuration_keeps_the_invariants(calls, x, y, z, gpus, sharing, cpu_workers, client, host_lock,
-                                                  seed):
+                                                  rotation, seed):
     trace = make_trace(calls)
     if client != "open":
         # Static batching without a timeout can wait forever for a closed loop's next call
@@ -140,7 +141,8 @@ def test_every_configuration_keeps_the_invariants(calls, x, y, z, gpus, sharing,
     z = dict(z, cpu_workers=cpu_workers)
     if z["topology"] == "split" and cpu_workers is None:
         z["cpu_workers"] = 2  # split on the CPU needs a finite pool (its own error test below)
-    scenario = build_scenario(run={"gpus": gpus, "gpu_sharing": sharing, "client": client, "host_lock": host_lock},
+    scenario = build_scenario(run={"gpus": gpus, "gpu_sharing": sharing, "client": client, "host_lock": host_lock,
+                                   "shared_rotation": rotation},
                               tasks={"x": x, "y": y, "z": z})
     profile = HOST_PROFILE if host_lock else PROFILE
     log = simulate(trace, scenario, profile, seed)

@@ -67,6 +67,11 @@ class System:
             make_gpu = GPU_SHARING.get(scenario.gpu_sharing)
             self.gpus = [make_gpu(self.env, g) for g in range(scenario.gpus)]
         self._cpu_pools: dict[str, Device] = {}
+        # One round-robin counter shared by the tasks of scenario.shared_rotation (a server's
+        # pair iterator that every request group advances).
+        self.shared_rotation = DISPATCH_RULES.get("round-robin")()
+        self._shared_tasks = frozenset(scenario.shared_rotation)
+        self._rotation_takers: set[str] = set()  # shared tasks whose dispatch draws from it
         self.batches: list[Batch] = []
         self._acceptance: dict[tuple[str, int], deque] = {}  # per (task, GPU): recent row acceptance rates
         self.queues: list = []  # every micro-batch queue, told when input ends
@@ -172,16 +177,21 @@ class System:
     def policy_for(self, config: TaskConfig) -> BatchingPolicy:
         return POLICIES.get(config.policy)(config.flush, config.max_batch)
 
-    def dispatch_rule(self, config: TaskConfig) -> DispatchRule:
+    def dispatch_rule(self, config: TaskConfig, task: str | None = None) -> DispatchRule:
+        """A new rule of ``config.dispatch``, except for a round-robin task of the run's
+        ``shared_rotation``: the one rotation those tasks share."""
+        if task in self._shared_tasks and config.dispatch == "round-robin":
+            self._rotation_takers.add(task)
+            return self.shared_rotation
         return DISPATCH_RULES.get(config.dispatch)()
 
-    def device_picker(self, devices: list[Device], config: TaskConfig) -> Callable[[], Device]:
+    def device_picker(self, devices: list[Device], config: TaskConfig, task: str | None = None) -> Callable[[], Device]:
         """A function choosing a device per batch by ``config.dispatch`` (by outstanding
         prompts or tokens, as the rule counts)."""
         if len(devices) == 1:
             only = devices[0]
-            return lambda: only
-        rule, rng = self.dispatch_rule(config), self.dispatch_rng
+            return lambda: only  # (a task of a shared rotation still advances it per group)
+        rule, rng = self.dispatch_rule(config, task), self.dispatch_rng
         return lambda: devices[rule.choose(rule.loads(devices), rng)]
 
     def new_worker_id(self) -> int:
@@ -377,6 +387,10 @@ class System:
     def _start_group(self, front: Topology, ids: list[int]) -> None:
         if self._waiting_groups:
             self._left_in_group[ids[0]] = len(ids)
+        task = self.task_of[ids[0]]
+        if task in self._shared_tasks and task not in self._rotation_takers:
+            # A group that does not take a GPU from the rotation (a CPU task) still advances it.
+            self.shared_rotation.choose(self.gpus, self.dispatch_rng)
         front.accept(ids)
 
     def _check_stalled(self) -> None:

@@ -241,7 +241,7 @@ class Continuous(Topology):
         super().__init__(system, task, config)
         devices = system.devices_for(task, config)
         self.engines = [Engine(system, task, config, d, i) for i, d in enumerate(devices)]
-        self.rule = system.dispatch_rule(config)
+        self.rule = system.dispatch_rule(config, task)
         self.rng = system.dispatch_rng
 
     def accept(self, prompt_ids: list[int]) -> None:

@@ -21,7 +21,7 @@ class Direct(Topology):
 
     def __init__(self, system: System, task: str, config: TaskConfig) -> None:
         super().__init__(system, task, config)
-        self.pick = system.device_picker(system.devices_for(task, config), config)
+        self.pick = system.device_picker(system.devices_for(task, config), config, task)
         self.max_batch = config.max_batch
 
     def accept(self, prompt_ids: list[int]) -> None:

@@ -41,7 +41,7 @@ class SharedQueue(Topology):
             workers = [Worker(system.new_worker_id(), None) for _ in range(n_workers)]
         self.queue = BatchQueue(
             system, task, task, system.policy_for(config), workers,
-            pick_device=system.device_picker(devices, config),
+            pick_device=system.device_picker(devices, config, task),
             unbound_device=devices[0] if len(devices) == 1 else None,
             devices=devices if system.resource_of(task) == "gpu" else None,
         )

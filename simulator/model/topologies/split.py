@@ -41,7 +41,7 @@ class SplitQueues(Topology):
                        devices=devices if system.resource_of(task) == "gpu" else None)
             for i, device in enumerate(devices)
         ]
-        self.rule = system.dispatch_rule(config)
+        self.rule = system.dispatch_rule(config, task)
         self.rng = system.dispatch_rng
         self.per_group = config.dispatch_per == "group"
 
