@@ -15,7 +15,7 @@ tokens and resource to use. It is read from TOML (``--config``)::
     client_timeout = 600       # a call not done in 600 s failed (still served); optional
     cold_start = 60            # nothing is served before t = 60 s; optional
     host_lock = true           # one process (one interpreter lock) drives every GPU; optional
-    shared_rotation = ["graph", "infobench"]   # one round-robin counter every group of these
+    shared_rotation = ["graph", "mmlu"]   # one round-robin counter every group of these
                                # tasks advances; their round-robin dispatch takes from it
     max_concurrent_groups = 2  # a call's task groups run at most 2 at a time ...
     group_order = ["graph", "mmlu", "infobench"]   # ... started in this order
