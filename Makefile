@@ -1,12 +1,12 @@
 # Two commands do everything on a fresh machine:
-#   make demo   build the environment and replay the bundled trace on the default profile
+#   make demo   build the environment and replay the bundled trace through the users' design
 #   make test   build the environment and run the whole test suite
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test env bench clean
+.PHONY: demo test env bench notebooks clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 env: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/simctl replay traces/batch_arrivals.json --flush 0.5
+	$(BIN)/simctl replay example -c design-notes
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
@@ -27,6 +27,10 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/replay_throughput.py
 	$(BIN)/python benchmarks/sweep_throughput.py
+
+# Execute the notebooks in place (the suite checks the committed outputs are current).
+notebooks: $(STAMP)
+	$(BIN)/python notebooks/execute.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -36,7 +36,6 @@ file's ``[tasks.NAME]``. CLI flags for ``[run]`` (``--gpus``...) override the fi
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
@@ -343,19 +342,17 @@ def build_scenario(
     overrides the file's ``[run]``; ``tasks`` adds per-task overrides on top of the file's.
     Keys whose value is ``None`` are ignored (an option the user did not give).
     """
-    where = str(path) if path is not None else None
     data: dict[str, Any] = {}
     if path is not None:
-        p = Path(path)
-        if not p.exists():
-            raise ScenarioError(where, None, None, "no such file")
-        try:
-            data = tomllib.loads(p.read_text())
-        except tomllib.TOMLDecodeError as exc:
-            raise ScenarioError(where, None, None, f"not valid TOML: {exc}") from None
+        from simulator import bundled, inputs
+
+        path = bundled.resolve("scenarios", path, ScenarioError)
+        data = inputs.read_toml(path, ScenarioError, "scenario TOML file")
         unknown = set(data) - {"name", "description", "run", "defaults", "tasks"}
         if unknown:
-            raise ScenarioError(where, None, sorted(unknown)[0], "unknown section; valid: name, description, run, defaults, tasks")
+            raise ScenarioError(str(path), None, sorted(unknown)[0],
+                                "unknown section; valid: name, description, run, defaults, tasks")
+    where = str(path) if path is not None else None
     file_run = data.get("run", {})
     file_defaults = data.get("defaults", {})
     file_tasks = data.get("tasks", {})

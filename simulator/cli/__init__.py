@@ -3,13 +3,56 @@
 Each command lives in its own module and only parses options, calls a library function
 and prints its result. Library errors (:class:`simulator.errors.SimctlError`) become one
 line on stderr and exit status 2, with no traceback.
+
+Commands are loaded lazily: ``simctl --help`` lists them from :data:`COMMANDS` without
+importing any command module (and so none of pandas, scipy, simpy, matplotlib), and a
+command's module is imported only when that command runs or shows its own help.
 """
 
 from __future__ import annotations
 
 import importlib
+from typing import Any, Optional
 
 import typer
+from typer.core import TyperGroup
+
+#: Every command: its module under ``simulator.cli`` and its one-line help for the listing
+#: (a test holds each equal to the first line of the command's own help).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "replay": ("replay", "Replay TRACE through micro-batching queues, workers and GPUs."),
+    "validate": ("validate", "Check a trace and print its statistics."),
+    "synth": ("synth", "Write a synthetic trace drawn from stated statistics."),
+    "import": ("importer", "Convert a production trace to a simctl trace (every command also reads these files directly)."),
+    "profile": ("profile", "Measure batched speculative decoding and write a spec_decode profile."),
+    "sweep": ("sweep", "Replay TRACE under every combination of the given axes, in parallel."),
+    "compare": ("compare", "Pivot one figure of a sweep across its axes, mark the best cell, optionally plot it."),
+    "plan": ("plan", "Find the fewest GPUs, and the configuration at that count, meeting every SLO."),
+    "plot": ("plot", "Draw figures from event logs (replay --events) and sweep results."),
+    "observed": ("observed", "Summarise an observed run per call composition and overall, as replay does."),
+    "compare-runs": ("observed", "Compare two runs call by call."),
+    "calibrate": ("calibrate", "Fit the free parameters of a profile so that simulated call latencies match RUN's."),
+}
+
+
+class _LazyCommand(typer.core.TyperCommand):
+    """A listing entry that becomes the real command when the command line reaches it."""
+
+    def make_context(self, info_name: Optional[str], args: list[str], parent: Any = None,
+                     **extra: Any) -> Any:
+        real = _load(self.name or "")
+        return real.make_context(info_name, args, parent=parent, **extra)
+
+
+class _LazyGroup(TyperGroup):
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if cmd_name not in COMMANDS:
+            return None
+        return _LOADED.get(cmd_name) or _LazyCommand(cmd_name, help=COMMANDS[cmd_name][1])
+
 
 app = typer.Typer(
     name="simctl",
@@ -18,16 +61,37 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode="markdown",
+    cls=_LazyGroup,
 )
 
-# Command modules register themselves on ``app`` when imported. A command whose core
-# dependency is missing on this machine (a GPU box may have torch but not simpy) is still
-# listed, and says what to install instead of breaking every other command.
-_COMMANDS = ("replay", "validate", "synth", "import", "profile", "sweep", "compare", "plan", "plot",
-             "observed", "calibrate")
+_LOADED: dict[str, Any] = {}
+
+
+def _load(name: str) -> Any:
+    """The click command ``name``, importing its module (and building it) on first use."""
+    if name in _LOADED:
+        return _LOADED[name]
+    module = COMMANDS[name][0]
+    try:
+        importlib.import_module(f"simulator.cli.{module}")
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.startswith("simulator"):
+            raise
+        _unavailable(name, exc.name)
+    for info in app.registered_commands:
+        if info.name == name:
+            _LOADED[name] = typer.main.get_command_from_info(
+                info, pretty_exceptions_short=True, rich_markup_mode="markdown")
+    for group in app.registered_groups:
+        if group.name == name:
+            _LOADED[name] = typer.main.get_group_from_info(
+                group, pretty_exceptions_short=True, suggest_commands=True, rich_markup_mode="markdown")
+    return _LOADED[name]
 
 
 def _unavailable(name: str, missing: str) -> None:
+    """Register ``name`` as a command that says which package to install (a GPU box may have
+    torch but not simpy): it is still listed, and every other command keeps working."""
     @app.command(name, help=f"(unavailable here: needs the Python package '{missing}')",
                  context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
     def _command() -> None:
@@ -37,14 +101,22 @@ def _unavailable(name: str, missing: str) -> None:
         raise typer.Exit(2)
 
 
-for _name in _COMMANDS:
-    try:
-        # "import" is a keyword, so its module is cli/importer.py
-        importlib.import_module(f"simulator.cli.{'importer' if _name == 'import' else _name}")
-    except ModuleNotFoundError as _exc:
-        if _exc.name is None or _exc.name.startswith("simulator"):
-            raise
-        _unavailable(_name, _exc.name)
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            number = version("simctl")
+        except PackageNotFoundError:  # a bare checkout on sys.path, not installed
+            number = "unknown (not installed)"
+        typer.echo(f"simctl {number}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print simctl's version and exit.")) -> None:
+    """Discrete-event simulator and capacity planner for batched LLM inference serving."""
 
 
 def main() -> None:

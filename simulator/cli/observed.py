@@ -96,8 +96,10 @@ def compare_runs_cli(
     json_out: Optional[str] = typer.Option(None, "--json", help="Write the error table to FILE ('-' for stdout)."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
 ) -> None:
-    """Compare two runs call by call: p50/p90/p99/mean of call latency per composition and
-    their relative error (other − reference) / reference."""
+    """Compare two runs call by call.
+
+    p50/p90/p99/mean of call latency per composition and their relative error
+    (other − reference) / reference."""
     with user_errors():
         if json_out and json_out != "-":
             check_writable(json_out, force=force, inputs=(reference, other))

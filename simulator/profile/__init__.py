@@ -26,7 +26,6 @@ answers :meth:`Profile.batch_service_time`.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -41,8 +40,6 @@ from simulator.registry import UnknownName
 FORMAT = "simctl-profile/1"
 RESOURCES = ("gpu", "cpu")
 
-#: The folder of bundled profiles, looked up when a profile is given by name.
-BUNDLED_DIR = Path(__file__).resolve().parents[2] / "profiles"
 DEFAULT_PROFILE = "seed-calibrated"
 
 
@@ -188,28 +185,18 @@ def profile_from_dict(data: Any, path: str | None = None) -> Profile:
 
 
 def resolve_profile_path(name_or_path: str | Path) -> Path:
-    """A path as given if it exists, else the bundled profile of that name."""
-    candidate = Path(name_or_path)
-    if candidate.exists():
-        return candidate
-    bundled = BUNDLED_DIR / f"{name_or_path}.json"
-    if bundled.exists():
-        return bundled
-    known = sorted(p.stem for p in BUNDLED_DIR.glob("*.json")) if BUNDLED_DIR.exists() else []
-    raise ProfileError(
-        str(name_or_path), None, None,
-        f"no such file, and no bundled profile of that name (bundled: {', '.join(known) or 'none'})",
-    )
+    """A path as given if it exists, else the bundled (or user-measured) profile of that name."""
+    from simulator import bundled
+
+    return bundled.resolve("profiles", name_or_path, ProfileError)
 
 
 def load_profile(name_or_path: str | Path = DEFAULT_PROFILE) -> Profile:
     """Read a profile from a JSON file, or a bundled one by name (``seed-calibrated``)."""
+    from simulator import inputs
+
     path = resolve_profile_path(name_or_path)
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ProfileError(str(path), None, None, f"not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}") from None
-    return profile_from_dict(data, str(path))
+    return profile_from_dict(inputs.read_json(path, ProfileError, "profile JSON file"), str(path))
 
 
 __all__ = [

@@ -17,6 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from simulator import bundled
+from simulator.errors import TraceError
 from simulator.outputs import open_output
 from simulator.trace.classify import DEFAULT_CLASSIFIER, KeywordClassifier
 from simulator.trace.formats import azure, burstgpt, mooncake, servegen
@@ -77,6 +79,8 @@ def load_trace(path: str | Path, classifier: KeywordClassifier = DEFAULT_CLASSIF
                options: ImportOptions = DEFAULT_OPTIONS, format: str | None = None) -> Trace:
     """Read the trace at ``path`` in whichever format it is in (see :func:`detect_format`).
 
+    ``path`` may also name a bundled trace (``"example"``, see :mod:`simulator.bundled`).
+
     ``classifier`` gives the tasks of prompt texts (client format). The result's calls are
     sorted by time with times starting from the trace's own zero (absolute epochs shifted
     to 0), ``meta["format"]`` names the format read and ``source`` is ``str(path)``.
@@ -86,6 +90,7 @@ def load_trace(path: str | Path, classifier: KeywordClassifier = DEFAULT_CLASSIF
     :class:`~simulator.errors.SimctlWarning` for what it repaired (unsorted calls) or
     could not classify.
     """
+    path = bundled.resolve("traces", path, TraceError)
     kind = format or sniff(path)
     if kind in IMPORTERS:
         return IMPORTERS[kind](path, options)

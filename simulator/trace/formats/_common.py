@@ -15,10 +15,11 @@ import warnings
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 
 import numpy as np
 
+from simulator import inputs
 from simulator.errors import SimctlWarning, TraceError
 from simulator.trace.model import Call, Prompt, Trace
 
@@ -27,34 +28,17 @@ from simulator.trace.model import Call, Prompt, Trace
 EPOCH_THRESHOLD = 1e9
 
 
-@contextlib.contextmanager
-def readable(path: str | Path) -> Iterator[Path]:
+def readable(path: str | Path) -> contextlib.AbstractContextManager[Path]:
     """Turn the errors of reading ``path`` as UTF-8 text into one-line :class:`TraceError`."""
-    p = Path(path)
-    try:
-        yield p
-    except FileNotFoundError:
-        raise TraceError(p, None, None, "no such file") from None
-    except IsADirectoryError:
-        raise TraceError(p, None, None, "is a directory, not a trace file") from None
-    except PermissionError:
-        raise TraceError(p, None, None, "permission denied") from None
-    except UnicodeDecodeError as exc:
-        raise TraceError(p, None, None, f"not a UTF-8 text file (bad byte at offset {exc.start})") from None
+    return inputs.readable(path, TraceError, "trace file")
 
 
 def read_json(path: str | Path) -> Any:
     """The parsed JSON content of ``path``; :class:`TraceError` if unreadable or not JSON."""
-    with readable(path) as p:
-        text = p.read_text(encoding="utf-8")
+    text = inputs.read_text(path, TraceError, "trace file")
     if not text.strip():
-        raise TraceError(p, None, None, "empty file (expected a JSON list of calls)")
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise TraceError(
-            p, None, None, f"not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
-        ) from None
+        raise TraceError(path, None, None, "empty file (expected a JSON list of calls)")
+    return inputs.parse_json(text, path, TraceError)
 
 
 def show(value: Any, limit: int = 60) -> str:

@@ -1,0 +1,140 @@
+"""simctl works wherever it is installed: bundled data by name, a fast listing, a real wheel.
+
+The last test builds a wheel, installs it into a fresh virtualenv outside the checkout and
+runs the documented commands and a notebook from a temporary folder, as a ``pip`` user
+would. It needs PyPI (for the dependencies; pip's cache makes it quick after the first
+time).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from simulator import bundled
+from simulator.cli import COMMANDS, _load, app
+from simulator.errors import ProfileError, ScenarioError, TraceError
+from simulator.profile import load_profile
+from simulator.scenario import build_scenario
+from simulator.trace.formats import load_trace
+
+REPO = Path(__file__).resolve().parents[1]
+runner = CliRunner()
+
+
+def test_bundled_files_load_by_name_from_any_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    trace = load_trace("example")
+    assert len(trace) == len(load_trace(REPO / "traces" / "batch_arrivals.json")) == 118
+    assert load_profile("seed-calibrated").name == "seed-calibrated"
+    assert build_scenario(path="design-notes").name == "design-notes"
+    assert "example" in bundled.names("traces") and "design-notes" in bundled.names("scenarios")
+
+
+def test_an_existing_path_wins_over_a_bundled_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "design-notes").write_text('name = "mine"\n')
+    assert build_scenario(path="design-notes").name == "mine"
+
+
+@pytest.mark.parametrize("load, error, kind", [
+    (load_trace, TraceError, "trace"), (load_profile, ProfileError, "profile"),
+    (lambda name: build_scenario(path=name), ScenarioError, "scenario")])
+def test_an_unknown_name_lists_the_bundled_ones(load, error, kind, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(error, match=f"no such file, and no bundled {kind} of that name \\(bundled: "):
+        load("no-such-thing")
+
+
+def test_user_profiles_are_found_by_name(tmp_path, monkeypatch):
+    monkeypatch.setenv("SIMCTL_HOME", str(tmp_path))
+    (tmp_path / "profiles").mkdir()
+    shutil.copy(REPO / "profiles" / "seed-calibrated.json", tmp_path / "profiles" / "my-h100.json")
+    assert load_profile("my-h100").path == str(tmp_path / "profiles" / "my-h100.json")
+
+
+def test_version():
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.stdout.startswith("simctl ")
+
+
+def test_help_lists_every_command_without_importing_the_model():
+    """The listing imports no command module, so none of the heavy libraries."""
+    code = ("import sys\nfrom typer.testing import CliRunner\nfrom simulator.cli import app\n"
+            "r = CliRunner().invoke(app, ['--help'])\nassert r.exit_code == 0, r.output\n"
+            "print(r.output)\n"
+            "heavy = {'pandas', 'numpy', 'scipy', 'simpy', 'matplotlib', 'pyarrow'}\n"
+            "print('HEAVY', sorted(m for m in sys.modules if m.split('.')[0] in heavy))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True).stdout
+    assert "HEAVY []" in out
+    for name in COMMANDS:
+        assert name in out
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_listing_help_is_the_commands_own(name):
+    command = _load(name)
+    assert (command.help or "").strip().splitlines()[0] == COMMANDS[name][1]
+
+
+def _venv_bin(root: Path, name: str) -> Path:
+    return root / ("Scripts" if os.name == "nt" else "bin") / name
+
+
+def test_wheel_installs_and_runs_from_a_temporary_folder(tmp_path):
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(REPO)],
+                   check=True, capture_output=True, text=True)
+    wheel = next(wheels.glob("simctl-*.whl"))
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    pip = subprocess.run([str(_venv_bin(env_dir, "python")), "-m", "pip", "install", "-q",
+                          f"simctl[test] @ {wheel.as_uri()}"], capture_output=True, text=True)
+    assert pip.returncode == 0, f"installing the wheel and its dependencies from PyPI failed:\n{pip.stderr[-3000:]}"
+
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(COLUMNS="100", SIMCTL_HOME=str(tmp_path / "home"))
+
+    def simctl(*args: str) -> str:
+        done = subprocess.run([str(_venv_bin(env_dir, "simctl")), *args], cwd=work, env=env,
+                              capture_output=True, text=True)
+        assert done.returncode == 0, (args, done.stdout, done.stderr)
+        return done.stdout
+
+    assert simctl("--version").strip().startswith("simctl ")
+    assert "Latency per task" in simctl("replay", "example", "--flush", "0.5")
+    simctl("replay", "example", "-c", "design-notes", "-p", "seed-calibrated", "--json", "out.json")
+    assert json.loads((work / "out.json").read_text())["overall"]["prompts"] == 347
+    simctl("sweep", "example", "--flush", "0,1", "-j", "1", "-o", "s.parquet")
+    assert (work / "s.parquet").exists()
+    plan = simctl("plan", "example", "--slo", "infobench.latency.p95<=400", "--max-gpus", "2",
+                  "--flush", "0.5", "--topology", "shared", "--max-batch", "8", "-j", "1")
+    assert "meets every SLO" in plan
+
+    # The installed package must not be reading the checkout.
+    where = subprocess.run([str(_venv_bin(env_dir, "python")), "-c",
+                            "import simulator.bundled as b; print(b.folder('traces'))"],
+                           cwd=work, env=env, capture_output=True, text=True, check=True).stdout
+    assert str(REPO) not in where and "_bundled" in where
+
+    notebook = work / "latency_cdfs.ipynb"
+    shutil.copy(REPO / "notebooks" / "latency_cdfs.ipynb", notebook)
+    run_nb = ("import nbclient, nbformat, sys\n"
+              "nb = nbformat.read(sys.argv[1], as_version=4)\n"
+              "nbclient.NotebookClient(nb, timeout=600, kernel_name='python3').execute()\n"
+              "print('figures', sum(1 for c in nb.cells if c.cell_type == 'code' for o in c.outputs "
+              "if 'image/png' in o.get('data', {})))\n")
+    done = subprocess.run([str(_venv_bin(env_dir, "python")), "-c", run_nb, str(notebook)], cwd=work, env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "figures 2" in done.stdout
