@@ -20,8 +20,14 @@ Definitions (deadline D, if given; otherwise D = ∞):
   ``mean_concurrency`` = prompt-seconds on the GPU / busy time (time-average rows served);
 * TTFT and TPOT as in :func:`simulator.events.with_durations`.
 
-Latency, wait, service, TTFT and TPOT statistics are over completed prompts;
-``call_latency`` of a task is over the completed calls that contain that task.
+Latency, TTFT and call-latency statistics count every prompt (call) that did not complete
+(timed out at the deadline, rejected, dropped, or, for calls, failed at the client timeout)
+as infinitely late, the way observed runs censor failed calls: percentiles over completed
+prompts alone would reward not finishing. So ``p95`` is ``+inf`` as soon as more than 5 %
+did not finish, and a latency SLO is then missed. ``unfinished`` counts those prompts
+(``prompts − completed``). In JSON (:func:`json_ready`) an infinite statistic is ``null``.
+Wait, service and TPOT statistics describe completed prompts. ``call_latency`` of a task is
+over the calls that contain that task.
 """
 
 from __future__ import annotations
@@ -32,19 +38,83 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import pandas as pd
 
+from simulator.errors import SimctlError
+
 
 STAT_KEYS = ("mean", "p50", "p90", "p95", "p99", "max")
 
 
+#: Stand-in for +inf inside the percentile arithmetic (see :func:`describe`).
+_UNFINISHED = 1e300
+
+
 def describe(values: Iterable[float] | np.ndarray) -> dict[str, float | None]:
     """``{mean, p50, p90, p95, p99, max}`` of ``values`` (linear-interpolated percentiles);
-    all ``None`` when there are no values."""
+    all ``None`` when there are no values.
+
+    ``+inf`` values (prompts that did not finish) are infinitely late: a percentile whose
+    interpolation touches one is ``+inf``, as are the mean and the max.
+    """
     x = np.asarray(values, dtype=float)
     if x.size == 0:
         return {k: None for k in STAT_KEYS}
-    p50, p90, p95, p99 = np.percentile(x, [50, 90, 95, 99])
+    unfinished = np.isposinf(x)
+    if unfinished.any():
+        # Interpolating towards a huge finite stand-in keeps the finite percentiles exact and
+        # sends every percentile that depends on an unfinished value past the stand-in's half.
+        pct = np.percentile(np.where(unfinished, _UNFINISHED, x), [50, 90, 95, 99])
+        p50, p90, p95, p99 = np.where(pct >= _UNFINISHED * 1e-6, np.inf, pct)
+    else:
+        p50, p90, p95, p99 = np.percentile(x, [50, 90, 95, 99])
     return {"mean": float(x.mean()), "p50": float(p50), "p90": float(p90),
             "p95": float(p95), "p99": float(p99), "max": float(x.max())}
+
+
+class FigureError(SimctlError):
+    """A figure name that the summary does not have."""
+
+    kind = "figure"
+
+
+#: Top-level figures of the summary (no task or ``overall`` in front).
+RUN_FIGURES = ("makespan_s", "gpu_seconds", "deadline_s")
+
+
+def figure_key(name: str, known: Iterable[str], option: str = "figure") -> str:
+    """The flattened summary key that ``name`` names, in the one grammar every command
+    accepts: ``TASK.FIGURE[.STAT]`` or ``tasks.TASK.FIGURE[.STAT]`` (the same key),
+    ``overall.FIGURE[.STAT]``, or a run figure such as ``makespan_s``.
+
+    ``known`` are the keys that exist (a results file's columns, or the SLO figures of a
+    trace's tasks); a name that is none of them is a :class:`FigureError` whose message
+    names ``option`` and offers the closest known keys in the short spelling.
+    """
+    import difflib
+
+    known = list(known)
+    text = name.strip()
+    head = text.split(".", 1)[0]
+    key = text if head in ("tasks", "overall") or text in RUN_FIGURES or text in known else f"tasks.{text}"
+    if key in known:
+        return key
+    short = {k.removeprefix("tasks."): k for k in known}
+    close = difflib.get_close_matches(text.removeprefix("tasks."), list(short), n=4, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(close)}?" if close else (
+        "; names look like infobench.latency.p95, overall.call_latency.p99 or makespan_s")
+    raise FigureError(None, None, None, f"{option} {name!r}: no such figure{hint}")
+
+
+def json_ready(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by ``None`` (JSON has no infinity): a
+    latency statistic of ``null`` beside a non-zero ``unfinished`` count means infinitely
+    late."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_ready(v) for v in value]
+    return value
 
 
 def call_table(log: pd.DataFrame, deadline: float | None = None) -> pd.DataFrame:
@@ -171,6 +241,7 @@ def _group_summary(v: dict[str, np.ndarray], done_ok: np.ndarray, turned: dict[s
     return {
         "prompts": int(done_ok.size),
         "completed": completed,
+        "unfinished": int(done_ok.size - completed),
         "timed_out": int(served.sum() - completed),
         "rejected": int(turned["rejected"].sum()),
         "dropped": int(turned["dropped"].sum()),
@@ -178,11 +249,11 @@ def _group_summary(v: dict[str, np.ndarray], done_ok: np.ndarray, turned: dict[s
         "preemptions": int(v["preemptions"].sum()),
         "calls": int(call_ok.size),
         "calls_completed": int(call_ok.sum()),
-        "latency": describe(v["latency"][done_ok]),
-        "call_latency": describe(call_latency[call_ok]),
+        "latency": describe(np.where(done_ok, v["latency"], np.inf)),
+        "call_latency": describe(np.where(call_ok, call_latency, np.inf)),
         "wait": describe(v["wait"][done_ok]),
         "service": describe(v["service"][done_ok]),
-        "ttft": describe(v["ttft"][done_ok]),
+        "ttft": describe(np.where(done_ok, v["ttft"], np.inf)),
         "tpot": describe(v["tpot"][done_ok & np.isfinite(v["tpot"])]),
         "mean_batch_size": float(batch_sizes.mean()) if batch_sizes.size else None,
         "throughput_prompts_per_s": float(completed / makespan) if makespan > 0 else None,

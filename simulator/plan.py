@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from simulator.errors import SimctlError
+from simulator.metrics import RUN_FIGURES, FigureError, figure_key
 from simulator.sweep import AXES, Base, SweepSpec, _local_results, config_key, validate
 
 STAT_FIGURES = ("latency", "call_latency", "wait", "service", "ttft", "tpot")
@@ -45,7 +46,7 @@ DEFAULT_AXES: dict[str, tuple[Any, ...]] = {
     "topology": ("shared", "split", "direct", "continuous"),
     "max_batch": (1, 2, 4, 8, 10),
 }
-_SLO_RE = re.compile(r"^\s*([^\s.<>=]+)\.([a-z_]+)(?:\.([a-z0-9]+))?\s*(<=|>=|<|>)\s*(\S+)\s*$")
+_SLO_RE = re.compile(r"^\s*([^\s<>=]+?)\s*(<=|>=|<|>)\s*(\S+)\s*$")
 
 
 class PlanError(SimctlError):
@@ -76,33 +77,35 @@ class SLO:
         return self.text
 
 
+def slo_figures(tasks: Iterable[str]) -> list[str]:
+    """Every flattened summary key an SLO may bound, for the groups ``overall`` and ``tasks``."""
+    groups = ["overall", *(f"tasks.{t}" for t in tasks)]
+    return ([f"{g}.{f}.{s}" for g in groups for f in STAT_FIGURES for s in STATS]
+            + [f"{g}.{c}" for g in groups for c in COUNT_FIGURES] + list(RUN_FIGURES))
+
+
 def parse_slo(text: str, tasks: Iterable[str]) -> SLO:
-    """Parse ``"infobench.latency.p95<=60"``; :class:`PlanError` listing valid names."""
-    tasks = list(tasks)
-    names = ["overall", *tasks]
+    """Parse ``"infobench.latency.p95<=60"`` (or ``tasks.infobench.latency.p95<=60``: the
+    figure grammar of :func:`simulator.metrics.figure_key`); :class:`PlanError` naming the
+    fault, with the closest valid figures."""
     m = _SLO_RE.match(text)
     if not m:
-        raise PlanError(None, None, None, f"--slo {text!r}: expected TASK.FIGURE.STAT<=NUMBER "
-                        f"(or <, >=, >), e.g. infobench.latency.p95<=60")
-    task, figure, stat, op, number = m.groups()
-    if task not in names:
-        raise PlanError(None, None, None, f"--slo {text!r}: unknown task {task!r}; valid: {', '.join(names)}")
-    if figure in STAT_FIGURES:
-        if stat not in STATS:
-            raise PlanError(None, None, None, f"--slo {text!r}: {figure} needs a statistic: {', '.join(STATS)}")
-    elif figure in COUNT_FIGURES:
-        if stat is not None:
-            raise PlanError(None, None, None, f"--slo {text!r}: {figure} is a single number (no .{stat})")
-    else:
-        raise PlanError(None, None, None, f"--slo {text!r}: unknown figure {figure!r}; valid: "
-                        f"{', '.join(STAT_FIGURES)} (with .{'/.'.join(STATS)}), {', '.join(COUNT_FIGURES)}")
+        raise PlanError(None, None, None, f"--slo {text!r}: expected FIGURE<=NUMBER (or <, >=, >), "
+                        f"e.g. infobench.latency.p95<=60")
+    name, op, number = m.groups()
+    try:
+        figure = figure_key(name, slo_figures(tasks), option=f"--slo {text!r}:")
+    except FigureError as exc:
+        raise PlanError(None, None, None, exc.message) from None
     try:
         bound = float(number)
     except ValueError:
         raise PlanError(None, None, None, f"--slo {text!r}: bound {number!r} is not a number") from None
-    prefix = "overall" if task == "overall" else f"tasks.{task}"
-    key = f"{prefix}.{figure}" + (f".{stat}" if stat else "")
-    return SLO(text.strip(), key, op, bound)
+    if not math.isfinite(bound):
+        raise PlanError(None, None, None, f"--slo {text!r}: the bound must be a finite number")
+    if bound < 0:
+        raise PlanError(None, None, None, f"--slo {text!r}: figures are never negative; the bound must be >= 0")
+    return SLO(text.strip(), figure, op, bound)
 
 
 @dataclass
@@ -154,11 +157,13 @@ class PlanResult:
         }
 
 
-def score(slos: Sequence[SLO], figures: Mapping[str, float]) -> tuple[float, float]:
-    """(worst ratio to bound, overall mean latency): smaller is better."""
+def score(slos: Sequence[SLO], figures: Mapping[str, float]) -> tuple[float, float, float]:
+    """(worst ratio to bound, prompts that did not finish, overall mean latency): smaller is
+    better. The count ranks configurations whose latency figures are all infinite."""
     worst = max(s.ratio(figures.get(s.figure)) for s in slos)
+    unfinished = figures.get("overall.unfinished", math.inf)
     mean = figures.get("overall.latency.mean", math.inf)
-    return worst, mean if mean == mean else math.inf
+    return worst, unfinished if unfinished == unfinished else math.inf, mean if mean == mean else math.inf
 
 
 def plan(base: Base, slos: Sequence[SLO], axes: Mapping[str, Sequence[Any]] | None = None, *,
@@ -179,7 +184,7 @@ def plan(base: Base, slos: Sequence[SLO], axes: Mapping[str, Sequence[Any]] | No
     ev = Evaluator(base, tuple(seeds), task, workers)
     grid = SweepSpec(axes, tuple(seeds), task).configurations()
     failed_at: dict[int, int] = {}   # config -> largest GPU count at which it missed an SLO
-    headroom: dict[int, tuple[float, float]] = {}
+    headroom: dict[int, tuple[float, float, float]] = {}
     search: list[dict[str, Any]] = []
 
     def at(g: int, idx: list[int]) -> list[dict[str, Any]]:
@@ -189,7 +194,7 @@ def plan(base: Base, slos: Sequence[SLO], axes: Mapping[str, Sequence[Any]] | No
         """Replay candidates at g (all, or in order of headroom until one meets every SLO)."""
         # Dominance: what misses an SLO with g' GPUs misses it with fewer, so skip it for g <= g'.
         candidates = [i for i in range(len(grid)) if failed_at.get(i, 0) < g]
-        order = sorted(candidates, key=lambda i: headroom.get(i, (0.0, 0.0)))
+        order = sorted(candidates, key=lambda i: headroom.get(i, (0.0, 0.0, 0.0)))
         passed, failed, tried = [], [], 0
         step = max(1, len(order) if full else (workers or os.cpu_count() or 2) * 4)
         for start in range(0, len(order), step):
@@ -229,9 +234,16 @@ def plan(base: Base, slos: Sequence[SLO], axes: Mapping[str, Sequence[Any]] | No
     return PlanResult(hi, config, list(slos), True, _report(figs[best], slos), max_rate, ev.replays, search)
 
 
+def group_of(figure: str) -> str:
+    """The summary group a flattened figure belongs to: ``tasks.infobench`` or ``overall``."""
+    return "overall" if figure.startswith("overall.") else ".".join(figure.split(".")[:2])
+
+
 def _report(figs: Mapping[str, float], slos: Sequence[SLO]) -> dict[str, float]:
+    groups = dict.fromkeys([group_of(s.figure) for s in slos] + ["overall"])
     keys = [s.figure for s in slos] + ["overall.latency.mean", "overall.latency.p95", "overall.latency.p99",
                                        "overall.timed_out", "makespan_s"]
+    keys += [f"{g}.{count}" for g in groups for count in ("prompts", "unfinished")]
     return {k: figs.get(k) for k in dict.fromkeys(keys)}
 
 

@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.errors import ScenarioError, SimctlError
-from simulator.metrics import summarize
+from simulator.metrics import FigureError, figure_key, summarize
 from simulator.model import simulate
 from simulator.profile import Profile
 from simulator.scenario import Scenario, build_scenario
@@ -78,9 +78,23 @@ class SweepSpec:
             raise SweepError(None, None, "seeds", "needs at least one seed")
 
     def configurations(self) -> list[dict[str, Any]]:
-        """The cross product, in axis order (the last axis varies fastest)."""
+        """The cross product, in axis order (the last axis varies fastest).
+
+        An axis the configuration's topology never reads (``Topology.ignores``: the flush
+        window of ``continuous``, say) is left out of that configuration, and the
+        configurations this makes equal are kept once, so no replay is spent on a value that
+        cannot change the result."""
+        from simulator.model import TOPOLOGIES
+
         names = list(self.axes)
-        return [dict(zip(names, values)) for values in itertools.product(*self.axes.values())]
+        seen: dict[str, dict[str, Any]] = {}
+        for values in itertools.product(*self.axes.values()):
+            config = dict(zip(names, values))
+            topology = config.get("topology")
+            if isinstance(topology, str) and topology in TOPOLOGIES:
+                config = {k: v for k, v in config.items() if k not in TOPOLOGIES.get(topology).ignores}
+            seen.setdefault(config_key(config), config)
+        return list(seen.values())
 
     def jobs(self) -> list[tuple[str, dict[str, Any], int]]:
         """``(config_key, config, seed)`` for every configuration and seed."""
@@ -215,6 +229,11 @@ class ResultStore:
                                  f"holds results for a different {part} (content hash "
                                  f"{found.get('hashes', {}).get(part)} != {self.meta['hashes'][part]}); "
                                  f"use another --out, or --force to start over")
+        # Files written before the axes were recorded are checked by their hashes alone.
+        if "axes" in found and found["axes"] != self.meta.get("axes"):
+            raise SweepError(where, None, "axes", f"holds results over the axes {', '.join(found['axes']) or '(none)'}, "
+                             f"not {', '.join(self.meta.get('axes') or []) or '(none)'}; rows of different axes cannot "
+                             f"share a file: use another --out, or --force to start over")
         if found.get("task") != self.meta["task"]:
             raise SweepError(where, None, "task", f"holds results whose axes apply to task "
                              f"{found.get('task')!r}, not {self.meta['task']!r}; use another --out or --force")
@@ -241,7 +260,7 @@ class ResultStore:
                     try:
                         self.rows.append(json.loads(line))
                     except json.JSONDecodeError:
-                        break  # a line cut short by the interruption: that run is redone
+                        continue  # a line cut short by an interruption: that run alone is redone
 
     def done(self) -> set[tuple[str, int]]:
         return {(r["config_key"], int(r["seed"])) for r in self.rows}
@@ -347,8 +366,12 @@ def run_sweep(spec: SweepSpec, base: Base, out: str | Path, *, workers: int | No
               cluster: Any = None, force: bool = False,
               progress: Callable[[int, int], None] | None = None) -> SweepResult:
     """Run ``spec`` over ``base``; stream rows into ``out`` (Parquet). Resumable (see module doc)."""
+    if Path(out).suffix.lower() != ".parquet":
+        raise SweepError(out, None, None, "sweep results are Parquet (resumable, with their metadata): "
+                         "name the file .parquet (pandas.read_parquet turns it into CSV if needed)")
     validate(spec, base)
     meta = {"format": "simctl-sweep/1", "hashes": base.hashes(), "task": spec.task,
+            "axes": sorted(spec.axes),
             "trace": base.trace.source, "profile": base.profile.name, "scenario": base.scenario.name}
     store = ResultStore(out, meta, force=force)
     done = store.done()
@@ -396,16 +419,43 @@ def axes_of(frame: pd.DataFrame) -> list[str]:
     return [a for a in AXES if a in frame.columns]
 
 
+def metric_column(frame: pd.DataFrame, metric: str, option: str = "--metric") -> str:
+    """The results column ``metric`` names, in the figure grammar of
+    :func:`simulator.metrics.figure_key` (``infobench.latency.p95`` or
+    ``tasks.infobench.latency.p95``); :class:`SweepError` with the closest columns."""
+    try:
+        return figure_key(metric, [c for c in frame.columns if c not in AXES], option)
+    except FigureError as exc:
+        raise SweepError(None, None, None, exc.message) from None
+
+
+def axis_order(value: Any) -> tuple[int, float, str]:
+    """Sort key for axis values of mixed kinds: numbers, then names, then absent (an axis the
+    row's topology ignores)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return (2, 0.0, "")
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+        return (0, float(value), "")
+    return (1, 0.0, str(value))
+
+
+def show_axis_value(value: Any) -> str:
+    """An axis value as tables print it; an axis the row's topology ignores prints as ``–``."""
+    return "–" if axis_order(value)[0] == 2 else str(value)
+
+
 def aggregate(frame: pd.DataFrame, metric: str, by: Sequence[str]) -> pd.DataFrame:
-    """Per value of ``by``: mean of ``metric`` over seeds, its 95 % CI half-width (Student t), n."""
+    """Per value of ``by``: mean of ``metric`` over seeds, its 95 % CI half-width (Student t), n.
+
+    Rows are ordered by :func:`axis_order` of the ``by`` values, so axes that hold numbers,
+    names and absent values side by side still sort."""
     from scipy import stats
 
-    if metric not in frame.columns:
-        close = [c for c in frame.columns if metric.split(".")[-1] in c][:8]
-        raise SweepError(None, None, "metric", f"no figure {metric!r} in the results"
-                         + (f"; similar: {', '.join(close)}" if close else ""))
-    grouped = frame.groupby(list(by), sort=True, dropna=False)[metric]
+    metric = metric_column(frame, metric)
+    grouped = frame.groupby(list(by), sort=False, dropna=False)[metric]
     out = grouped.agg(["mean", "std", "count"]).reset_index()
+    order = sorted(range(len(out)), key=lambda i: tuple(axis_order(out[c].iloc[i]) for c in by))
+    out = out.iloc[order].reset_index(drop=True)
     t = np.array([stats.t.ppf(0.975, n - 1) if n > 1 else math.nan for n in out["count"]])
     out["ci95"] = t * out["std"] / np.sqrt(out["count"])
     return out.rename(columns={"count": "n"})
@@ -442,6 +492,6 @@ def seeds_from(count: int) -> tuple[int, ...]:
     return tuple(range(count))
 
 
-__all__ = ["AXES", "Base", "ResultStore", "SweepError", "SweepResult", "SweepSpec", "aggregate",
+__all__ = ["AXES", "Base", "ResultStore", "SweepError", "SweepResult", "SweepSpec", "aggregate", "metric_column",
            "axes_from_options", "axes_of", "config_key", "flatten", "read_results", "run_job",
            "run_sweep", "scenario_for", "seeds_from"]

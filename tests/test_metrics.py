@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from simulator.events import EVENT_COLUMNS, with_durations
-from simulator.metrics import busy_time, call_table, describe, summarize, time_average_in_system
+from simulator.metrics import busy_time, call_table, describe, json_ready, summarize, time_average_in_system
 
 
 def make_log(rows):
@@ -67,10 +69,12 @@ def test_busy_time_is_the_union_of_intervals():
 def test_summary_figures_from_the_log():
     s = summarize(LOG, {"x": 1}, deadline=6.0, gpus=3)
     o = s["overall"]
-    assert (o["prompts"], o["completed"], o["timed_out"]) == (5, 4, 1)
-    assert o["latency"]["mean"] == pytest.approx((5 + 0.5 + 3 + 3) / 4)
-    assert o["latency"]["max"] == 5.0
-    assert o["call_latency"]["mean"] == pytest.approx((5 + 3) / 2)
+    assert (o["prompts"], o["completed"], o["timed_out"], o["unfinished"]) == (5, 4, 1, 1)
+    # The timed-out prompt counts as infinitely late: latencies 0.5, 3, 3, 5, inf.
+    assert o["latency"]["p50"] == 3.0
+    assert o["latency"]["mean"] == o["latency"]["max"] == o["latency"]["p95"] == math.inf
+    # Calls: 5 and 3 done, the third (7 s, after the deadline) infinitely late.
+    assert o["call_latency"]["p50"] == 5.0 and o["call_latency"]["max"] == math.inf
     assert s["makespan_s"] == 10.0
     assert o["throughput_prompts_per_s"] == pytest.approx(4 / 10)
     a = s["tasks"]["a"]
@@ -84,10 +88,21 @@ def test_summary_figures_from_the_log():
     assert s["config"] == {"x": 1}
 
 
+def test_unfinished_prompts_are_infinitely_late_in_every_latency_percentile():
+    """Percentiles over completed prompts alone would reward not finishing."""
+    x = np.concatenate([np.arange(1.0, 39.0), [np.inf, np.inf]])  # 38 done, 2 of 40 unfinished
+    d = describe(x)
+    assert d["p50"] == pytest.approx(np.percentile(np.arange(1.0, 41.0), 50))
+    assert d["p90"] == pytest.approx(np.percentile(np.arange(1.0, 41.0), 90))  # below the unfinished
+    assert d["p95"] == d["p99"] == d["max"] == d["mean"] == math.inf
+    assert describe([np.inf, np.inf])["p50"] == math.inf
+    assert json_ready({"a": [math.inf, 1.0, math.nan], "b": {"c": -math.inf}}) == {"a": [None, 1.0, None], "b": {"c": None}}
+
+
 def test_summary_keys_are_stable():
     s = summarize(LOG)
     assert set(s) == {"overall", "tasks", "compositions", "gpus", "gpu_seconds", "makespan_s", "deadline_s", "config"}
-    assert set(s["overall"]) == {"prompts", "completed", "timed_out", "rejected", "dropped",
+    assert set(s["overall"]) == {"prompts", "completed", "unfinished", "timed_out", "rejected", "dropped",
                                  "sent_after_timeout", "preemptions", "calls", "calls_completed",
                                  "latency", "call_latency", "wait", "service", "ttft", "tpot",
                                  "mean_batch_size", "throughput_prompts_per_s"}

@@ -79,7 +79,8 @@ def test_interrupted_sweep_resumes_to_the_same_file(tmp_path, base, monkeypatch)
 def test_a_journal_left_by_a_killed_sweep_is_picked_up(tmp_path, base):
     out = tmp_path / "s.parquet"
     run_sweep(SweepSpec({"flush": (0.0,)}), base, out, workers=1)
-    store = sweep_mod.ResultStore(out, {"format": "simctl-sweep/1", "hashes": base.hashes(), "task": None})
+    store = sweep_mod.ResultStore(out, {"format": "simctl-sweep/1", "hashes": base.hashes(), "task": None,
+                                        "axes": ["flush"]})
     job = SweepSpec({"flush": (5.0,)}).jobs()[0]
     store.add(sweep_mod.run_job(job, None, base))      # journal written, never closed: a kill
     store._handle.close()
@@ -129,7 +130,8 @@ def test_sweep_and_compare_cli(tmp_path):
     assert cmp.exit_code == 0, cmp.stderr
     frame, _ = read_results(out)
     best = frame.loc[frame["tasks.infobench.latency.p95"].idxmin()]
-    assert f"best: flush={best['flush']}, max_batch={best['max_batch']}" in " ".join(cmp.stdout.split())
+    assert f"lowest: flush={best['flush']}, max_batch={best['max_batch']}" in " ".join(cmp.stdout.split())
+    assert "one seed: no confidence interval" in " ".join(cmp.stdout.split())
     assert png.read_bytes()[:4] == b"\x89PNG"
     assert_one_line_error(runner.invoke(app, ["compare", str(out), "--by", "flush"]), "max_batch", "--where")
     assert_one_line_error(runner.invoke(app, ["compare", str(out), "--metric", "nope.p95", "--by", "flush,max_batch"]), "nope.p95")
@@ -160,15 +162,34 @@ def test_slo_syntax(text, figure):
 
 
 @pytest.mark.parametrize("text, words", [
-    ("infobench.latency<=60", "needs a statistic"),
-    ("chat.latency.p95<=60", "valid: overall, mmlu, infobench"),
-    ("infobench.speed.p95<=60", "unknown figure"),
-    ("infobench.latency.p95 = 60", "expected TASK.FIGURE.STAT"),
-    ("infobench.timed_out.p95<=0", "single number"),
+    ("infobench.latency<=60", "did you mean infobench.latency.p"),
+    ("chat.latency.p95<=60", "no such figure"),
+    ("infobench.speed.p95<=60", "no such figure"),
+    ("infobench.latncy.p95<=60", "did you mean infobench.latency.p95"),
+    ("infobench.latency.p95 = 60", "expected FIGURE<=NUMBER"),
+    ("infobench.timed_out.p95<=0", "did you mean infobench.timed_out"),
+    ("infobench.latency.p95<=nan", "finite"),
+    ("infobench.latency.p95<=inf", "finite"),
+    ("infobench.latency.p95<=-1", ">= 0"),
 ])
-def test_slo_errors_list_valid_names(text, words):
+def test_slo_errors_name_the_fault_and_the_closest_figures(text, words):
     with pytest.raises(PlanError, match=words):
         parse_slo(text, ["mmlu", "infobench"])
+
+
+def test_one_figure_grammar_everywhere(tmp_path):
+    """plan --slo, sweep --metric and compare --metric all take both spellings."""
+    assert parse_slo("tasks.infobench.latency.p95<=60", ["infobench"]).figure == "tasks.infobench.latency.p95"
+    out = tmp_path / "s.parquet"
+    for metric in ("infobench.latency.p95", "tasks.infobench.latency.p95"):
+        swept = runner.invoke(app, ["sweep", str(TRACE), "--flush", "0,2", "-j", "1", "-o", str(out),
+                                    "--metric", metric])
+        assert swept.exit_code == 0, swept.output
+        assert "tasks.infobench.latency.p95" in swept.stdout
+        compared = runner.invoke(app, ["compare", str(out), "-m", metric])
+        assert compared.exit_code == 0, compared.output
+    assert_one_line_error(runner.invoke(app, ["compare", str(out), "-m", "infobench.latncy.p95"]),
+                          "did you mean infobench.latency.p95")
 
 
 def erlang_c_answer(lam: float, mu: float, bound: float) -> int:
@@ -224,4 +245,70 @@ def test_plan_cli_reports_the_closest_when_nothing_meets():
 
 def test_plan_cli_bad_slo():
     assert_one_line_error(runner.invoke(app, ["plan", str(TRACE), "--slo", "chat.latency.p95<=1"]),
-                          "chat", "valid: overall")
+                          "chat", "no such figure")
+
+
+def test_plan_counts_unfinished_prompts_against_latency_slos(tmp_path):
+    """With a deadline at the end of the trace, InfoBench prompts that arrive in its last
+    minutes cannot finish; they are infinitely late, so a p95 bound that the completed prompts
+    alone would meet is missed, and the table says how many did not finish."""
+    args = ["plan", str(TRACE), "-c", str(ROOT / "scenarios" / "design-notes.toml"), "--deadline", "1200",
+            "--slo", "infobench.latency.p95<=1000", "--flush", "5", "--topology", "shared", "--max-batch", "10",
+            "--max-gpus", "2", "-j", "1"]
+    result = runner.invoke(app, args + ["--json", str(tmp_path / "p.json")])
+    assert result.exit_code == 1, result.output
+    doc = json.loads((tmp_path / "p.json").read_text())   # valid JSON: the infinite p95 is null
+    unfinished = doc["figures"]["tasks.infobench.unfinished"]
+    assert not doc["met"] and doc["slos"][0]["value"] is None and unfinished > 0.05 * 108
+    assert "did not finish" in result.stdout and f"{unfinished:g} of 108" in result.stdout
+    # The same run without the deadline finishes everything and meets the bound.
+    free = runner.invoke(app, [a for a in args if a not in ("--deadline", "1200")])
+    assert free.exit_code == 0 and "meets every SLO" in free.stdout
+
+
+def test_axes_a_topology_ignores_are_not_expanded_or_printed():
+    configs = SweepSpec({"flush": (0.0, 5.0), "max_batch": (4, 8),
+                         "topology": ("shared", "continuous")}).configurations()
+    assert len(configs) == 2 * 2 + 1
+    assert {"topology": "continuous"} in configs
+    result = runner.invoke(app, ["plan", str(TRACE), "--slo", "mmlu.latency.p50<=100000", "--max-gpus", "1",
+                                 "--topology", "continuous", "--flush", "0,5", "--max-batch", "2,8", "-j", "1"])
+    assert result.exit_code == 0, result.output
+    assert "topology=continuous" in result.stdout and "flush" not in result.stdout.split("SLOs")[0]
+    assert "1 replays in all" in " ".join(result.stdout.split()) or "replays in all" in result.stdout
+
+
+def test_sweep_refuses_rows_of_other_axes_and_other_formats(tmp_path, base):
+    out = tmp_path / "s.parquet"
+    run_sweep(SweepSpec({"flush": (0.0,)}), base, out, workers=1)
+    with pytest.raises(SweepError, match="axes flush, not max_batch"):
+        run_sweep(SweepSpec({"max_batch": (4,)}), base, out, workers=1)
+    assert len(read_results(out)[0]) == 1
+    assert_one_line_error(runner.invoke(app, ["sweep", str(TRACE), "--flush", "0", "-o", str(tmp_path / "s.csv")]),
+                          "s.csv", ".parquet")
+    assert not (tmp_path / "s.csv").exists()
+
+
+def test_compare_says_when_cells_are_indistinguishable(tmp_path):
+    out = tmp_path / "s.parquet"
+    assert runner.invoke(app, ["sweep", str(TRACE), "--flush", "0,5", "--topology", "shared,continuous",
+                               "--seeds", "3", "-j", "1", "-o", str(out)]).exit_code == 0
+    result = runner.invoke(app, ["compare", str(out), "-m", "infobench.latency.p95", "--by", "flush,topology"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    frame = read_results(out)[0]
+    agg = aggregate(frame, "infobench.latency.p95", ["flush", "topology"])
+    from simulator.cli.compare import tied_with_best
+    tied = tied_with_best(agg, agg["mean"].idxmin())
+    if len(tied) > 1:
+        assert f"no single best: {len(tied)} of {len(agg)} cells are indistinguishable" in text and "≈" in text
+    else:
+        assert "distinguishable from every other cell" in text
+    assert "–" in result.stdout   # continuous has no flush window: shown as –, not a crash
+
+
+def test_welch_tie_rule():
+    from simulator.cli.compare import tied_with_best
+    agg = pd.DataFrame({"x": [1, 2, 3], "mean": [10.0, 10.5, 30.0], "std": [2.0, 2.0, 1.0], "n": [3, 3, 3]})
+    assert tied_with_best(agg, 0) == {0, 1}
+    assert tied_with_best(agg.assign(std=[0.01, 0.01, 0.01]), 0) == {0}

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import pandas as pd
 import typer
@@ -11,7 +12,8 @@ from rich.table import Table
 
 from simulator.cli import app
 from simulator.cli._common import console, user_errors
-from simulator.sweep import SweepError, aggregate, axes_of, read_results
+from simulator.sweep import (SweepError, aggregate, axes_of, axis_order, metric_column, read_results,
+                             show_axis_value)
 
 
 def parse_where(items: list[str], frame: pd.DataFrame) -> pd.DataFrame:
@@ -47,6 +49,7 @@ def compare_cli(
     """Pivot one figure of a sweep across its axes, mark the best cell, optionally plot it."""
     with user_errors():
         frame, meta = read_results(results)
+        metric = metric_column(frame, metric)
         frame = parse_where(where, frame)
         varying = [a for a in axes_of(frame) if frame[a].nunique() > 1]
         axes = [a.strip().replace("-", "_") for a in by.split(",")] if by else varying
@@ -58,33 +61,49 @@ def compare_cli(
             raise SweepError(None, None, None, f"--by: give one or two axes (varying here: {', '.join(varying) or 'none'})")
         others = [a for a in varying if a not in axes]
         if others:
+            values = sorted(frame[others[0]].unique(), key=axis_order)
             raise SweepError(None, None, None, f"axis {others[0]!r} also varies "
-                             f"({', '.join(map(str, sorted(frame[others[0]].unique())))}); "
+                             f"({', '.join(map(show_axis_value, values))}); "
                              f"add it to --by or fix it with --where {others[0]}=VALUE")
         agg = aggregate(frame, metric, axes)
         best_at = agg["mean"].idxmax() if higher_is_better else agg["mean"].idxmin()
         best = agg.astype(object).loc[best_at]
+        tied = tied_with_best(agg, best_at)
         seeds = int(agg["n"].max())
+        mark = ("; best marked *" if len(tied) == 1 and seeds > 1 else
+                "; cells marked ≈ are indistinguishable from the best at 95 %" if seeds > 1 else "")
         table = Table(title=f"{metric} — mean over {seeds} seed(s)" + (", ± 95 % CI" if seeds > 1 else "")
-                      + f"; best {'max' if higher_is_better else 'min'} marked *", title_justify="left")
+                      + f" ({'higher' if higher_is_better else 'lower'} is better){mark}", title_justify="left")
         if len(axes) == 1:
             table.add_column(axes[0])
-            table.add_column(metric, justify="right")
+            table.add_column(metric, justify="right", no_wrap=True)
             for i, row in agg.astype(object).iterrows():
-                table.add_row(str(row[axes[0]]), _cell(row, i == best_at))
+                table.add_row(show_axis_value(row[axes[0]]), _cell(row, i in tied, len(tied) > 1))
         else:
-            cols = sorted(agg[axes[1]].unique())
+            cols = sorted(agg[axes[1]].unique(), key=axis_order)
             table.add_column(f"{axes[0]} \\ {axes[1]}")
             for c in cols:
-                table.add_column(str(c), justify="right")
-            for r in sorted(agg[axes[0]].unique()):
+                table.add_column(show_axis_value(c), justify="right", no_wrap=True)
+            for r in sorted(agg[axes[0]].unique(), key=axis_order):
                 cells = []
                 for c in cols:
-                    hit = agg[(agg[axes[0]] == r) & (agg[axes[1]] == c)]
-                    cells.append(_cell(hit.iloc[0], hit.index[0] == best_at) if len(hit) else "–")
-                table.add_row(str(r), *cells)
+                    hit = agg[_same(agg[axes[0]], r) & _same(agg[axes[1]], c)]
+                    cells.append(_cell(hit.iloc[0], hit.index[0] in tied, len(tied) > 1) if len(hit) else "–")
+                table.add_row(show_axis_value(r), *cells)
         console.print(table)
-        console.print("best: " + ", ".join(f"{a}={best[a]}" for a in axes) + f" -> {best['mean']:.3f}", highlight=False)
+        where_best = ", ".join(f"{a}={show_axis_value(best[a])}" for a in axes)
+        if seeds < 2:
+            console.print(f"lowest: {where_best} -> {best['mean']:.3f} (one seed: no confidence interval; "
+                          f"sweep with --seeds N to tell cells apart)" if not higher_is_better else
+                          f"highest: {where_best} -> {best['mean']:.3f} (one seed: no confidence interval; "
+                          f"sweep with --seeds N to tell cells apart)", highlight=False)
+        elif len(tied) > 1:
+            console.print(f"no single best: {len(tied)} of {len(agg)} cells are indistinguishable from "
+                          f"{where_best} ({best['mean']:.3f}) at 95 % (Welch t-test)", highlight=False)
+        else:
+            console.print(f"best: {where_best} -> {best['mean']:.3f}, distinguishable from every other "
+                          f"cell at 95 % (Welch t-test)", highlight=False)
+        print_unfinished(frame, metric, axes)
         if plot:
             from simulator import plots
 
@@ -101,6 +120,56 @@ def compare_cli(
             console.print(f"wrote {plot}", highlight=False)
 
 
-def _cell(row, is_best: bool) -> str:
+def tied_with_best(agg: pd.DataFrame, best_at: Any) -> set[Any]:
+    """Index labels of the cells a two-sided Welch t-test at 5 % cannot tell from the best cell
+    (the best included). With one seed per cell nothing can be told apart, so every cell with
+    the best's value ties and only an exactly equal value does."""
+    from scipy import stats
+
+    b = agg.loc[best_at]
+    tied = set()
+    for i, row in agg.iterrows():
+        if i == best_at or row["mean"] == b["mean"]:
+            tied.add(i)
+            continue
+        if min(row["n"], b["n"]) < 2:
+            continue
+        se2 = row["std"] ** 2 / row["n"] + b["std"] ** 2 / b["n"]
+        if not se2 > 0:
+            continue  # no spread on either side: the different means are told apart exactly
+        t = (row["mean"] - b["mean"]) / math.sqrt(se2)
+        df = se2 ** 2 / ((row["std"] ** 2 / row["n"]) ** 2 / (row["n"] - 1) + (b["std"] ** 2 / b["n"]) ** 2 / (b["n"] - 1))
+        if 2 * stats.t.sf(abs(t), df) >= 0.05:
+            tied.add(i)
+    return tied
+
+
+def print_unfinished(frame: pd.DataFrame, metric: str, axes: list[str]) -> None:
+    """Say how many prompts of the metric's group did not finish, where any did not."""
+    group = "overall" if metric.startswith("overall.") else ".".join(metric.split(".")[:2])
+    column = f"{group}.unfinished"
+    if column not in frame.columns or not metric.startswith(("overall.", "tasks.")):
+        return
+    late = frame.groupby(axes, sort=False, dropna=False)[[column, f"{group}.prompts"]].mean().reset_index()
+    late = late[late[column] > 0]
+    name = group.removeprefix("tasks.")
+    if late.empty:
+        console.print(f"every {name} prompt finished in every cell", highlight=False)
+        return
+    cells = "; ".join(", ".join(f"{a}={show_axis_value(r[a])}" for a in axes) + f": {r[column]:g} of {r[f'{group}.prompts']:g}"
+                      for _, r in late.head(6).iterrows())
+    more = f" (and {len(late) - 6} more cells)" if len(late) > 6 else ""
+    console.print(f"{name} prompts that did not finish (infinitely late in the figures): {cells}{more}",
+                  highlight=False)
+
+
+def _same(column: pd.Series, value: Any) -> pd.Series:
+    """Rows whose value is ``value``, where an absent value matches absent ones."""
+    return column.isna() if axis_order(value)[0] == 2 else column == value
+
+
+def _cell(row, tied: bool, ties: bool) -> str:
     text = f"{row['mean']:.2f}" + (f" ± {row['ci95']:.2f}" if row["n"] > 1 else "")
-    return f"[bold green]*{text}[/bold green]" if is_best else text
+    if not tied or row["n"] < 2:
+        return text
+    return f"[bold]≈{text}[/bold]" if ties else f"[bold green]*{text}[/bold green]"

@@ -12,8 +12,9 @@ from rich.table import Table
 
 from simulator.cli import app
 from simulator.cli._common import console, user_errors
+from simulator.metrics import json_ready
 from simulator.outputs import check_writable, open_output
-from simulator.plan import Evaluator, load_points, parse_slo, plan
+from simulator.plan import Evaluator, group_of, load_points, parse_slo, plan
 from simulator.profile import DEFAULT_PROFILE, load_profile
 from simulator.scenario import build_scenario
 from simulator.sweep import Base, axes_from_options
@@ -34,7 +35,7 @@ def plan_cli(
     max_gpus: int = typer.Option(8, "--max-gpus", help="Largest GPU count to consider."),
     deadline: Optional[float] = typer.Option(None, "--deadline", help="Seconds from trace start; later prompts time out."),
     flush: Optional[str] = _axis("--flush", "Flush windows (default 0,0.1,0.5,1,2,5)"),
-    topology: Optional[str] = _axis("--topology", "Topologies (default shared,split,direct)"),
+    topology: Optional[str] = _axis("--topology", "Topologies (default shared,split,direct,continuous)"),
     max_batch: Optional[str] = _axis("--max-batch", "Max batch sizes (default 1,2,4,8,10)"),
     policy: Optional[str] = _axis("--policy", "Batching policies"),
     workers: Optional[str] = _axis("--workers", "Workers per shared queue"),
@@ -69,7 +70,7 @@ def plan_cli(
                 points = load_points(ev, result.config, slos, top=1.25 * result.max_rate_scale)
                 plots.load_curve(points, slos, f"{result.gpus} GPU(s): " + ", ".join(
                     f"{k}={v}" for k, v in result.config.items() if k != "gpus"), path=plot)
-        doc = result.to_dict()
+        doc = json_ready(result.to_dict())
         if json_out == "-":
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         else:
@@ -89,11 +90,16 @@ def print_plan(doc: dict) -> None:
     console.print(f"{head} {doc['gpus']} GPU(s), " + ", ".join(
         f"{k}={v}" for k, v in doc["config"].items() if k != "gpus"))
     table = Table(title="SLOs", title_justify="left")
-    for col in ("objective", "value", "met"):
-        table.add_column(col, justify="left" if col == "objective" else "right")
+    for col in ("objective", "value", "met", "did not finish"):
+        table.add_column(col, justify="left" if col == "objective" else "right", no_wrap=True)
+    figures = doc["figures"]
     for s in doc["slos"]:
-        value = "–" if s["value"] is None else f"{s['value']:.3f}"
-        table.add_row(s["slo"], value, "yes" if s["met"] else "[red]no[/red]")
+        # null in the JSON document: infinite (prompts that did not finish count as infinitely late)
+        value = "inf" if s["value"] is None else f"{s['value']:.3f}"
+        group = group_of(s["figure"])
+        unfinished, prompts = figures.get(f"{group}.unfinished"), figures.get(f"{group}.prompts")
+        late = "–" if unfinished is None or prompts is None else f"{unfinished:g} of {prompts:g}"
+        table.add_row(s["slo"], value, "yes" if s["met"] else "[red]no[/red]", late)
     console.print(table)
     if doc["max_rate_scale"] is not None:
         console.print(f"sustains up to {doc['max_rate_scale']:.2f}x the trace's arrival rate within the SLOs",

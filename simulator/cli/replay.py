@@ -19,6 +19,7 @@ from simulator.profile import DEFAULT_PROFILE, load_profile
 from simulator.replay import ReplayResult, replay
 from simulator.errors import ScenarioError
 from simulator.events import event_log_suffix, write_event_log
+from simulator.metrics import json_ready
 from simulator.scenario import build_scenario
 
 
@@ -99,11 +100,11 @@ def replay_cli(
             if json_out != "-":
                 console.print(f"wrote {warn_paths}", highlight=False)
         if json_out == "-":
-            sys.stdout.write(json.dumps(result.summary, indent=2) + "\n")
+            sys.stdout.write(json.dumps(json_ready(result.summary), indent=2) + "\n")
             return
         if json_out:
             with open_output(json_out, force=force) as fh:
-                json.dump(result.summary, fh, indent=2)
+                json.dump(json_ready(result.summary), fh, indent=2)
         print_summary(result)
 
 

@@ -13,7 +13,8 @@ from simulator.cli import app
 from simulator.cli._common import console, user_errors
 from simulator.profile import DEFAULT_PROFILE, load_profile
 from simulator.scenario import build_scenario
-from simulator.sweep import Base, SweepSpec, aggregate, axes_from_options, axes_of, run_sweep, seeds_from
+from simulator.sweep import (Base, SweepSpec, aggregate, axes_from_options, axes_of, metric_column, run_sweep,
+                             seeds_from, show_axis_value)
 from simulator.trace.formats import load_trace
 
 AXIS_HELP = "Comma-separated values to sweep."
@@ -83,8 +84,9 @@ def sweep_cli(
 
 def print_best(frame, metric: str, top: int = 5) -> None:
     """The best configurations by ``metric`` (mean over seeds, with a 95 % CI when seeds > 1)."""
-    if frame.empty or metric not in frame.columns:
+    if frame.empty:
         return
+    metric = metric_column(frame, metric)
     by = axes_of(frame) or ["config_key"]
     agg = aggregate(frame, metric, by).sort_values("mean").head(top)
     table = Table(title=f"Best by {metric} (lower is better)", title_justify="left")
@@ -93,5 +95,5 @@ def print_best(frame, metric: str, top: int = 5) -> None:
     table.add_column(metric, justify="right")
     for row in agg.to_dict("records"):
         ci = f" ± {row['ci95']:.2f}" if row["n"] > 1 else ""
-        table.add_row(*(str(row[c]) for c in by), f"{row['mean']:.2f}{ci}")
+        table.add_row(*(show_axis_value(row[c]) for c in by), f"{row['mean']:.2f}{ci}")
     console.print(table)
