@@ -29,16 +29,23 @@ tokens and resource to use. It is read from TOML (``--config``)::
     max_batch = 10
     workers = 2
 
-Precedence, lowest first: built-in defaults, the file's ``[defaults]``, CLI flags, the
-file's ``[tasks.NAME]``. CLI flags for ``[run]`` (``--gpus``...) override the file.
+Precedence, lowest first: built-in defaults, the file's ``[defaults]``, the file's
+``[tasks.NAME]``, command-line flags, ``--set`` overrides. An explicit flag always beats the
+file: a task flag (``--flush 0.1``) sets that setting for every GPU task of the trace, as a
+sweep or plan axis does (CPU tasks keep the file's settings; ``--set tasks.graph.X=...``
+reaches them), and a run flag (``--gpus``) sets the run. ``--set KEY=VALUE`` names any
+field by its dotted path (``tasks.infobench.flush=0.1``, ``defaults.max_batch=4``,
+``run.gpus=4``, ``name="x"``), the value written as in TOML, and is checked as the file's
+values are.
 """
 
 from __future__ import annotations
 
 import math
+import tomllib
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from simulator.errors import ScenarioError
 
@@ -164,7 +171,7 @@ class Scenario:
         }
 
 
-def _check_task_values(values: Mapping[str, Any], where: str | None, record: str) -> dict[str, Any]:
+def _check_task_values(values: Mapping[str, Any], where: str | None, record: str | None) -> dict[str, Any]:
     """Type- and range-check task fields; names are checked against the registries later."""
     out: dict[str, Any] = {}
     for key, value in values.items():
@@ -245,7 +252,7 @@ def parse_client(text: str) -> ClosedLoop | None:
     return ClosedLoop(calls, think)
 
 
-def _check_run_values(values: Mapping[str, Any], where: str | None, record: str) -> dict[str, Any]:
+def _check_run_values(values: Mapping[str, Any], where: str | None, record: str | None) -> dict[str, Any]:
     """Type- and range-check run settings (``gpus``, ``gpu_sharing``, ``deadline``, ``rate_scale``)."""
     from simulator.model import GPU_SHARING
     from simulator.registry import UnknownName
@@ -328,19 +335,61 @@ def validate_names(scenario: Scenario, tasks: list[str]) -> None:
                 raise ScenarioError(scenario.source, record, key, str(UnknownName(what, name, reg.names())))
 
 
+def parse_set(items: Sequence[str]) -> dict[str, Any]:
+    """``["tasks.infobench.flush=0.1", "run.gpus=4"]`` -> ``{dotted key: value}``; the value is
+    read as a TOML value (``0.1``, ``true``, ``"shared"``, ``[1, 2]``), a bare word as a string."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key or any(not part for part in key.split(".")):
+            raise ScenarioError(None, None, None, f"--set {item!r}: expected KEY=VALUE with a dotted KEY, "
+                                f"e.g. tasks.infobench.flush=0.1")
+        try:
+            value = tomllib.loads(f"v = {text.strip()}")["v"]
+        except (tomllib.TOMLDecodeError, RecursionError):
+            value = text.strip()
+        out[key] = value
+    return out
+
+
+def _apply_set(overrides: Mapping[str, Any], merged_defaults: dict[str, Any],
+               task_overrides: dict[str, dict[str, Any]], run_values: dict[str, Any],
+               header: dict[str, Any]) -> None:
+    """Apply ``--set`` overrides in place, each checked as the file's value would be."""
+    for key, value in overrides.items():
+        parts = key.split(".")
+        where = f"--set {key}"
+        if parts[0] in ("name", "description") and len(parts) == 1:
+            header[parts[0]] = str(value)
+        elif parts[0] == "run" and len(parts) == 2:
+            run_values.update(_check_run_values({parts[1]: value}, where, None))
+        elif parts[0] == "defaults" and len(parts) == 2:
+            merged_defaults.update(_check_task_values({parts[1]: value}, where, None))
+        elif parts[0] == "tasks" and len(parts) == 3:
+            task_overrides.setdefault(parts[1], {}).update(_check_task_values({parts[2]: value}, where, None))
+        else:
+            raise ScenarioError(None, None, None, f"--set {key}: no such setting; keys are name, description, "
+                                f"run.SETTING, defaults.SETTING or tasks.TASK.SETTING "
+                                f"(e.g. tasks.infobench.flush=0.1)")
+
+
 def build_scenario(
     *,
     path: str | Path | None = None,
     defaults: Mapping[str, Any] | None = None,
     run: Mapping[str, Any] | None = None,
     tasks: Mapping[str, Mapping[str, Any]] | None = None,
+    overrides: Mapping[str, Any] | None = None,
 ) -> Scenario:
-    """Build a scenario from an optional TOML file plus CLI-style overrides.
+    """Build a scenario from an optional TOML file (or bundled scenario name) plus overrides.
 
-    ``defaults`` (task settings for every task) override the file's ``[defaults]`` but not
-    its ``[tasks.*]``; ``run`` (``gpus``, ``gpu_sharing``, ``deadline``, ``rate_scale``)
-    overrides the file's ``[run]``; ``tasks`` adds per-task overrides on top of the file's.
-    Keys whose value is ``None`` are ignored (an option the user did not give).
+    ``defaults`` (task settings for every task) override the file's ``[defaults]``;
+    ``tasks`` (per-task settings, what task flags become for the trace's GPU tasks) override
+    the file's ``[tasks.*]``; ``run`` (``gpus``, ``gpu_sharing``, ``deadline``...) overrides
+    the file's ``[run]``; ``overrides`` (``--set``: dotted key -> value, see
+    :func:`parse_set`) come last and win over everything. Keys whose value is ``None`` are
+    ignored (an option the user did not give).
     """
     data: dict[str, Any] = {}
     if path is not None:
@@ -377,6 +426,9 @@ def build_scenario(
     # Each source is checked on its own, so an error names the file or the option at fault.
     run_values = _check_run_values(file_run, where, "run")
     run_values.update(_check_run_values({k: v for k, v in (run or {}).items() if v is not None}, None, "option"))
+    header = {"name": str(data.get("name", Path(path).stem if path else "cli")),
+              "description": str(data.get("description", ""))}
+    _apply_set(overrides or {}, merged_defaults, task_overrides, run_values, header)
     gpus = run_values.get("gpus", 2)
     deadline = run_values.get("deadline")
     rate_scale = run_values.get("rate_scale", 1.0)
@@ -385,8 +437,8 @@ def build_scenario(
     client_timeout = run_values.get("client_timeout")
 
     scenario = Scenario(
-        name=str(data.get("name", Path(path).stem if path else "cli")),
-        description=str(data.get("description", "")),
+        name=header["name"],
+        description=header["description"],
         gpus=gpus,
         gpu_sharing=sharing,
         deadline=None if deadline is None else float(deadline),

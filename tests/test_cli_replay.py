@@ -101,10 +101,84 @@ def test_rate_scale_shortens_the_makespan():
     assert fast["makespan_s"] < slow["makespan_s"]
 
 
-def test_flag_shadowed_by_the_scenario_is_warned_about():
-    result = invoke(TRACE, "--config", SCENARIO, "--flush", "2")
+def _config(result) -> dict:
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)["config"]["tasks"]
+
+
+def test_an_explicit_flag_overrides_the_scenario_file_for_every_gpu_task():
+    tasks = _config(invoke(TRACE, "--config", SCENARIO, "--flush", "0.1", "--json", "-"))
+    assert tasks["infobench"]["flush"] == tasks["mmlu"]["flush"] == 0.1
+    assert tasks["infobench"]["max_batch"] == 10            # what the flags do not name stays the file's
+    assert tasks["graph"]["topology"] == "direct"           # the CPU task keeps its own settings
+
+
+def test_set_overrides_one_field_over_flags_and_file():
+    tasks = _config(invoke(TRACE, "-c", SCENARIO, "--flush", "2", "--set", "tasks.infobench.flush=0.1",
+                           "--set", "run.gpus=3", "--json", "-"))
+    assert (tasks["infobench"]["flush"], tasks["mmlu"]["flush"]) == (0.1, 2.0)
+    doc = json.loads(invoke(TRACE, "-c", SCENARIO, "--set", "run.gpus=3", "--json", "-").stdout)
+    assert doc["config"]["scenario"]["gpus"] == 3 and len(doc["gpus"]) == 3
+
+
+@pytest.mark.parametrize("item, needles", [
+    ("tasks.infobench.flush=-1", ["--set tasks.infobench.flush", ">= 0"]),
+    ("tasks.infobench.bogus=1", ["--set tasks.infobench.bogus", "unknown setting"]),
+    ("foo=1", ["--set foo", "no such setting"]),
+    ("tasks.infobench.flush", ["expected KEY=VALUE"]),
+])
+def test_bad_set_values_name_the_key(item, needles):
+    assert_one_line_error(invoke(TRACE, "--set", item), *needles)
+
+
+def test_a_topology_flag_leaves_cpu_tasks_alone_and_an_impossible_setting_names_the_fix():
+    tasks = _config(invoke(TRACE, "--topology", "split", "--json", "-"))
+    assert tasks["mmlu"]["topology"] == tasks["infobench"]["topology"] == "split"
+    assert tasks["graph"]["resource"] == "cpu" and tasks["graph"]["topology"] == "shared"
+    assert_one_line_error(invoke(TRACE, "--set", "tasks.graph.topology=split"),
+                          "graph", "--set tasks.graph.cpu_workers=4", "--set tasks.graph.topology=direct")
+
+
+def test_task_map_renames_a_production_traces_tasks():
+    burst = ROOT / "traces" / "burstgpt_1_first400.csv"
+    unmapped = invoke(burst)   # the importer's warning about failed requests comes too
+    assert unmapped.exit_code == 2 and "Traceback" not in unmapped.output
+    error = unmapped.stderr.splitlines()[0]
+    assert error.startswith("error: ") and "ChatGPT" in error and "--task-map" in error
+    result = invoke(burst, "--task-map", "ChatGPT=mmlu,GPT-4=infobench", "--json", "-")
+    assert result.exit_code == 0, result.output
+    assert set(json.loads(result.stdout)["tasks"]) == {"mmlu", "infobench"}
+
+
+def test_header_shows_every_setting_and_help_shows_defaults():
+    result = runner.invoke(app, ["replay", str(TRACE), "-c", str(SCENARIO)], env={"COLUMNS": "200"})
     assert result.exit_code == 0
-    assert "warning: --flush is overridden by the scenario" in result.stderr
+    for text in ("profile=seed-calibrated", "scenario=design-notes", "gpus=2", "sharing=processor-sharing",
+                 "seed=0", "flush=5 s", "max_batch=10", "workers=2", "max_tokens=512", "flush=0.5 s"):
+        assert text in result.stdout, text
+    helptext = " ".join(runner.invoke(app, ["replay", "--help"], env={"COLUMNS": "200"}).stdout.split())
+    for text in ("[default: 0.0]", "[default: 8]", "[default: oldest]", "[default: shared]"):
+        assert text in helptext, text
+
+
+@pytest.mark.parametrize("width", [60, 80])
+def test_numbers_are_never_cut_in_narrow_output(width):
+    result = runner.invoke(app, ["replay", str(TRACE), "--topology", "split"], env={"COLUMNS": str(width)})
+    assert result.exit_code == 0
+    assert "…" not in result.stdout
+    assert all(len(line) <= width for line in result.stdout.splitlines())
+    summary = json.loads(invoke(TRACE, "--topology", "split", "--json", "-").stdout)
+    for task, figures in summary["tasks"].items():
+        for stat in ("p50", "p90", "p95", "p99", "max"):
+            assert f"{figures['latency'][stat]:,.1f}" in result.stdout, (task, stat)
+    assert "wait mean" in result.stdout and "p90" in result.stdout
+
+
+def test_calls_that_failed_at_the_client_timeout_are_listed():
+    result = runner.invoke(app, ["replay", str(TRACE), "-c", str(SCENARIO), "--set", "run.client_timeout=120"],
+                           env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "calls failed" in result.stdout and "client timeout (120 s)" in result.stdout
 
 
 @pytest.mark.parametrize(
@@ -121,6 +195,7 @@ def test_flag_shadowed_by_the_scenario_is_warned_about():
         ([TRACE, "--gpus", "0"], ["--gpus"]),
         ([TRACE, "--rate-scale", "0"], ["--rate-scale", "> 0"]),
         ([TRACE, "--config", "nope.toml"], ["nope.toml", "no such file"]),
+        ([TRACE, "--seed", "-1"], ["--seed", ">= 0"]),
     ],
 )
 def test_bad_options_fail_with_one_line(args, needles):

@@ -9,6 +9,8 @@ from typing import Iterator
 
 import typer
 from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
 from simulator.errors import SimctlError, SimctlWarning
 
@@ -54,3 +56,44 @@ def warn(message: str) -> None:
     """Print a one-line warning on stderr."""
     err_console.print(f"warning: {message}", markup=False)
     sys.stderr.flush()
+
+
+def _cell_width(cell: object) -> int:
+    return Text.from_markup(cell).cell_len if isinstance(cell, str) else len(str(cell))
+
+
+def print_table(table: Table, out: Console | None = None) -> None:
+    """Print ``table`` whole: numbers are never cut or wrapped.
+
+    Every column keeps the width of its widest cell. When the console is too narrow for all
+    of them (an 80-column pipe, a CI log), the columns after the first (the row labels) are
+    split over several tables, each repeating the labels, rather than squeezed.
+    """
+    out = out or console
+    widths = [max([_cell_width(c.header)] + [_cell_width(x) for x in c._cells]) for c in table.columns]
+    for column, width in zip(table.columns, widths):
+        column.min_width = width
+        column.no_wrap = True
+    pad = 3  # a column's padding and its border
+    if sum(widths) + pad * len(widths) + 1 <= out.width or len(widths) < 3:
+        out.print(table)
+        return
+    chunks: list[list[int]] = [[]]
+    room = out.width - widths[0] - 2 * pad - 1
+    used = 0
+    for i in range(1, len(widths)):
+        if chunks[-1] and used + widths[i] + pad > room:
+            chunks.append([])
+            used = 0
+        chunks[-1].append(i)
+        used += widths[i] + pad
+    for n, chunk in enumerate(chunks):
+        part = Table(title=(f"{table.title} ({n + 1}/{len(chunks)})" if table.title else None),
+                     title_justify=table.title_justify, box=table.box, padding=table.padding,
+                     pad_edge=table.pad_edge, show_header=table.show_header)
+        for i in [0, *chunk]:
+            col = table.columns[i]
+            part.add_column(col.header, justify=col.justify, min_width=widths[i], no_wrap=True)
+        for r in range(table.row_count):
+            part.add_row(*(table.columns[i]._cells[r] for i in [0, *chunk]))
+        out.print(part)

@@ -16,7 +16,7 @@ from simulator.metrics import json_ready
 from simulator.outputs import check_writable, open_output
 from simulator.plan import Evaluator, group_of, load_points, parse_slo, plan
 from simulator.profile import DEFAULT_PROFILE, load_profile
-from simulator.scenario import build_scenario
+from simulator.scenario import build_scenario, parse_set
 from simulator.sweep import Base, axes_from_options
 from simulator.trace.formats import load_trace
 
@@ -27,9 +27,9 @@ def _axis(flag: str, what: str):
 
 @app.command("plan")
 def plan_cli(
-    trace: Path = typer.Argument(..., help="Trace file."),
+    trace: Path = typer.Argument(..., help="Trace file, or a bundled trace by name ('example')."),
     slo: list[str] = typer.Option(..., "--slo", help='Objective, e.g. "infobench.latency.p95<=60" (repeatable).'),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Base scenario file."),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Base scenario: TOML file or bundled name (searched settings override it)."),
     profile: str = typer.Option(DEFAULT_PROFILE, "--profile", "-p", help="Profile file or bundled name."),
     task: Optional[str] = typer.Option(None, "--task", help="Search settings of this task only (default: every GPU task)."),
     max_gpus: int = typer.Option(8, "--max-gpus", help="Largest GPU count to consider."),
@@ -42,6 +42,7 @@ def plan_cli(
     dispatch: Optional[str] = _axis("--dispatch", "Dispatch rules"),
     gpu_sharing: Optional[str] = _axis("--gpu-sharing", "GPU sharing modes"),
     seeds: int = typer.Option(1, "--seeds", help="Seeds per configuration; figures are their mean."),
+    set_values: list[str] = typer.Option([], "--set", help="Override any field of the base scenario: KEY=VALUE with a dotted KEY, e.g. tasks.graph.cpu_workers=4 (repeatable)."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Local processes (default: all cores)."),
     json_out: Optional[str] = typer.Option(None, "--json", help="Write the recommendation as JSON (FILE or '-')."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Draw the SLO figures against load (PNG)."),
@@ -59,7 +60,8 @@ def plan_cli(
         slos = [parse_slo(s, loaded.tasks) for s in slo]
         axes = axes_from_options(dict(flush=flush, topology=topology, max_batch=max_batch, policy=policy,
                                       workers=workers, dispatch=dispatch, gpu_sharing=gpu_sharing))
-        base = Base(loaded, load_profile(profile), build_scenario(path=config, run={"deadline": deadline}))
+        base = Base(loaded, load_profile(profile),
+                    build_scenario(path=config, run={"deadline": deadline}, overrides=parse_set(set_values)))
         with console.status("planning") as status:
             result = plan(base, slos, axes, max_gpus=max_gpus, seeds=tuple(range(max(1, seeds))),
                           task=task, workers=jobs, progress=lambda m: status.update(f"planning: {m}"))

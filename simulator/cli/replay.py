@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -12,7 +13,7 @@ from rich import box
 from rich.table import Table
 
 from simulator.cli import app
-from simulator.cli._common import console, user_errors, warn
+from simulator.cli._common import console, print_table, user_errors
 from simulator.model import DISPATCH_RULES, GPU_SHARING, POLICIES, TOPOLOGIES
 from simulator.outputs import check_writable, open_output
 from simulator.profile import DEFAULT_PROFILE, load_profile
@@ -20,41 +21,57 @@ from simulator.replay import ReplayResult, replay
 from simulator.errors import ScenarioError
 from simulator.events import event_log_suffix, write_event_log
 from simulator.metrics import json_ready
-from simulator.scenario import build_scenario
+from simulator.scenario import build_scenario, parse_set
+from simulator.sweep import Base
 
 
 def _names(registry) -> str:
     return ", ".join(registry.names())
 
 
+def _default(field: str) -> str:
+    """A task setting's built-in default, for the help text (the option itself defaults to
+    'not given', so that an explicit flag can be told from the default)."""
+    from dataclasses import fields
+
+    from simulator.scenario import TaskConfig
+
+    value = next(f.default for f in fields(TaskConfig) if f.name == field)
+    return f" [default: {'per GPU' if value is None and field == 'workers' else value}]"
+
+
 @app.command("replay")
 def replay_cli(
-    trace: Path = typer.Argument(..., help="Trace file (users' batch_arrivals.json or simctl-trace/1)."),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="TOML scenario file (per-task settings)."),
+    trace: Path = typer.Argument(..., help="Trace file (users' batch_arrivals.json, simctl-trace/1, or a production "
+                                 "trace), or a bundled trace by name ('example')."),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Scenario: TOML file or bundled name "
+                                          "('design-notes'). Flags and --set override it."),
     profile: str = typer.Option(DEFAULT_PROFILE, "--profile", "-p", help="Profile JSON file or bundled profile name."),
-    flush: Optional[float] = typer.Option(None, "--flush", help="Flush window in seconds (0 = no waiting), all tasks."),
-    max_batch: Optional[int] = typer.Option(None, "--max-batch", help="Max prompts per batch, all tasks."),
-    policy: Optional[str] = typer.Option(None, "--policy", help=f"When a queue releases a batch: {_names(POLICIES)}."),
-    topology: Optional[str] = typer.Option(None, "--topology", help=f"Queue topology, all tasks: {_names(TOPOLOGIES)}."),
-    workers: Optional[int] = typer.Option(None, "--workers", help="Workers per shared queue (default: one per GPU)."),
-    dispatch: Optional[str] = typer.Option(None, "--dispatch", help=f"Dispatch rule to queues/GPUs: {_names(DISPATCH_RULES)}."),
-    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Cap on every prompt's max tokens."),
-    lookahead: Optional[int] = typer.Option(None, "--lookahead", help="Drafts per speculative iteration (spec_decode profiles), all tasks."),
-    acceptance: Optional[float] = typer.Option(None, "--acceptance", help="Draft acceptance rate alpha (spec_decode profiles), all tasks."),
-    discipline: Optional[str] = typer.Option(None, "--discipline", help="Speculative batch discipline: ragged or lockstep (spec_decode profiles)."),
-    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Rows in a running batch (continuous topology; default 256)."),
-    max_batched_tokens: Optional[int] = typer.Option(None, "--max-batched-tokens", help="Token budget per iteration (continuous; default 8192)."),
-    kv_blocks: Optional[int] = typer.Option(None, "--kv-blocks", help="KV-cache blocks per engine (continuous; default: the profile's, else unlimited)."),
-    block_size: Optional[int] = typer.Option(None, "--block-size", help="Tokens per KV-cache block (continuous; default 16)."),
-    max_queue: Optional[int] = typer.Option(None, "--max-queue", help="Waiting prompts a queue holds; more are rejected."),
-    queue_timeout: Optional[float] = typer.Option(None, "--queue-timeout", help="Seconds a prompt may wait in a queue."),
-    timeout_action: Optional[str] = typer.Option(None, "--timeout-action", help="At the queue timeout: drop the prompt, or send it anyway (drop, send)."),
-    client: Optional[str] = typer.Option(None, "--client", help="open (replay arrival times) or closed:N[:THINK] (N calls outstanding)."),
-    gpus: Optional[int] = typer.Option(None, "--gpus", help="Number of GPUs (default 2)."),
-    gpu_sharing: Optional[str] = typer.Option(None, "--gpu-sharing", help=f"How concurrent batches share a GPU: {_names(GPU_SHARING)}."),
-    deadline: Optional[float] = typer.Option(None, "--deadline", help="Seconds from trace start; prompts not done by then time out."),
-    rate_scale: Optional[float] = typer.Option(None, "--rate-scale", help="Scale the arrival rate (inter-arrival times / X)."),
-    seed: int = typer.Option(0, "--seed", help="Random seed (same seed, same result)."),
+    flush: Optional[float] = typer.Option(None, "--flush", help="Flush window in seconds (0 = no waiting), every GPU task." + _default("flush")),
+    max_batch: Optional[int] = typer.Option(None, "--max-batch", help="Max prompts per batch, every GPU task." + _default("max_batch")),
+    policy: Optional[str] = typer.Option(None, "--policy", help=f"When a queue releases a batch: {_names(POLICIES)}." + _default("policy")),
+    topology: Optional[str] = typer.Option(None, "--topology", help=f"Queue topology, every GPU task: {_names(TOPOLOGIES)}." + _default("topology")),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Workers per shared queue." + _default("workers")),
+    dispatch: Optional[str] = typer.Option(None, "--dispatch", help=f"Dispatch rule to queues/GPUs: {_names(DISPATCH_RULES)}." + _default("dispatch")),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Cap on every prompt's max tokens [default: the trace's, else the profile's]."),
+    lookahead: Optional[int] = typer.Option(None, "--lookahead", help="Drafts per speculative iteration (spec_decode profiles) [default: the profile's]."),
+    acceptance: Optional[float] = typer.Option(None, "--acceptance", help="Draft acceptance rate alpha (spec_decode profiles) [default: the profile's]."),
+    discipline: Optional[str] = typer.Option(None, "--discipline", help="Speculative batch discipline: ragged or lockstep [default: the profile's]."),
+    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Rows in a running batch (continuous topology)." + _default("max_num_seqs")),
+    max_batched_tokens: Optional[int] = typer.Option(None, "--max-batched-tokens", help="Token budget per iteration (continuous)." + _default("max_batched_tokens")),
+    kv_blocks: Optional[int] = typer.Option(None, "--kv-blocks", help="KV-cache blocks per engine (continuous) [default: the profile's, else unlimited]."),
+    block_size: Optional[int] = typer.Option(None, "--block-size", help="Tokens per KV-cache block (continuous)." + _default("block_size")),
+    max_queue: Optional[int] = typer.Option(None, "--max-queue", help="Waiting prompts a queue holds; more are rejected [default: unlimited]."),
+    queue_timeout: Optional[float] = typer.Option(None, "--queue-timeout", help="Seconds a prompt may wait in a queue [default: unlimited]."),
+    timeout_action: Optional[str] = typer.Option(None, "--timeout-action", help="At the queue timeout: drop the prompt, or send it anyway (drop, send)." + _default("timeout_action")),
+    client: Optional[str] = typer.Option(None, "--client", help="open (replay arrival times) or closed:N[:THINK] (N calls outstanding) [default: open]."),
+    gpus: Optional[int] = typer.Option(None, "--gpus", help="Number of GPUs [default: 2]."),
+    gpu_sharing: Optional[str] = typer.Option(None, "--gpu-sharing", help=f"How concurrent batches share a GPU: {_names(GPU_SHARING)} [default: exclusive]."),
+    deadline: Optional[float] = typer.Option(None, "--deadline", help="Seconds from trace start; prompts not done by then time out [default: none]."),
+    rate_scale: Optional[float] = typer.Option(None, "--rate-scale", help="Scale the arrival rate (inter-arrival times / X) [default: 1]."),
+    set_values: list[str] = typer.Option([], "--set", help="Override any scenario field: KEY=VALUE with a dotted KEY, e.g. tasks.infobench.flush=0.1 (repeatable; wins over flags and file)."),
+    task_map: Optional[str] = typer.Option(None, "--task-map", help="Rename the trace's tasks to the profile's: SOURCE=TASK,... (e.g. azure=infobench)."),
+    seed: int = typer.Option(0, "--seed", help="Random seed, >= 0 (same seed, same result)."),
     json_out: Optional[str] = typer.Option(None, "--json", help="Write the summary JSON to FILE ('-' for stdout)."),
     events: Optional[str] = typer.Option(None, "--events", help="Write the per-prompt event log (.parquet or .csv)."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write the standard figures of this run into DIR."),
@@ -62,33 +79,48 @@ def replay_cli(
 ) -> None:
     """Replay TRACE through micro-batching queues, workers and GPUs.
 
-    Prints latency, throughput, batch sizes and GPU utilisation per task.
+    Prints the settings that shaped the run, then latency, throughput, batch sizes and GPU
+    utilisation per task. An explicit flag overrides the scenario file for every GPU task;
+    `--set` overrides one field anywhere.
     """
     with user_errors():
-        from simulator.trace.formats import load_trace
+        from simulator.cli.importer import parse_task_map
+        from simulator.trace.formats import ImportOptions, load_trace
 
-        # Refuse bad outputs before doing any work.
-        for out in (json_out, events):
-            if out and out != "-":
-                check_writable(out, force=force, inputs=(trace,))
+        if seed < 0:
+            raise ScenarioError(None, None, None, f"--seed: must be an integer >= 0, got {seed}")
+        # Refuse bad outputs before doing any work: never onto an input, never twice the same.
+        inputs = tuple(Path(p) for p in (trace, config, profile) if p is not None and Path(p).exists())
+        outs = [o for o in (json_out, events) if o and o != "-"]
+        if len(outs) == 2 and Path(outs[0]).resolve() == Path(outs[1]).resolve():
+            raise ScenarioError(None, None, None, "--json and --events name the same file")
+        for out in outs:
+            check_writable(out, force=force, inputs=inputs)
         if events:
             event_log_suffix(events)
-        task_defaults = dict(policy=policy, topology=topology, flush=flush, max_batch=max_batch,
-                             workers=workers, dispatch=dispatch, max_tokens=max_tokens,
-                             lookahead=lookahead, acceptance=acceptance, discipline=discipline,
-                             max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
-                             kv_blocks=kv_blocks, block_size=block_size, max_queue=max_queue,
-                             queue_timeout=queue_timeout, timeout_action=timeout_action)
-        scenario = _scenario_from_options(
-            config, task_defaults,
-            dict(gpus=gpus, gpu_sharing=gpu_sharing, deadline=deadline, rate_scale=rate_scale, client=client),
-        )
-        loaded = load_trace(trace)
+        task_flags = {k: v for k, v in dict(
+            policy=policy, topology=topology, flush=flush, max_batch=max_batch, workers=workers,
+            dispatch=dispatch, max_tokens=max_tokens, lookahead=lookahead, acceptance=acceptance,
+            discipline=discipline, max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
+            kv_blocks=kv_blocks, block_size=block_size, max_queue=max_queue, queue_timeout=queue_timeout,
+            timeout_action=timeout_action).items() if v is not None}
+        run_flags = dict(gpus=gpus, gpu_sharing=gpu_sharing, deadline=deadline, rate_scale=rate_scale, client=client)
+        overrides = parse_set(set_values)
+        mapping = parse_task_map(task_map)
+        loaded = load_trace(trace, options=ImportOptions(task_map=mapping)).renamed(mapping)
         prof = load_profile(profile)
-        for name, value in task_defaults.items():
-            shadowed = [t for t in loaded.tasks if value is not None and name in scenario.tasks.get(t, {})]
-            if shadowed:
-                warn(f"--{name.replace('_', '-')} is overridden by the scenario for task(s) {', '.join(shadowed)}")
+        missing = [t for t in loaded.tasks if t not in prof.tasks]
+        if missing:
+            raise ScenarioError(str(trace), None, None,
+                                f"task(s) {', '.join(missing)} are not in the profile {prof.name} (it has: "
+                                f"{', '.join(prof.tasks)}); map them with --task-map "
+                                + ",".join(f"{t}={next(iter(prof.tasks))}" for t in missing))
+        scenario = scenario_from_options(config, run_flags, overrides)
+        if task_flags:
+            # Task flags apply to the trace's GPU tasks, as sweep and plan axes do.
+            _check_flags(task_flags)
+            gpu_tasks = Base(loaded, prof, scenario).swept_tasks(None)
+            scenario = scenario_from_options(config, run_flags, overrides, {t: task_flags for t in gpu_tasks})
         result = replay(loaded, scenario, prof, seed=seed)
         if events:
             write_event_log(result.log, events, force=force)
@@ -105,13 +137,24 @@ def replay_cli(
         if json_out:
             with open_output(json_out, force=force) as fh:
                 json.dump(json_ready(result.summary), fh, indent=2)
-        print_summary(result)
+        print_summary(result, source=str(trace))
 
 
-def _scenario_from_options(config: Optional[Path], defaults: dict, run: dict):
-    """The scenario; an invalid option value is reported by its flag (``--max-batch: ...``)."""
+def _check_flags(task_flags: dict[str, Any]) -> None:
+    """Check task flag values on their own, so an error names the flag (``--max-batch: ...``)."""
     try:
-        return build_scenario(path=config, defaults=defaults, run=run)
+        build_scenario(defaults=task_flags)
+    except ScenarioError as exc:
+        if exc.field:
+            raise ScenarioError(None, None, None, f"--{exc.field.replace('_', '-')}: {exc.message}") from None
+        raise
+
+
+def scenario_from_options(config: Optional[Path], run: dict, overrides: dict,
+                          tasks: Optional[dict] = None):
+    """The scenario; an invalid run option is reported by its flag (``--gpus: ...``)."""
+    try:
+        return build_scenario(path=config, run=run, tasks=tasks, overrides=overrides)
     except ScenarioError as exc:
         if exc.path is None and exc.record == "option" and exc.field:
             raise ScenarioError(None, None, None, f"--{exc.field.replace('_', '-')}: {exc.message}") from None
@@ -122,6 +165,8 @@ def _fmt(x: Any, digits: int = 2) -> str:
     if x is None:
         return "–"
     if isinstance(x, float):
+        if math.isinf(x):
+            return "inf"
         return f"{x:,.{digits}f}"
     return str(x)
 
@@ -130,45 +175,80 @@ def _label(name: str) -> str:
     return f"[bold]{name}[/bold]" if name == "overall" else name
 
 
-def print_summary(result: ReplayResult) -> None:
-    """Rich tables: one row per task plus overall, then one row per GPU."""
+def _knobs(task: str, cfg: dict[str, Any], profile) -> list[str]:
+    """The settings that shaped one task's service, as short ``name=value`` cells."""
+    from simulator.model import TOPOLOGIES
+
+    ignored = TOPOLOGIES.get(cfg["topology"]).ignores if cfg["topology"] in TOPOLOGIES else frozenset()
+    shown = {
+        "policy": cfg["policy"], "flush": f"{cfg['flush']:g} s", "max_batch": cfg["max_batch"],
+        "workers": "1 per GPU" if cfg["workers"] is None else cfg["workers"], "dispatch": cfg["dispatch"],
+        "max_tokens": "trace's" if cfg["max_tokens"] is None else cfg["max_tokens"],
+    }
+    if cfg["topology"] == "continuous":
+        shown.update(max_num_seqs=cfg["max_num_seqs"], max_batched_tokens=cfg["max_batched_tokens"],
+                     kv_blocks="profile's" if cfg["kv_blocks"] is None else cfg["kv_blocks"])
+    kind = getattr(profile.tasks.get(task), "service", None)
+    if getattr(kind, "kind", None) == "spec_decode":
+        for key in ("lookahead", "acceptance", "discipline"):
+            shown[key] = "profile's" if cfg[key] is None else cfg[key]
+    for key in ("max_queue", "queue_timeout", "cpu_workers"):
+        if cfg.get(key) is not None:
+            shown[key] = cfg[key]
+    return [f"{k}={v}" for k, v in shown.items() if k not in ignored]
+
+
+def print_summary(result: ReplayResult, source: str | None = None) -> None:
+    """The run's settings, then rich tables: one row per task plus overall, then one per GPU."""
     s = result.summary
     sc = result.scenario
-    console.print(
-        f"[bold]replay[/bold] {sc.name} profile={result.profile.name} gpus={sc.gpus} "
-        f"sharing={sc.gpu_sharing} seed={result.seed} rate_scale={sc.rate_scale:g}"
-        + (f" client={sc.client}" if sc.client != "open" else "")
-        + (f" deadline={sc.deadline:g}s" if sc.deadline else "")
-    )
+    run = [f"profile={result.profile.name}", f"scenario={sc.name}", f"gpus={sc.gpus}",
+           f"sharing={sc.gpu_sharing}", f"seed={result.seed}", f"rate_scale={sc.rate_scale:g}",
+           f"client={sc.client}", f"deadline={'none' if sc.deadline is None else f'{sc.deadline:g} s'}"]
+    if sc.client_timeout is not None:
+        run.append(f"client_timeout={sc.client_timeout:g} s")
+    console.print(f"[bold]replay[/bold] {source or ''}", highlight=False)
+    console.print("  " + "  ".join(run), highlight=False)
+    settings = Table(title="Settings per task", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    for col in ("task", "resource", "topology", "settings"):
+        settings.add_column(col)
+    for task, cfg in s["config"].get("tasks", {}).items():
+        settings.add_row(task, cfg["resource"], cfg["topology"], ", ".join(_knobs(task, cfg, result.profile)))
+    console.print(settings)
     rows = [(name, s["tasks"][name]) for name in s["tasks"]] + [("overall", s["overall"])]
-    # Two narrow tables rather than one wide one, so an 80-column terminal shows every figure.
     counts = Table(title="Prompts per task", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     turned_away = s["overall"]["rejected"] + s["overall"]["dropped"] > 0
+    failed_calls = sc.client_timeout is not None
     for col in ("task", "prompts", "done", "timed out", *(("turned away",) if turned_away else ()),
-                "calls done", "mean batch", "prompts/s"):
+                "calls done", *(("calls failed",) if failed_calls else ()), "mean batch", "prompts/s"):
         counts.add_column(col, justify="left" if col == "task" else "right")
     for name, r in rows:
         counts.add_row(
             _label(name), str(r["prompts"]), str(r["completed"]), str(r["timed_out"]),
             *((str(r["rejected"] + r["dropped"]),) if turned_away else ()),
-            f"{r['calls_completed']}/{r['calls']}", _fmt(r["mean_batch_size"]),
-            _fmt(r["throughput_prompts_per_s"], 3),
+            f"{r['calls_completed']}/{r['calls']}",
+            *((str(r["calls"] - r["calls_completed"]),) if failed_calls else ()),
+            _fmt(r["mean_batch_size"]), _fmt(r["throughput_prompts_per_s"], 3),
         )
-    console.print(counts)
-    latency = Table(title="Latency per task (seconds)", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
-    for col in ("task", "mean", "p50", "p95", "p99", "max", "call p95", "wait", "TTFT p50"):
+    print_table(counts)
+    if failed_calls:
+        console.print(f"calls failed: not done within the client timeout ({sc.client_timeout:g} s) "
+                      "or the deadline; the server still finished them", highlight=False)
+    latency = Table(title="Latency per task (seconds; prompts not done count as infinitely late)",
+                    title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    for col in ("task", "mean", "p50", "p90", "p95", "p99", "max", "call p95", "wait mean", "TTFT p50"):
         latency.add_column(col, justify="left" if col == "task" else "right")
     for name, r in rows:
         lat = r["latency"]
         latency.add_row(
-            _label(name), *(_fmt(lat[k], 1) for k in ("mean", "p50", "p95", "p99", "max")),
+            _label(name), *(_fmt(lat[k], 1) for k in ("mean", "p50", "p90", "p95", "p99", "max")),
             _fmt(r["call_latency"]["p95"], 1), _fmt(r["wait"]["mean"], 1),
             _fmt(r["ttft"]["p50"], 2),
         )
-    console.print(latency)
+    print_table(latency)
     gtable = Table(title=f"GPUs (makespan {s['makespan_s']:,.1f} s, {s['gpu_seconds']:,.0f} GPU-s busy)", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     for col in ("gpu", "utilisation", "batches", "mean batch"):
         gtable.add_column(col, justify="right")
     for g in s["gpus"]:
         gtable.add_row(str(g["id"]), f"{100 * g['utilization']:.1f} %", str(g["batches"]), _fmt(g["mean_batch_size"]))
-    console.print(gtable)
+    print_table(gtable)

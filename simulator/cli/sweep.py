@@ -12,9 +12,11 @@ from rich.table import Table
 from simulator.cli import app
 from simulator.cli._common import console, user_errors
 from simulator.profile import DEFAULT_PROFILE, load_profile
-from simulator.scenario import build_scenario
+from simulator.scenario import build_scenario, parse_set
 from simulator.sweep import (Base, SweepSpec, aggregate, axes_from_options, axes_of, metric_column, run_sweep,
                              seeds_from, show_axis_value)
+from simulator.metrics import figure_key
+from simulator.plan import slo_figures
 from simulator.trace.formats import load_trace
 
 AXIS_HELP = "Comma-separated values to sweep."
@@ -26,9 +28,9 @@ def axis_option(flag: str, what: str):
 
 @app.command("sweep")
 def sweep_cli(
-    trace: Path = typer.Argument(..., help="Trace file."),
+    trace: Path = typer.Argument(..., help="Trace file, or a bundled trace by name ('example')."),
     out: Path = typer.Option(..., "--out", "-o", help="Results file (.parquet); re-running resumes it."),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Base scenario file (settings not swept)."),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Base scenario: TOML file or bundled name (settings not swept; axes override it)."),
     profile: str = typer.Option(DEFAULT_PROFILE, "--profile", "-p", help="Profile file or bundled name."),
     task: Optional[str] = typer.Option(None, "--task", help="Apply task axes to this task only (default: every GPU task)."),
     flush: Optional[str] = axis_option("--flush", "Flush windows (s)"),
@@ -48,6 +50,7 @@ def sweep_cli(
     gpu_sharing: Optional[str] = axis_option("--gpu-sharing", "GPU sharing modes"),
     rate_scale: Optional[str] = axis_option("--rate-scale", "Load multipliers"),
     seeds: int = typer.Option(1, "--seeds", help="Seeds per configuration (0..N-1); figures get 95 % CIs."),
+    set_values: list[str] = typer.Option([], "--set", help="Override any field of the base scenario: KEY=VALUE with a dotted KEY, e.g. tasks.graph.cpu_workers=4 (repeatable)."),
     deadline: Optional[float] = typer.Option(None, "--deadline", help="Seconds from trace start; later prompts time out."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Local processes (default: all cores)."),
     cluster: Optional[str] = typer.Option(None, "--cluster", help="Run on a Dask cluster, e.g. tcp://HOST:8786."),
@@ -66,8 +69,10 @@ def sweep_cli(
             discipline=discipline, max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
             kv_blocks=kv_blocks, gpus=gpus, gpu_sharing=gpu_sharing, rate_scale=rate_scale))
         spec = SweepSpec(axes, seeds_from(seeds), task)
-        base = Base(load_trace(trace), load_profile(profile),
-                    build_scenario(path=config, run={"deadline": deadline}))
+        loaded = load_trace(trace)
+        figure_key(metric, slo_figures(loaded.tasks), "--metric")
+        base = Base(loaded, load_profile(profile),
+                    build_scenario(path=config, run={"deadline": deadline}, overrides=parse_set(set_values)))
         columns = [TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    TextColumn("eta"), TimeRemainingColumn()]
         with Progress(*columns, console=console, transient=True) as bar:

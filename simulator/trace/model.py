@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 import pandas as pd
@@ -91,6 +91,14 @@ class Trace:
         calls = tuple(replace(c, t=c.t / rate_scale) for c in self.calls)
         meta = dict(self.meta, rate_scale=rate_scale * float(self.meta.get("rate_scale", 1.0)))
         return Trace(calls=calls, meta=meta, source=self.source)
+
+    def renamed(self, task_map: Mapping[str, str]) -> "Trace":
+        """The same calls with each task named by ``task_map`` (names it lacks are kept)."""
+        if not any(t in task_map for t in self.tasks):
+            return self
+        calls = tuple(replace(c, prompts=tuple(replace(p, task=task_map.get(p.task, p.task)) for p in c.prompts))
+                      for c in self.calls)
+        return Trace(calls=calls, meta=dict(self.meta, task_map=dict(task_map)), source=self.source)
 
     def to_frame(self) -> pd.DataFrame:
         """One row per prompt: call_index, call_id, t, prompt_index, task, tokens."""

@@ -34,7 +34,9 @@ class SplitQueues(Topology):
             servers = system.cpu_servers(task)
             if servers is None:
                 raise ScenarioError(system.scenario.source, f"tasks.{task}", "cpu_workers",
-                                    "the split topology on the CPU needs a finite cpu_workers")
+                                    f"task {task} runs on the CPU, where the split topology needs a queue per "
+                                    f"CPU worker: give it cpu_workers (--set tasks.{task}.cpu_workers=4) or "
+                                    f"another topology (--set tasks.{task}.topology=direct)")
             devices = devices * servers
         self.queues = [
             BatchQueue(system, task, f"{task}@{i}", system.policy_for(config),
