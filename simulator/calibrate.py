@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.errors import ProfileError
-from simulator.metrics import COMPOSITIONS, client_calls
+from simulator.metrics import client_calls
 from simulator.model import simulate
 from simulator.observed import ObservedRun, compare_calls
 from simulator.profile import Profile, profile_from_dict
@@ -204,8 +204,10 @@ class _Target:
         latency = np.maximum(obs["latency_censored_s"].reindex(call_ids).to_numpy(float), FLOOR)
         self.y = np.log(latency)
         self.failed = ~obs["ok"].reindex(call_ids).to_numpy(bool)
+        classes = scenario.compositions.classify
+        composition = obs["tasks"].reindex(call_ids).str.split("+").map(lambda t: classes(frozenset(t)))
         groups = [np.ones(len(call_ids), bool)] + [
-            (obs["composition"].reindex(call_ids) == c).to_numpy(bool) for c, _ in COMPOSITIONS]
+            (composition == c).to_numpy(bool) for c in scenario.compositions.labels if c != "other"]
         self.groups = [g for g in groups if g.sum() >= 10]
         self.y_quantiles = self._quantiles(latency)
 
@@ -309,9 +311,9 @@ def predict(observed: ObservedRun, trace: Trace, scenario: Scenario, profile: Pr
     narrow the distribution and bias the upper quantiles low."""
     tables = []
     for seed in seeds:
-        calls = client_calls(simulate(trace, scenario, profile, seed), scenario.client_timeout)
+        calls = client_calls(simulate(trace, scenario, profile, seed), scenario.client_timeout, scenario.compositions)
         calls["call_id"] = calls["call_id"].astype(str)
-        tables.append(compare_calls(observed.calls, calls).set_index("group"))
+        tables.append(compare_calls(observed.classified(scenario.compositions).calls, calls).set_index("group"))
     out = tables[0].copy()
     for stat in ("p50", "p90", "p99", "mean"):
         values = np.array([t[f"{stat}_other"].reindex(out.index).to_numpy(float) for t in tables])

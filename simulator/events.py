@@ -41,6 +41,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from simulator.errors import SimctlError
+
 EVENT_COLUMNS = [
     "call_id", "call_index", "prompt_index", "task", "resource", "prompt_tokens", "max_tokens",
     "queue", "status", "arrived_at", "batched_at", "started_at", "first_token_at", "done_at",
@@ -103,11 +105,42 @@ def write_event_log(log: pd.DataFrame, path: str | Path, force: bool = False) ->
             log.to_csv(fh, index=False, float_format="%.17g")
 
 
+class EventLogError(SimctlError):
+    """A file given as an event log that is not one."""
+
+    kind = "events"
+
+
 def read_event_log(path: str | Path) -> pd.DataFrame:
-    """Read an event log written by :func:`write_event_log`."""
-    if event_log_suffix(path) == ".parquet":
-        return pd.read_parquet(path)
-    log = pd.read_csv(path, dtype={"call_id": str, "task": str, "queue": str, "status": str},
-                      keep_default_na=False, na_values={c: [""] for c in (*FLOAT_COLUMNS, "gpu")})
-    log["gpu"] = log["gpu"].astype("Int64")
+    """Read an event log written by :func:`write_event_log`; :class:`EventLogError` naming
+    the file if it is unreadable or is not an event log (a sweep's results, say)."""
+    p = Path(path)
+    suffix = Path(path).suffix.lower()
+    if suffix not in EVENT_LOG_SUFFIXES:
+        raise EventLogError(p, None, None, "an event log ends in .parquet or .csv (replay --events writes one)")
+    try:
+        if suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            table = pq.read_table(p)
+            if b"simctl.sweep" in (table.schema.metadata or {}):
+                raise EventLogError(p, None, None, "is a sweep results file, not an event log: use "
+                                    "simctl compare or simctl plot heatmap on it, or replay --events for a log")
+            log = table.to_pandas()
+        else:
+            log = pd.read_csv(p, dtype={"call_id": str, "task": str, "queue": str, "status": str},
+                              keep_default_na=False, na_values={c: [""] for c in (*FLOAT_COLUMNS, "gpu")})
+    except (OSError, UnicodeDecodeError, ValueError, pd.errors.ParserError) as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise EventLogError(p, None, None, "no such file") from None
+        if isinstance(exc, IsADirectoryError):
+            raise EventLogError(p, None, None, "is a folder, not an event log") from None
+        raise EventLogError(p, None, None, f"not a readable event log ({type(exc).__name__}: "
+                            f"{' '.join(str(exc).split())[:160]})") from None
+    missing = [c for c in EVENT_COLUMNS if c not in log.columns]
+    if missing:
+        raise EventLogError(p, None, missing[0], f"not an event log: no column {missing[0]!r} "
+                            f"(replay --events writes one)")
+    if suffix == ".csv":
+        log["gpu"] = log["gpu"].astype("Int64")
     return log

@@ -33,12 +33,13 @@ over the calls that contain that task.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
 
 from simulator.errors import SimctlError
+from simulator.scenario import Compositions
 
 
 STAT_KEYS = ("mean", "p50", "p90", "p95", "p99", "max")
@@ -146,22 +147,6 @@ def call_table(log: pd.DataFrame, deadline: float | None = None) -> pd.DataFrame
     return calls
 
 
-#: Composition classes of a call, by the set of its tasks, first match wins.
-COMPOSITIONS: tuple[tuple[str, Callable[[frozenset], bool]], ...] = (
-    ("graph-only", lambda s: s == frozenset({"graph"})),
-    ("mmlu-no-infobench", lambda s: "mmlu" in s and "infobench" not in s),
-    ("any-infobench", lambda s: "infobench" in s),
-)
-
-
-def composition_of(tasks: frozenset) -> str:
-    """The composition class of a call with task set ``tasks`` (``other`` if none fits)."""
-    for label, test in COMPOSITIONS:
-        if test(tasks):
-            return label
-    return "other"
-
-
 def _group(calls: pd.DataFrame) -> dict[str, Any]:
     ok = calls["ok"].to_numpy(bool)
     censored = calls["latency_censored_s"].to_numpy(float)
@@ -176,10 +161,12 @@ def _group(calls: pd.DataFrame) -> dict[str, Any]:
 
 def call_figures(calls: pd.DataFrame, timeout: float | None = None) -> dict[str, Any]:
     """Figures of a per-call table (observed or simulated): ``overall``, ``compositions``
-    and ``tasks`` (calls containing the task), each with call counts, latency statistics
-    over successful calls and over all calls with failures censored at ``timeout``."""
+    (per class of the ``composition`` column, in order of appearance, ``other`` last; none
+    when calls are not classed) and ``tasks`` (calls containing the task), each with call
+    counts, latency statistics over successful calls and over all calls with failures
+    censored at ``timeout``."""
     tasks = sorted({t for s in calls["tasks"] for t in s.split("+")})
-    comps = [label for label, _ in COMPOSITIONS] + ["other"]
+    comps = composition_labels(calls["composition"])
     return {
         "overall": _group(calls),
         "compositions": {c: _group(calls[calls["composition"] == c]) for c in comps
@@ -189,14 +176,23 @@ def call_figures(calls: pd.DataFrame, timeout: float | None = None) -> dict[str,
     }
 
 
-def client_calls(log: pd.DataFrame, timeout: float | None = None) -> pd.DataFrame:
+def composition_labels(column: pd.Series) -> list[str]:
+    """The classes in a ``composition`` column, in order of appearance, ``other`` last."""
+    labels = [c for c in pd.unique(column) if c]
+    return [c for c in labels if c != "other"] + (["other"] if "other" in labels else [])
+
+
+def client_calls(log: pd.DataFrame, timeout: float | None = None,
+                 compositions: Compositions | None = None) -> pd.DataFrame:
     """The per-call table of a simulated run in an observed run's terms
     (:mod:`simulator.observed`): ``ok`` unless a prompt was turned away or the call took
     longer than the client ``timeout``; ``latency_s`` over ok calls, ``latency_censored_s``
-    with failed calls at the timeout (the model, like the server, keeps serving them)."""
+    with failed calls at the timeout (the model, like the server, keeps serving them);
+    ``composition`` the call's class by ``compositions`` (empty without rules)."""
+    rules = compositions or Compositions()
     calls = call_table(log).reset_index()
     sets = log.groupby("call_index")["task"].agg(lambda s: frozenset(s))
-    calls["composition"] = calls["call_index"].map(sets).map(composition_of)
+    calls["composition"] = calls["call_index"].map(sets).map(rules.classify)
     limit = math.inf if timeout is None else timeout
     calls["ok"] = calls["completed"] & (calls["latency_s"] <= limit)
     calls["latency_censored_s"] = np.where(calls["ok"], calls["latency_s"],
@@ -262,13 +258,14 @@ def _group_summary(v: dict[str, np.ndarray], done_ok: np.ndarray, turned: dict[s
 
 def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
               deadline: float | None = None, gpus: int | None = None,
-              client_timeout: float | None = None) -> dict[str, Any]:
+              client_timeout: float | None = None, compositions: Compositions | None = None) -> dict[str, Any]:
     """The summary JSON of one run (stable keys: ``overall``, ``tasks.<name>``,
     ``compositions``, ``gpus``, ``gpu_seconds``, ``makespan_s``, ``deadline_s``, ``config``).
 
     ``client_timeout``: a call not done that long after it arrived failed (the client gave
     up; the system still served it). ``compositions`` holds the call figures per
-    composition class (:func:`call_figures`), failed calls censored at the timeout.
+    composition class of the scenario's ``[compositions]`` rules (:func:`call_figures`),
+    failed calls censored at the timeout; it is empty without rules.
 
     ``gpus`` is the number of GPUs in the system, so that idle GPUs are listed too. Computed
     with numpy on the log's columns (a sweep summarises thousands of runs); the definitions
@@ -351,14 +348,15 @@ def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
     # is a bit mask, mapped to its class (few distinct masks).
     mask = np.zeros(n_calls, dtype=np.int64)
     np.bitwise_or.at(mask, call_of, np.left_shift(1, task_codes.astype(np.int64)))
-    classes = {m: composition_of(frozenset(str(task_names[i]) for i in range(len(task_names)) if m >> i & 1))
+    rules = compositions or Compositions()
+    classes = {m: rules.classify(frozenset(str(task_names[i]) for i in range(len(task_names)) if m >> i & 1))
                for m in np.unique(mask).tolist()}
     call_class = np.array([classes[m] for m in mask.tolist()], dtype=object)
     # Without a client timeout a failed call is censored at nothing: its latency as it was
     # (calls with a prompt turned away have none and are left out).
     censored = np.where(call_ok, call_latency, client_timeout if client_timeout is not None else call_latency)
     compositions = {}
-    for label in [c for c, _ in COMPOSITIONS] + ["other"]:
+    for label in rules.labels:
         mine = call_class == label
         if mine.any():
             compositions[label] = {

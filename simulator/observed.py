@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,8 @@ import numpy as np
 import pandas as pd
 
 from simulator.errors import SimctlError
-from simulator.metrics import COMPOSITIONS, call_figures, client_calls as simulated_calls, composition_of
+from simulator.metrics import call_figures, client_calls as simulated_calls, composition_labels
+from simulator.scenario import Compositions
 from simulator.trace.model import Trace
 
 CLIENT_TIMEOUT = 600.0
@@ -73,6 +74,11 @@ class ObservedRun:
 
     def figures(self) -> dict[str, Any]:
         return call_figures(self.calls, self.timeout)
+
+    def classified(self, compositions: Compositions) -> "ObservedRun":
+        """The same run with its calls classed by ``compositions`` (a scenario's rules)."""
+        sets = self.calls["tasks"].str.split("+").map(frozenset)
+        return replace(self, calls=self.calls.assign(composition=sets.map(compositions.classify)))
 
 
 def _read_json(path: Path) -> Any:
@@ -106,18 +112,30 @@ def find_arrivals(folder: Path) -> Path | None:
 
 
 def read_observed(folder: str | Path, arrivals: str | Path | Trace | None = None,
-                  timeout: float = CLIENT_TIMEOUT) -> ObservedRun:
+                  timeout: float = CLIENT_TIMEOUT, compositions: Compositions | None = None) -> ObservedRun:
     """Read a results folder of the users' client; ``arrivals`` (the trace the run replayed,
-    default ``../batch_arrivals.json``) gives each call's tasks and arrival instant."""
+    default ``../batch_arrivals.json``) gives each call's tasks and arrival instant;
+    ``compositions`` (a scenario's rules) classes the calls."""
+    compositions = compositions or Compositions()
     from simulator.trace.formats import load_trace
 
     folder = Path(folder)
     if not folder.is_dir():
         raise ObservedError(folder, None, None, "not a folder of observed results")
+    has_results = (folder / SUMMARY_FILE).exists() or any(_BATCH_FILE.match(p.name) for p in folder.iterdir())
+    if not has_results:
+        runs = sorted(p.name for p in folder.iterdir() if p.is_dir() and (
+            (p / SUMMARY_FILE).exists() or any(_BATCH_FILE.match(q.name) for q in p.iterdir())))
+        held = " (it holds batch_arrivals.json: the arrival file, not a run)" if (folder / "batch_arrivals.json").exists() else ""
+        raise ObservedError(folder, None, None, f"no results of a run here: no {SUMMARY_FILE} and no "
+                            f"batch_NNNN.json files{held}; "
+                            + (f"give one of its results folders: {', '.join(runs[:4])}" if runs else
+                               "give the folder the load-testing client wrote its results into"))
     if arrivals is None:
         arrivals = find_arrivals(folder)
         if arrivals is None:
-            raise ObservedError(folder, None, None, "no batch_arrivals.json beside it; give the arrival file (--arrivals)")
+            raise ObservedError(folder, None, None, f"no arrival file {folder.parent / 'batch_arrivals.json'} beside "
+                                "the results; give the file the run replayed with --arrivals")
     trace = arrivals if isinstance(arrivals, Trace) else load_trace(arrivals)
     by_id = {c.id: i for i, c in enumerate(trace.calls)}
 
@@ -169,7 +187,7 @@ def read_observed(folder: str | Path, arrivals: str | Path | Trace | None = None
         tasks = frozenset(p.task for p in call.prompts)
         row: dict[str, Any] = {
             "call_id": call.id, "call_index": ci, "arrived_at": call.t, "prompts": len(call.prompts),
-            "tasks": "+".join(sorted(tasks)), "composition": composition_of(tasks),
+            "tasks": "+".join(sorted(tasks)), "composition": compositions.classify(tasks),
             "sent_at": np.nan, "duration_s": np.nan, "done_at": np.nan, "status_code": pd.NA,
             "ok": False, "error": "",
         }
@@ -271,19 +289,21 @@ def observed_to_json(run: ObservedRun) -> dict[str, Any]:
             "meta": run.meta, "figures": run.figures(), "calls": records}
 
 
-def read_run(path: str | Path, timeout: float = CLIENT_TIMEOUT, arrivals: str | Path | None = None) -> tuple[str, pd.DataFrame]:
+def read_run(path: str | Path, timeout: float = CLIENT_TIMEOUT, arrivals: str | Path | None = None,
+             compositions: Compositions | None = None) -> tuple[str, pd.DataFrame]:
     """A per-call table from any run: an observed results folder, an observed-run JSON
-    (``simctl observed --json``) or a simulated event log (.parquet/.csv)."""
+    (``simctl observed --json``) or a simulated event log (.parquet/.csv); its calls classed
+    by ``compositions``."""
     p = Path(path)
     if p.is_dir():
-        run = read_observed(p, arrivals, timeout)
+        run = read_observed(p, arrivals, timeout, compositions)
         return run.name, run.calls
     if not p.exists():
         raise ObservedError(p, None, None, "no such file or folder")
     if p.suffix.lower() in (".parquet", ".csv"):
         from simulator.events import read_event_log
 
-        return p.stem, simulated_calls(read_event_log(p), timeout)
+        return p.stem, simulated_calls(read_event_log(p), timeout, compositions)
     data = _read_json(p)
     if not isinstance(data, dict) or data.get("format") != "simctl-observed/1" or not isinstance(data.get("calls"), list):
         raise ObservedError(p, None, "format", "expected a results folder, an event log (.parquet/.csv) or "
@@ -292,6 +312,8 @@ def read_run(path: str | Path, timeout: float = CLIENT_TIMEOUT, arrivals: str | 
     for col in ("latency_s", "latency_censored_s", "arrived_at"):
         calls[col] = pd.to_numeric(calls[col], errors="coerce")
     calls["call_id"] = calls["call_id"].astype(str)
+    sets = calls["tasks"].astype(str).str.split("+").map(frozenset)
+    calls["composition"] = sets.map((compositions or Compositions()).classify)
     return str(data.get("name", p.stem)), calls
 
 
@@ -299,7 +321,8 @@ def compare_calls(reference: pd.DataFrame, other: pd.DataFrame) -> pd.DataFrame:
     """Per composition class and overall: p50/p90/p99/mean of censored call latency in each
     run, and the relative error ``(other − reference) / reference``."""
     rows = []
-    groups = [("overall", None)] + [(c, c) for c, _ in COMPOSITIONS] + [("other", "other")]
+    labels = composition_labels(pd.concat([reference["composition"], other["composition"]]))
+    groups = [("overall", None)] + [(c, c) for c in labels]
     for label, comp in groups:
         a = reference if comp is None else reference[reference["composition"] == comp]
         b = other if comp is None else other[other["composition"] == comp]

@@ -43,26 +43,83 @@ def _save(fig, path: str | Path | None):
     return fig
 
 
-def heatmap(table: pd.DataFrame, metric: str, title: str, path=None, best: tuple | None = None):
-    """A pivot table (index × columns of means) as an annotated heatmap; ``best`` cell outlined."""
-    fig, ax = plt.subplots(figsize=(1.2 * table.shape[1] + 3, 0.6 * table.shape[0] + 2))
-    values = table.to_numpy(dtype=float)
-    im = ax.imshow(values, cmap="viridis_r", aspect="auto")
-    ax.set_xticks(range(table.shape[1]), [str(c) for c in table.columns])
-    ax.set_yticks(range(table.shape[0]), [str(i) for i in table.index])
-    ax.set_xlabel(table.columns.name)
-    ax.set_ylabel(table.index.name)
-    lo, hi = np.nanmin(values), np.nanmax(values)
+def readable(x: float) -> str:
+    """A number as a person writes it: ``1,100``, ``42.5``, ``0.25``; never ``1.1e+03``;
+    ``∞`` for prompts that did not finish."""
+    if not np.isfinite(x):
+        return "∞" if x > 0 else "–"
+    if abs(x) >= 100:
+        return f"{x:,.0f}"
+    if abs(x) >= 1:
+        return f"{x:.1f}"
+    return np.format_float_positional(float(f"{x:.2g}"), trim="-")
+
+
+def tick(value) -> str:
+    """An axis value as a tick label (numbers without scientific notation)."""
+    if isinstance(value, (float, np.floating)):
+        return np.format_float_positional(float(value), trim="-")
+    return str(value)
+
+
+def colour_scale(values: np.ndarray):
+    """A norm that keeps a few extreme cells from flattening the rest, and what it did.
+
+    Cells beyond Tukey's far fence (Q3 + 3 IQR) and over twice the largest cell within it
+    (a backlog that ran away, say) take the 'over' colour and the scale stops at the largest
+    ordinary cell; otherwise finite values spanning more than 30× (all positive) get a log
+    scale. Infinite cells (prompts that did not finish) take the 'over' colour too."""
+    from matplotlib.colors import LogNorm, Normalize
+
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        return Normalize(0, 1), ""
+    lo, hi = float(finite.min()), float(finite.max())
+    q1, q3 = np.percentile(finite, [25, 75])
+    ordinary = finite[finite <= q3 + 3 * (q3 - q1)]
+    top = float(ordinary.max()) if ordinary.size else hi
+    if hi > 2 * top and top > lo:
+        return Normalize(lo, top), f" (scale stops at {readable(top)}; larger cells in dark red)"
+    if lo > 0 and hi / lo > 30:
+        return LogNorm(lo, hi), " (log scale)"
+    return Normalize(lo, hi if hi > lo else lo + 1), ""
+
+
+def _cmap():
+    return plt.get_cmap("viridis_r").with_extremes(over="darkred", bad="darkred")
+
+
+def _annotate(ax, values: np.ndarray, norm, fontsize: int = 8) -> None:
     for i in range(values.shape[0]):
         for j in range(values.shape[1]):
-            if np.isfinite(values[i, j]):
-                light = hi == lo or (values[i, j] - lo) / (hi - lo) < 0.5  # viridis_r: low is light
-                ax.text(j, i, f"{values[i, j]:.3g}", ha="center", va="center",
-                        color="k" if light else "w", fontsize=8)
+            x = values[i, j]
+            if np.isnan(x):
+                continue
+            shade = float(np.clip(norm(x), 0, 1)) if np.isfinite(x) else 1.0
+            over = not np.isfinite(x) or shade >= 1 and x > norm.vmax
+            ax.text(j, i, readable(x), ha="center", va="center", fontsize=fontsize,
+                    color="w" if over or shade >= 0.5 else "k")  # viridis_r: low values are light
+
+
+def heatmap(table: pd.DataFrame, metric: str, title: str, path=None, best: tuple | None = None):
+    """A pivot table (index × columns of means) as an annotated heatmap; ``best`` cell outlined."""
+    from matplotlib.ticker import FuncFormatter
+
+    fig, ax = plt.subplots(figsize=(1.3 * table.shape[1] + 3, 0.6 * table.shape[0] + 2), constrained_layout=True)
+    values = table.to_numpy(dtype=float)
+    norm, note = colour_scale(values)
+    im = ax.imshow(values, cmap=_cmap(), norm=norm, aspect="auto")
+    ax.set_xticks(range(table.shape[1]), [tick(c) for c in table.columns])
+    ax.set_yticks(range(table.shape[0]), [tick(i) for i in table.index])
+    ax.set_xlabel(table.columns.name)
+    ax.set_ylabel(table.index.name)
+    _annotate(ax, values, norm)
     if best is not None:
         i, j = list(table.index).index(best[0]), list(table.columns).index(best[1])
         ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2.5))
-    fig.colorbar(im, ax=ax, label=metric_label(metric))
+    bar = fig.colorbar(im, ax=ax, label=metric_label(metric) + note, extend="max" if note.startswith(" (scale") else "neither")
+    bar.formatter = FuncFormatter(lambda v, _pos: readable(v))
+    bar.update_ticks()
     ax.set_title(title)
     return _save(fig, path)
 
@@ -158,15 +215,32 @@ def queue_depth(log: pd.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     return out
 
 
+#: Past this many calls a whole-run timeline is noise: the plot shows a window of the run,
+#: the span of its first TIMELINE_WINDOW calls.
+TIMELINE_CALLS = 500
+TIMELINE_WINDOW = 200
+
+
 def timeline(log: pd.DataFrame, title: str = "Timeline", path=None, window: tuple[float, float] | None = None):
     """Three panels over time: waiting prompts per queue, batches per GPU (a Gantt chart coloured
-    and hatched by task), and the fraction of GPUs busy."""
-    fig, (q_ax, g_ax, u_ax) = plt.subplots(3, 1, figsize=(10, 8), sharex=True,
+    and hatched by task), and the fraction of GPUs busy.
+
+    A run of more than :data:`TIMELINE_CALLS` calls is shown over a window (the span of its
+    first :data:`TIMELINE_WINDOW` calls, unless ``window`` is given), and the title says so."""
+    if window is None:
+        arrivals = np.sort(log.groupby("call_index")["arrived_at"].min().to_numpy(float))
+        if arrivals.size > TIMELINE_CALLS:
+            window = (float(arrivals[0]), float(arrivals[TIMELINE_WINDOW - 1]))
+            title = f"{title}: first {TIMELINE_WINDOW} of {arrivals.size:,} calls"
+    if window is not None:
+        lo, hi = window
+        log = log[(log["arrived_at"] <= hi) & (log["done_at"].fillna(np.inf) >= lo)]
+    fig, (q_ax, g_ax, u_ax) = plt.subplots(3, 1, figsize=(11, 8), sharex=True, constrained_layout=True,
                                          gridspec_kw={"height_ratios": [2, 2, 1]})
     for i, (queue, (t, depth)) in enumerate(queue_depth(log).items()):
         q_ax.step(t, depth, where="post", label=queue, linestyle=_style(i)["linestyle"])
     q_ax.set_ylabel("prompts waiting")
-    q_ax.legend(fontsize=8, ncol=3)
+    q_ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside, never over the data
     q_ax.set_title(title)
     on_gpu = served(log)
     on_gpu = on_gpu[on_gpu["gpu"].notna()]
@@ -185,7 +259,7 @@ def timeline(log: pd.DataFrame, title: str = "Timeline", path=None, window: tupl
     g_ax.set_yticks(range(n_gpus), [f"GPU {g}" for g in range(n_gpus)])
     g_ax.set_ylabel("batches")
     if tasks:
-        g_ax.legend(fontsize=8)
+        g_ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     # utilisation: GPUs with at least one batch running, as a fraction of all
     if len(batches):
         edges = np.unique(np.concatenate([batches["start"], batches["end"]]))
@@ -238,32 +312,37 @@ def latency_decomposition(log: pd.DataFrame, title: str = "Where the time goes",
            color="0.35", edgecolor="black")
     ax.set_ylabel("mean latency (s)")
     ax.set_title(title)
-    ax.legend(loc="upper left")
+    # Below the axes, so it can never cover a bar.
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, fontsize=8, frameon=False)
     ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
     return _save(fig, path)
 
 
 def heatmap_panels(agg: pd.DataFrame, metric: str, rows: str, cols: str, panel: str, title: str, path=None):
-    """One heatmap per value of ``panel`` (e.g. topology), cells ``rows`` × ``cols``, shared colour scale."""
-    values = sorted(agg[panel].unique())
-    fig, axes = plt.subplots(1, len(values), figsize=(4.2 * len(values) + 1, 4), squeeze=False)
-    lo, hi = agg["mean"].min(), agg["mean"].max()
+    """One heatmap per value of ``panel`` (e.g. topology), cells ``rows`` × ``cols``, one colour
+    scale for all panels (robust to a few extreme cells, see :func:`colour_scale`)."""
+    from matplotlib.ticker import FuncFormatter
+
+    values = sorted(agg[panel].dropna().unique(), key=str)
+    fig, axes = plt.subplots(1, len(values), figsize=(4.6 * len(values) + 1.5, 4.4), squeeze=False,
+                             constrained_layout=True)
+    norm, note = colour_scale(agg["mean"].to_numpy(float))
     im = None
     for ax, v in zip(axes[0], values):
         table = agg[agg[panel] == v].pivot(index=rows, columns=cols, values="mean")
-        im = ax.imshow(table.to_numpy(float), cmap="viridis_r", vmin=lo, vmax=hi, aspect="auto")
-        ax.set_xticks(range(table.shape[1]), [str(c) for c in table.columns])
-        ax.set_yticks(range(table.shape[0]), [str(i) for i in table.index])
+        grid = table.to_numpy(float)
+        im = ax.imshow(grid, cmap=_cmap(), norm=norm, aspect="auto")
+        ax.set_xticks(range(table.shape[1]), [tick(c) for c in table.columns])
+        ax.set_yticks(range(table.shape[0]), [tick(i) for i in table.index])
         ax.set_xlabel(cols)
         ax.set_ylabel(rows)
-        ax.set_title(f"{panel} = {v}")
-        for i in range(table.shape[0]):
-            for j in range(table.shape[1]):
-                x = table.iat[i, j]
-                if np.isfinite(x):
-                    light = hi == lo or (x - lo) / (hi - lo) < 0.5
-                    ax.text(j, i, f"{x:.3g}", ha="center", va="center", fontsize=7, color="k" if light else "w")
-    fig.colorbar(im, ax=axes[0].tolist(), label=metric_label(metric))
+        ax.set_title(f"{panel} = {tick(v)}", fontsize=10)
+        _annotate(ax, grid, norm, fontsize=7)
+    bar = fig.colorbar(im, ax=axes[0].tolist(), label=metric_label(metric) + note,
+                       extend="max" if note.startswith(" (scale") else "neither")
+    bar.formatter = FuncFormatter(lambda x, _pos: readable(x))
+    bar.update_ticks()
     fig.suptitle(title)
     return _save(fig, path)
 

@@ -68,5 +68,5 @@ def replay(
     log = simulate(scaled, scenario, profile, seed)
     summary = summarize(log, resolved_config(trace, scenario, profile, seed),
                         deadline=scenario.deadline, gpus=scenario.gpus,
-                        client_timeout=scenario.client_timeout)
+                        client_timeout=scenario.client_timeout, compositions=scenario.compositions)
     return ReplayResult(log=log, summary=summary, scenario=scenario, profile=profile, seed=seed)

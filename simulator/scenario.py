@@ -24,10 +24,15 @@ tokens and resource to use. It is read from TOML (``--config``)::
     flush = 0.5
     max_batch = 8
 
-    [tasks.infobench]          # per-task overrides: win over [defaults] and CLI flags
+    [tasks.infobench]          # per-task overrides: win over [defaults]
     flush = 5.0
     max_batch = 10
     workers = 2
+
+    [compositions]             # optional: classes of calls by their set of tasks, first match
+    graph-only = {only = ["graph"]}                         # wins; figures per class in every
+    mmlu-no-infobench = {all = ["mmlu"], none = ["infobench"]}  # summary, the rest "other"
+    any-infobench = {any = ["infobench"]}
 
 Precedence, lowest first: built-in defaults, the file's ``[defaults]``, the file's
 ``[tasks.NAME]``, command-line flags, ``--set`` overrides. An explicit flag always beats the
@@ -50,6 +55,59 @@ from typing import Any, Mapping, Sequence
 from simulator.errors import ScenarioError
 
 RESOURCES = ("gpu", "cpu")
+#: The conditions a composition class may set on a call's set of tasks.
+COMPOSITION_TESTS = ("only", "all", "any", "none")
+
+
+@dataclass(frozen=True)
+class Compositions:
+    """Classes of calls by the set of their tasks (``[compositions]``): ordered rules, first
+    match wins; a call no rule matches is ``other``. A rule's conditions (all must hold):
+    ``only`` — the call's tasks are exactly these; ``all`` — it has each of them; ``any`` —
+    it has one of them; ``none`` — it has none of them. Without rules (the default) calls
+    are not classed and summaries have no composition figures."""
+
+    rules: tuple[tuple[str, Mapping[str, frozenset[str]]], ...] = ()
+
+    @property
+    def labels(self) -> list[str]:
+        """The class names in rule order, then ``other`` (empty without rules)."""
+        return [label for label, _ in self.rules] + (["other"] if self.rules else [])
+
+    def classify(self, tasks: frozenset[str]) -> str:
+        """The class of a call with task set ``tasks`` (``""`` without rules)."""
+        if not self.rules:
+            return ""
+        for label, test in self.rules:
+            if (("only" not in test or tasks == test["only"]) and test.get("all", frozenset()) <= tasks
+                    and ("any" not in test or tasks & test["any"]) and not tasks & test.get("none", frozenset())):
+                return label
+        return "other"
+
+    def to_dict(self) -> dict[str, dict[str, list[str]]]:
+        return {label: {k: sorted(v) for k, v in test.items()} for label, test in self.rules}
+
+    @staticmethod
+    def parse(data: Any, where: str | None) -> "Compositions":
+        """From the ``[compositions]`` table; :class:`ScenarioError` naming the class and field."""
+        if not isinstance(data, dict):
+            raise ScenarioError(where, "compositions", None, "must be a table of classes")
+        rules = []
+        for label, test in data.items():
+            record = f"compositions.{label}"
+            if label == "other":
+                raise ScenarioError(where, record, None, "'other' is the class of calls no rule matches")
+            if not isinstance(test, dict) or not test:
+                raise ScenarioError(where, record, None, f"must be a table of {', '.join(COMPOSITION_TESTS)}")
+            parsed = {}
+            for key, names in test.items():
+                if key not in COMPOSITION_TESTS:
+                    raise ScenarioError(where, record, key, f"unknown condition; valid: {', '.join(COMPOSITION_TESTS)}")
+                if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
+                    raise ScenarioError(where, record, key, f"must be a list of task names, got {names!r}")
+                parsed[key] = frozenset(names)
+            rules.append((str(label), parsed))
+        return Compositions(tuple(rules))
 
 
 @dataclass(frozen=True)
@@ -142,6 +200,7 @@ class Scenario:
     group_order: tuple[str, ...] = ()
     defaults: TaskConfig = field(default_factory=TaskConfig)
     tasks: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    compositions: Compositions = field(default_factory=Compositions)
     source: str | None = None
 
     def for_task(self, task: str) -> TaskConfig:
@@ -168,6 +227,7 @@ class Scenario:
             "group_order": list(self.group_order),
             "defaults": asdict(self.defaults),
             "tasks": {k: dict(v) for k, v in self.tasks.items()},
+            **({"compositions": self.compositions.to_dict()} if self.compositions.rules else {}),
         }
 
 
@@ -397,10 +457,10 @@ def build_scenario(
 
         path = bundled.resolve("scenarios", path, ScenarioError)
         data = inputs.read_toml(path, ScenarioError, "scenario TOML file")
-        unknown = set(data) - {"name", "description", "run", "defaults", "tasks"}
+        unknown = set(data) - {"name", "description", "run", "defaults", "tasks", "compositions"}
         if unknown:
             raise ScenarioError(str(path), None, sorted(unknown)[0],
-                                "unknown section; valid: name, description, run, defaults, tasks")
+                                "unknown section; valid: name, description, run, defaults, tasks, compositions")
     where = str(path) if path is not None else None
     file_run = data.get("run", {})
     file_defaults = data.get("defaults", {})
@@ -452,6 +512,7 @@ def build_scenario(
         group_order=tuple(run_values.get("group_order", ())),
         defaults=replace(TaskConfig(), **merged_defaults),
         tasks=task_overrides,
+        compositions=Compositions.parse(data["compositions"], where) if "compositions" in data else Compositions(),
         source=where,
     )
     validate_names(scenario, list(task_overrides))

@@ -200,7 +200,7 @@ def run_job(job: tuple[str, dict[str, Any], int], task: str | None, base: Base |
     trace = base.trace.scaled(scenario.rate_scale) if scenario.rate_scale != 1 else base.trace
     log = simulate(trace, scenario, base.profile, seed)
     summary = summarize(log, config=None, deadline=scenario.deadline, gpus=scenario.gpus,
-                        client_timeout=scenario.client_timeout)
+                        client_timeout=scenario.client_timeout, compositions=scenario.compositions)
     return {"config_key": key, "seed": seed, **config, **flatten(summary)}
 
 

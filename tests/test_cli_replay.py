@@ -12,6 +12,7 @@ from helpers import assert_one_line_error
 from simulator.cli import app
 from simulator.events import EVENT_COLUMNS, read_event_log
 from simulator.metrics import summarize
+from simulator.scenario import build_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "traces" / "batch_arrivals.json"
@@ -74,7 +75,8 @@ def test_summary_is_recomputed_exactly_from_the_written_event_log(tmp_path, suff
     summary = json.loads(out.read_text())
     log = read_event_log(events)
     assert list(log.columns[: len(EVENT_COLUMNS)]) == list(EVENT_COLUMNS)
-    again = summarize(log, config=summary["config"], deadline=None, gpus=2)
+    again = summarize(log, config=summary["config"], deadline=None, gpus=2,
+                      compositions=build_scenario(path=SCENARIO).compositions)
     # Both formats keep every float exactly (CSV with 17 significant digits).
     assert json.loads(json.dumps(again)) == summary
 

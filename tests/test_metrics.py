@@ -9,7 +9,9 @@ import pandas as pd
 import pytest
 
 from simulator.events import EVENT_COLUMNS, with_durations
-from simulator.metrics import busy_time, call_table, describe, json_ready, summarize, time_average_in_system
+from simulator.metrics import (busy_time, call_figures, call_table, client_calls, describe, json_ready, summarize,
+                               time_average_in_system)
+from simulator.scenario import Compositions
 
 
 def make_log(rows):
@@ -137,13 +139,23 @@ def test_time_average_in_system_by_hand():
     assert time_average_in_system(LOG) == pytest.approx(len(LOG) / 10.0 * w)
 
 
-def test_composition_figures_in_the_summary_match_the_per_call_table():
-    from simulator.metrics import call_figures, client_calls
-
+def test_composition_classes_are_a_setting_absent_by_default():
+    """Without rules no summary speaks of the users' task names (a BurstGPT import, say)."""
     log = LOG.assign(task=LOG["task"].map({"a": "infobench", "g": "graph"}))
-    s = summarize(log, client_timeout=4.0)
-    by_table = call_figures(client_calls(log, 4.0), 4.0)["compositions"]
-    assert s["compositions"] == by_table
+    assert summarize(log, client_timeout=4.0)["compositions"] == {}
+    assert call_figures(client_calls(log, 4.0), 4.0)["compositions"] == {}
+    rules = Compositions.parse({"solo": {"only": ["infobench"]}, "mixed": {"all": ["graph", "infobench"]},
+                                "no-graph": {"none": ["graph"]}}, None)
+    assert [rules.classify(frozenset(s)) for s in (["infobench"], ["graph", "infobench"], ["mmlu"], ["graph"])] \
+        == ["solo", "mixed", "no-graph", "other"]
+
+
+def test_composition_figures_in_the_summary_match_the_per_call_table():
+    log = LOG.assign(task=LOG["task"].map({"a": "infobench", "g": "graph"}))
+    rules = Compositions.parse({"graph-only": {"only": ["graph"]}, "any-infobench": {"any": ["infobench"]}}, None)
+    s = summarize(log, client_timeout=4.0, compositions=rules)
+    by_table = call_figures(client_calls(log, 4.0, rules), 4.0)["compositions"]
+    assert s["compositions"] == by_table and list(by_table) == ["any-infobench"]
     # call 0 (graph + infobench, 5 s) and call 2 (infobench, 7 s) exceed 4 s: failed, censored
     assert s["compositions"]["any-infobench"]["failed"] == 2
     assert s["compositions"]["any-infobench"]["latency_censored"]["max"] == 4.0

@@ -12,6 +12,7 @@ from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
 from simulator.cli import app
+from simulator.scenario import build_scenario
 from simulator.observed import ObservedError, compare_calls, read_observed, read_run
 
 REQUEST = (Path(__file__).resolve().parents[2] / "shared" / "traces" / "real" / "lminference"
@@ -44,7 +45,7 @@ def raw_expectation(folder: Path) -> dict:
 @pytest.mark.parametrize("run", RUNS)
 def test_reader_counts_and_percentiles_match_the_raw_files(run):
     folder = REQUEST / f"batch_results_{run}"
-    observed = read_observed(folder)
+    observed = read_observed(folder, compositions=build_scenario(path="lminference-fw5").compositions)
     expected = raw_expectation(folder)
     figures = observed.figures()
     assert figures["overall"]["calls"] == 98
@@ -181,3 +182,12 @@ def test_the_shipped_lengths_trace_is_the_real_arrivals_with_the_measured_length
     assert [(c.id, c.t) for c in shipped.calls] == [(c.id, c.t) for c in expected.calls]
     assert [[(p.task, p.prompt_tokens, p.max_tokens) for p in c.prompts] for c in shipped.calls] == \
            [[(p.task, p.prompt_tokens, p.max_tokens) for p in c.prompts] for c in expected.calls]
+
+
+def test_a_folder_with_arrivals_but_no_results_says_what_is_missing(tmp_path):
+    (tmp_path / "batch_arrivals.json").write_text("[]")
+    (tmp_path / "batch_results_a").mkdir()
+    (tmp_path / "batch_results_a" / "batch_0000.json").write_text("{}")
+    result = CliRunner().invoke(app, ["observed", str(tmp_path)])
+    assert_one_line_error(result, "no results of a run here", "simulation_summary.json", "batch_NNNN.json",
+                          "the arrival file, not a run", "batch_results_a")

@@ -101,3 +101,81 @@ def test_plot_commands(tmp_path):
                                "--where", "max_batch=10", "-o", str(tmp_path / "l.png")]).exit_code == 0
     assert_one_line_error(runner.invoke(app, ["plot", "load", str(sweep), "-o", str(tmp_path / "l2.png")]),
                           "also varies")
+
+
+# -- readable figures ---------------------------------------------------------------------
+
+
+def _renderer(fig):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return canvas.get_renderer()
+
+
+def _heatmap_agg() -> pd.DataFrame:
+    """Two panels where a few cells are 20× the rest (a backlog), as sweeps of a real trace give."""
+    rows = []
+    for topology in ("shared", "split"):
+        for flush in (0.0, 0.5, 5.0):
+            for mb in (2, 8):
+                rows.append({"topology": topology, "flush": flush, "max_batch": mb,
+                             "mean": 3900.0 if (mb == 2 and flush == 0.0) else 150.0 + flush + mb})
+    return pd.DataFrame(rows)
+
+
+def test_heatmap_numbers_are_readable_and_outliers_do_not_flatten_the_scale(tmp_path):
+    fig = plots.heatmap_panels(_heatmap_agg(), "tasks.infobench.latency.p95", "flush", "max_batch", "topology",
+                               "t", tmp_path / "h.png")
+    cells = [t.get_text() for ax in fig.axes[:2] for t in ax.texts]
+    assert "3,900" in cells and "158" in cells
+    ticks = [t.get_text() for ax in fig.axes for t in ax.get_xticklabels() + ax.get_yticklabels()]
+    assert not any("e+" in t or "e-" in t for t in ticks + cells), ticks
+    image = fig.axes[0].images[0]
+    norm = image.norm
+    # the ordinary cells (150–163 s) span the colour range instead of sitting in its bottom 4 %
+    assert norm(163.0) - norm(152.0) > 0.2
+    # panel titles do not overlap each other
+    renderer = _renderer(fig)
+    a, b = (ax.title.get_window_extent(renderer) for ax in fig.axes[:2])
+    assert not a.overlaps(b)
+
+
+def test_decomposition_legend_covers_no_bar(tmp_path, log):
+    fig = plots.latency_decomposition(log, path=tmp_path / "d.png")
+    renderer = _renderer(fig)
+    legend = fig.axes[0].get_legend().get_window_extent(renderer)
+    for bar in fig.axes[0].patches:
+        assert not legend.overlaps(bar.get_window_extent(renderer))
+
+
+def test_timeline_of_a_long_run_shows_a_window(tmp_path):
+    trace = make_trace([(3.0 * i, ["a"]) for i in range(2000)])
+    long_log = run(trace, fixed_profile(a=1.0), gpus=2)
+    fig = plots.timeline(long_log, "Timeline", tmp_path / "t.png")
+    assert "first 200 of 2,000 calls" in fig.axes[0].get_title()
+    assert len(fig.axes[1].patches) < 250   # batches of the window only, not of the whole run
+
+
+def test_cdf_takes_a_label_per_input(tmp_path, log):
+    events = tmp_path / "dn.parquet"
+    from simulator.events import write_event_log
+
+    write_event_log(log, events)
+    out = tmp_path / "c.png"
+    result = runner.invoke(app, ["plot", "cdf", str(events), str(events), "--label", "design notes",
+                                 "--label", "defaults", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert_one_line_error(runner.invoke(app, ["plot", "cdf", str(events), "--label", "a", "--label", "b",
+                                              "-o", str(tmp_path / "x.png")]), "--label", "one per input")
+
+
+@pytest.mark.parametrize("verb", ["cdf", "timeline", "batches", "decomposition"])
+def test_plots_given_a_sweep_results_file_say_what_it_is(tmp_path, verb):
+    sweep = tmp_path / "s.parquet"
+    assert runner.invoke(app, ["sweep", str(TRACE), "--flush", "0", "-j", "1", "-o", str(sweep)]).exit_code == 0
+    assert_one_line_error(runner.invoke(app, ["plot", verb, str(sweep), "-o", str(tmp_path / "f.png")]),
+                          "sweep results file, not an event log", "simctl compare")
+    assert_one_line_error(runner.invoke(app, ["compare-runs", str(sweep), str(sweep)]),
+                          "sweep results file, not an event log")

@@ -64,8 +64,8 @@ def calibrate_cli(
             raise ProfileError(str(start_path), None, None, f"not valid JSON: {exc.msg}") from None
         arrivals_path = arrivals or find_arrivals(run)
         trace = load_trace(arrivals_path) if arrivals_path else None
-        observed = read_observed(run, trace, CLIENT_TIMEOUT)
         scen = build_scenario(path=scenario)
+        observed = read_observed(run, trace, CLIENT_TIMEOUT, scen.compositions)
         # (read_observed has refused a run without an arrival file: trace is set here.) The
         # joint runs replay the same workload.
         joint = [(read_observed(d, trace, CLIENT_TIMEOUT), trace, build_scenario(path=sp))

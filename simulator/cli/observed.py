@@ -38,11 +38,19 @@ def print_call_figures(figures: dict, title: str) -> None:
     console.print("* over all calls, failed ones at the timeout", highlight=False)
 
 
+def _compositions(config: Optional[Path]):
+    """The composition rules of the scenario ``config`` (none without one)."""
+    from simulator.scenario import Compositions, build_scenario
+
+    return build_scenario(path=config).compositions if config is not None else Compositions()
+
+
 @app.command("observed")
 def observed_cli(
     folder: Path = typer.Argument(..., help="Results folder of the load-testing client (batch_NNNN.json, simulation_summary.json)."),
     arrivals: Optional[Path] = typer.Option(None, "--arrivals", help="The arrival file the run replayed (default: ../batch_arrivals.json)."),
     timeout: float = typer.Option(CLIENT_TIMEOUT, "--timeout", help="Client timeout: failed calls are censored here (s)."),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Scenario (file or bundled name) whose [compositions] class the calls, e.g. lminference-fw5 [default: no classes]."),
     json_out: Optional[str] = typer.Option(None, "--json", help="Write the figures and per-call table to FILE ('-' for stdout)."),
     lengths: Optional[str] = typer.Option(None, "--lengths", help="Tasks (comma-separated) whose answers give each prompt's output length, for --write-trace."),
     write_trace: Optional[Path] = typer.Option(None, "--write-trace", help="Write the arrival trace with the --lengths tasks' measured output tokens as max_tokens (simctl-trace/1)."),
@@ -66,7 +74,7 @@ def observed_cli(
             check_writable(json_out, force=force, inputs=(folder,))
         if write_trace is not None:
             check_writable(write_trace, force=force, inputs=(folder,) + ((arrivals,) if arrivals else ()))
-        run = read_observed(folder, arrivals, timeout)
+        run = read_observed(folder, arrivals, timeout, _compositions(config))
         if write_trace is not None:
             from simulator.observed import find_arrivals, with_observed_lengths
             from simulator.trace.formats import load_trace, save_trace
@@ -92,6 +100,7 @@ def compare_runs_cli(
     other: Path = typer.Argument(..., help="The run to compare with it (e.g. a simulated event log)."),
     arrivals: Optional[Path] = typer.Option(None, "--arrivals", help="Arrival file for results folders (default: ../batch_arrivals.json)."),
     timeout: float = typer.Option(CLIENT_TIMEOUT, "--timeout", help="Client timeout: calls over it failed, censored here (s)."),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Scenario (file or bundled name) whose [compositions] class the calls, e.g. lminference-fw5 [default: no classes]."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write cdf.png (overlaid CDFs) and scatter.png (per call) into DIR."),
     json_out: Optional[str] = typer.Option(None, "--json", help="Write the error table to FILE ('-' for stdout)."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
@@ -103,8 +112,9 @@ def compare_runs_cli(
     with user_errors():
         if json_out and json_out != "-":
             check_writable(json_out, force=force, inputs=(reference, other))
-        name_a, calls_a = read_run(reference, timeout, arrivals)
-        name_b, calls_b = read_run(other, timeout, arrivals)
+        compositions = _compositions(config)
+        name_a, calls_a = read_run(reference, timeout, arrivals, compositions)
+        name_b, calls_b = read_run(other, timeout, arrivals, compositions)
         table = compare_calls(calls_a, calls_b)
         if plot:
             from simulator.plots import calls_scatter, runs_cdf

@@ -30,15 +30,17 @@ def _output(path: Path, force: bool) -> Path:
     return check_writable(path, force=force)
 
 
-def _logs(paths: list[Path]) -> dict[str, pd.DataFrame]:
+def _logs(paths: list[Path], labels: Optional[list[str]] = None) -> dict[str, pd.DataFrame]:
+    """The event logs by legend label: ``labels`` in order, else each file's name."""
     from simulator.events import read_event_log
 
-    out = {}
-    for p in paths:
-        if not p.exists():
-            raise PlotError(p, None, None, "no such file")
-        out[p.stem] = read_event_log(p)
-    return out
+    labels = list(labels or [])
+    if labels and len(labels) != len(paths):
+        raise PlotError(None, None, None, f"--label: give one per input ({len(paths)}), got {len(labels)}")
+    names = labels or [p.stem for p in paths]
+    # Equal names (the same file twice, or run/a.parquet and run2/a.parquet) are numbered.
+    names = [n if names.count(n) == 1 else f"{n} ({names[:i].count(n) + 1})" for i, n in enumerate(names)]
+    return {name: read_event_log(p) for name, p in zip(names, paths)}
 
 
 def _task(logs: dict[str, pd.DataFrame], task: Optional[str]) -> Optional[str]:
@@ -68,8 +70,9 @@ def write_standard_set(log: pd.DataFrame, folder: Path, name: str, force: bool =
 
 @plot_app.command("cdf")
 def cdf_cli(
-    logs: list[Path] = typer.Argument(..., help="Event logs (.parquet/.csv), overlaid; labels are file names."),
+    logs: list[Path] = typer.Argument(..., help="Event logs (.parquet/.csv), overlaid."),
     output: Path = typer.Option(..., "-o", "--output", help="Figure to write (.png, .svg, .pdf)."),
+    label: list[str] = typer.Option([], "--label", help="Legend label of each log, in order (repeat; default: file names)."),
     task: Optional[str] = typer.Option(None, "--task", help="Only this task's prompts."),
     log_x: bool = typer.Option(False, "--log-x", help="Logarithmic latency axis."),
     slo: Optional[float] = typer.Option(None, "--slo", help="Draw an SLO line at this latency (s)."),
@@ -80,7 +83,7 @@ def cdf_cli(
         from simulator import plots
 
         _output(output, force)
-        loaded = _logs(logs)
+        loaded = _logs(logs, label)
         plots.latency_cdf(loaded, task=_task(loaded, task), log_x=log_x, slo=slo, path=output)
         console.print(f"wrote {output}", highlight=False)
 
@@ -88,7 +91,7 @@ def cdf_cli(
 def _one_log(log: Path, output: Path, force: bool, draw, title: str) -> None:
     with user_errors():
         _output(output, force)
-        loaded = _logs([log])[log.stem]
+        loaded = next(iter(_logs([log]).values()))
         draw(loaded, f"{title} — {log.stem}", output)
         console.print(f"wrote {output}", highlight=False)
 
