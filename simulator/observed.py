@@ -82,12 +82,9 @@ class ObservedRun:
 
 
 def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ObservedError(path, None, None, f"not valid JSON (line {exc.lineno}): {exc.msg}") from None
-    except OSError as exc:
-        raise ObservedError(path, None, None, f"cannot read: {exc.strerror}") from None
+    from simulator import inputs
+
+    return inputs.read_json(path, ObservedError, "JSON file")
 
 
 def _number(record: dict, key: str, path: Path, index: int | str) -> float | None:

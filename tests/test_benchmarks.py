@@ -79,3 +79,12 @@ def test_calibration_table_runs_on_the_real_runs(capsys):
     for r in result["rows"]:
         if r["kind"] == "out-of-sample":
             assert r["p50_low"] <= r["p50_other"] <= r["p50_high"]
+
+
+@pytest.mark.benchmark
+def test_quick_profile_benchmark_runs(capsys):
+    pytest.importorskip("torch", reason="the harness needs torch (pip install torch==2.13.0)")
+    bench = load("quick_profile")
+    assert bench.main(["--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["threads"] == 1 and result["held_out"] >= 10 and result["median_ape"] >= 0

@@ -228,18 +228,75 @@ def quick_profile(tmp_path_factory):
     return path
 
 
-def test_quick_profile_fits_held_out_generations(quick_profile):
-    """The composed cost model predicts held-out end-to-end generations on the CPU: median
-    absolute error under 25 %, worst under 60 % (CPU timings of a toy model are noisy)."""
+def test_quick_profile_records_what_it_measured(quick_profile):
+    """The quick CPU profile holds every operation, the held-out check and the pinned threads.
+    (How well it fits depends on how busy the machine is: benchmarks/quick_profile.py measures
+    that; the fitting itself is tested on injected timings below.)"""
     profile = json.loads(quick_profile.read_text())
     check = profile["meta"]["fit_check"]
-    print(f"quick CPU profile: held-out median APE {check['median_ape']:.1%}, max {check['max_ape']:.1%}")
-    assert check["held_out"] >= 10
-    assert check["median_ape"] < 0.25 and check["max_ape"] < 0.60
+    assert check["held_out"] >= 10 and check["median_ape"] is not None
     ops = {r["op"] for r in profile["meta"]["measurements"]}
     assert ops == {"prefill_target", "prefill_draft", "draft_step", "verify", "decode"}
     assert profile["tasks"]["infobench"]["service"]["kind"] == "spec_decode"
     assert profile["meta"]["torch"] == torch.__version__
+    assert profile["meta"]["threads"] == 1
+
+
+def _injected_measurements(noise: float, seed: int = 0):
+    """Step and generation timings made from known costs (times ``1 ± noise``), as the profiler
+    records them."""
+    from simulator.harness.fit import GenerationRecord, predict_generation
+    from simulator.harness.profiler import Measurements
+    from simulator.profile.kinds.spec_decode import Cost
+
+    rng = np.random.default_rng(seed)
+    truth = {"prefill_target": Cost("prefill", (2e-3, 4e-6, 1e-9)), "prefill_draft": Cost("prefill", (1e-3, 1e-6, 2e-10)),
+             "draft_step": Cost("step", (1e-3, 2e-6, 1e-9)), "verify": Cost("step", (3e-3, 6e-6, 3e-9)),
+             "decode": Cost("step", (2.5e-3, 5e-6, 2e-9)), "iteration": Cost("iteration", (4e-4, 1e-4))}
+    m = Measurements()
+    jitter = lambda: 1 + noise * rng.uniform(-1, 1)  # noqa: E731
+    for op in ("prefill_target", "prefill_draft"):
+        for b in (1, 2, 4, 8):
+            for p in (32, 128, 512):
+                m.rows.append({"op": op, "batch": b, "prompt_tokens": p, "median_s": float(truth[op](b, p)) * jitter()})
+    for op in ("draft_step", "verify", "decode"):
+        for b in (1, 2, 4, 8):
+            for t in (1, 2, 4):
+                for v in (64, 256, 1024):
+                    m.rows.append({"op": op, "batch": b, "tokens": t, "view": v,
+                                   "median_s": float(truth[op](b, t, v)) * jitter()})
+    for i in range(24):
+        b, p = (1, 2, 4, 8)[i % 4], (32, 128, 512)[i % 3]
+        ks = [int(k) for k in rng.integers(1, 5, size=20)]
+        views = [p + 8 * j for j in range(20)]
+        g = GenerationRecord(b, p, ks, views, 0.0)
+        m.generations.append({"batch": b, "prompt_tokens": p, "lookahead_per_iteration": ks, "views": views,
+                              "median_s": predict_generation(truth, g) * jitter()})
+    return m
+
+
+@pytest.mark.parametrize("noise, median_limit", [(0.0, 1e-6), (0.02, 0.03)])
+def test_fitted_costs_predict_held_out_generations_of_injected_timings(noise, median_limit):
+    from simulator.harness.profiler import fit_costs
+
+    _, check = fit_costs(_injected_measurements(noise))
+    assert check["held_out"] == 12
+    assert check["median_ape"] < median_limit and check["max_ape"] < max(4 * median_limit, 1e-6)
+
+
+def test_a_failed_held_out_check_warns_and_strict_exits_nonzero():
+    from simulator.cli.profile import held_out_missed
+
+    assert held_out_missed({"held_out": 12, "median_ape": 0.02, "max_ape": 0.1}) == ""
+    assert "median 99 %" in held_out_missed({"held_out": 12, "median_ape": 0.99, "max_ape": 3.0})
+
+
+def test_default_profile_path_is_per_user_and_never_a_bundled_name(tmp_path, monkeypatch):
+    from simulator.cli.profile import default_profile_path
+
+    monkeypatch.setenv("SIMCTL_HOME", str(tmp_path))
+    assert default_profile_path("h100__qwen3-8b__qwen3-0.6b") == tmp_path / "profiles" / "h100__qwen3-8b__qwen3-0.6b.json"
+    assert default_profile_path("cpu__tiny__tiny") == tmp_path / "profiles" / "cpu__tiny__tiny-measured.json"
 
 
 def test_quick_profile_replays(quick_profile):

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from simulator.cli import app
-from simulator.cli._common import console, user_errors
+from simulator.cli._common import console, user_errors, warn
 from simulator.errors import SimctlError
 from simulator.outputs import check_writable, open_output
 
@@ -42,6 +42,12 @@ def _floats(text: Optional[str], option: str) -> Optional[tuple[float, ...]]:
     return values
 
 
+def _user_dir() -> str:
+    from simulator.bundled import user_profiles_dir
+
+    return str(user_profiles_dir())
+
+
 @app.command("profile")
 def profile_cli(
     gpu: Optional[int] = typer.Option(None, "--gpu", help="CUDA device index to measure on."),
@@ -57,7 +63,9 @@ def profile_cli(
     quick: bool = typer.Option(False, "--quick", help="A small grid on the tiny preset (under a minute on a CPU)."),
     no_graphs: bool = typer.Option(False, "--no-graphs", help="Do not capture CUDA graphs (GPU only)."),
     compile_: bool = typer.Option(False, "--compile", help="Run the model forwards through torch.compile."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Profile to write (default profiles/<device>__<target>__<draft>.json)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help=f"Profile to write [default: {_user_dir()}/<device>__<target>__<draft>.json, found by name with -p]."),
+    threads: int = typer.Option(1, "--threads", help="Intra-op threads torch may use while measuring (pinned, so other work on the machine moves the timings less)."),
+    strict: bool = typer.Option(False, "--strict", help="Exit with status 1 when the fitted costs miss the held-out generations (the profile is still written)."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing profile."),
 ) -> None:
     """Measure batched speculative decoding and write a spec_decode profile.
@@ -67,7 +75,7 @@ def profile_cli(
     """
     with user_errors():
         try:
-            import torch  # noqa: F401
+            import torch
         except ModuleNotFoundError:
             raise HarnessInputError(None, None, None, "simctl profile needs torch: pip install 'simctl[harness]' "
                                     "(for the CPU build: pip install torch==2.13.0)") from None
@@ -88,8 +96,11 @@ def profile_cli(
             dev = resolve_device(gpu, device)
         except (UnknownPreset, HarnessError) as exc:
             raise HarnessInputError(None, None, None, str(exc)) from None
-        out = output or Path(default_output(dev, grid))
+        if threads < 1:
+            raise HarnessInputError(None, None, None, f"--threads: must be >= 1, got {threads}")
+        out = output or default_profile_path(Path(default_output(dev, grid)).stem)
         check_writable(out, force=force)
+        torch.set_num_threads(threads)
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=console, transient=True) as bar:
             job = bar.add_task("profiling", total=grid.points())
@@ -100,10 +111,43 @@ def profile_cli(
                 profile = run_profile(grid, dev, tick)
             except HarnessError as exc:
                 raise HarnessInputError(None, None, None, str(exc)) from None
+        profile["meta"]["threads"] = threads
         out.parent.mkdir(parents=True, exist_ok=True)
         with open_output(out, force=force) as fh:
             json.dump(profile, fh, indent=1)
         print_profile(profile, out)
+        missed = held_out_missed(profile["meta"]["fit_check"])
+        if missed:
+            warn(f"{out}: {missed}; the machine was probably busy while measuring: measure again on an idle "
+                 f"machine before trusting this profile")
+            if strict:
+                raise typer.Exit(1)
+
+
+#: The held-out check passes when the composed costs predict held-out generations within
+#: these absolute errors (median, worst).
+HELD_OUT_LIMITS = (0.15, 0.50)
+
+
+def held_out_missed(check: dict) -> str:
+    """Why the fitted costs fail the held-out check (empty if they pass)."""
+    median, worst = check.get("median_ape"), check.get("max_ape")
+    if not check.get("held_out"):
+        return "no held-out generations to check the fitted costs against"
+    if median > HELD_OUT_LIMITS[0] or worst > HELD_OUT_LIMITS[1]:
+        return (f"the fitted costs miss held-out generations by median {100 * median:.0f} %, worst "
+                f"{100 * worst:.0f} % (limits {100 * HELD_OUT_LIMITS[0]:.0f} % and {100 * HELD_OUT_LIMITS[1]:.0f} %)")
+    return ""
+
+
+def default_profile_path(stem: str) -> Path:
+    """Where a measured profile goes by default: the per-user profile folder, under a name no
+    bundled profile has (so ``-p NAME`` finds it and nothing bundled is ever overwritten)."""
+    from simulator.bundled import names, user_profiles_dir
+
+    if stem in names("profiles"):
+        stem = f"{stem}-measured"
+    return user_profiles_dir() / f"{stem}.json"
 
 
 def print_profile(profile: dict, path: Path) -> None:

@@ -17,6 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from simulator import bundled
 from simulator.errors import TraceError
 from simulator.outputs import open_output
@@ -93,7 +95,14 @@ def load_trace(path: str | Path, classifier: KeywordClassifier = DEFAULT_CLASSIF
     path = bundled.resolve("traces", path, TraceError)
     kind = format or sniff(path)
     if kind in IMPORTERS:
-        return IMPORTERS[kind](path, options)
+        try:
+            return IMPORTERS[kind](path, options)
+        except (UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError, ValueError, TypeError,
+                KeyError, IndexError) as exc:
+            # A file that is not the production format it was taken for (binary, ragged rows,
+            # other columns): the readers check the records of files that are, and name them.
+            raise TraceError(path, None, None, f"not a readable {kind} trace ({type(exc).__name__}: "
+                             f"{' '.join(str(exc).split())[:160]})") from None
     if kind not in ("json", *FORMATS):
         raise ValueError(f"unknown trace format {kind!r}")
     obj = read_json(path)

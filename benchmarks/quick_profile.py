@@ -1,0 +1,56 @@
+"""How long does the quick CPU profile take, and how well do its fitted costs hold?
+
+Runs ``simctl profile --device cpu --quick`` (torch threads pinned to ``--threads``) into a
+temporary file and prints the wall time and the held-out check: the absolute error of the
+composed cost model on held-out whole generations (median and worst). Both depend on how busy
+the machine is, which is why they are measured here and not asserted in a test.
+
+    python benchmarks/quick_profile.py            # one run
+    python benchmarks/quick_profile.py --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def run(threads: int) -> dict:
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "quick.json"
+        start = time.perf_counter()
+        result = CliRunner().invoke(app, ["profile", "--device", "cpu", "--quick", "--threads", str(threads),
+                                          "-o", str(out)])
+        seconds = time.perf_counter() - start
+        if result.exit_code != 0:
+            raise SystemExit(f"simctl profile failed: {result.output}")
+        check = json.loads(out.read_text())["meta"]["fit_check"]
+    return {"seconds": seconds, "threads": threads, "held_out": check["held_out"],
+            "median_ape": check["median_ape"], "max_ape": check["max_ape"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    result = run(args.threads)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"quick CPU profile: {result['seconds']:.1f} s with {result['threads']} thread(s); composed cost "
+              f"model vs {result['held_out']} held-out generations: median error {100 * result['median_ape']:.1f} %, "
+              f"max {100 * result['max_ape']:.1f} %")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
