@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test env bench notebooks clean
+.PHONY: demo test env bench notebooks docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ bench: $(STAMP)
 # Execute the notebooks in place (the suite checks the committed outputs are current).
 notebooks: $(STAMP)
 	$(BIN)/python notebooks/execute.py
+
+# Rewrite the outputs of the README's and docs/' console examples from a fresh run.
+docs: $(STAMP)
+	$(BIN)/python docs/build.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

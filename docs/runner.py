@@ -1,0 +1,132 @@
+"""Run the console examples of the README and of docs/, so that they cannot drift.
+
+A fenced block marked ``python`` runs as a script (its exit status is checked). A fenced
+block marked ``console`` holds commands (lines starting ``$ ``), each followed by
+the output it prints. :func:`run_page` runs every command of a page in one fresh temporary
+folder (so bundled names are used, not the checkout's paths, and files a command writes are
+there for the next), with a fixed terminal (``COLUMNS=100``, no colour), and returns each
+block with the output the commands print now. A line ``...`` in an expected output matches
+any lines (timings, paths); ``...`` inside a line matches any text.
+
+An HTML comment on the line before a block changes how it is treated:
+``<!-- docs: skip -->`` — not run (installation, a GPU); ``<!-- docs: no-compare -->`` —
+run, its exit status checked, its output not compared.
+
+    python docs/build.py        # rewrite the expected outputs from a fresh run
+    pytest tests/test_docs.py   # fail where a page's output differs from a fresh run
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+_FENCE = re.compile(r"^```(console|python)\n(.*?)^```\n", re.S | re.M)
+
+
+@dataclass
+class Block:
+    """One console block: where it is in the page, its commands and the outputs written there."""
+
+    start: int
+    end: int
+    mode: str                       # "run", "no-compare" or "skip"
+    commands: list[str] = field(default_factory=list)
+    expected: list[str] = field(default_factory=list)
+    actual: list[str] = field(default_factory=list)
+    status: list[int] = field(default_factory=list)
+
+
+def parse(text: str) -> list[Block]:
+    """The console blocks of a page."""
+    blocks = []
+    for m in _FENCE.finditer(text):
+        before = text[:m.start()].rstrip("\n").rsplit("\n", 1)[-1].strip()
+        mode = {"<!-- docs: skip -->": "skip", "<!-- docs: no-compare -->": "no-compare"}.get(before, "run")
+        if m.group(1) == "python":
+            # A Python example runs as a script; its exit status is checked, not its output.
+            block = Block(m.start(2), m.end(2), "skip" if mode == "skip" else "python", [m.group(2)], [""])
+            blocks.append(block)
+            continue
+        block = Block(m.start(2), m.end(2), mode)
+        current: list[str] | None = None
+        for line in m.group(2).splitlines():
+            if line.startswith("$ "):
+                block.commands.append(line[2:])
+                current = []
+                block.expected.append("")
+            elif current is not None:
+                block.expected[-1] += line + "\n"
+        blocks.append(block)
+    return blocks
+
+
+def _environment(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "CLICOLOR_FORCE")}
+    env.update(COLUMNS="100", LINES="50", NO_COLOR="1", TERM="dumb", SIMCTL_HOME=str(home))
+    # the simctl of this interpreter's environment first
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def run_page(page: Path) -> tuple[str, list[Block]]:
+    """Run every block of ``page``; its text and the blocks with what they print now."""
+    text = page.read_text()
+    blocks = parse(text)
+    with tempfile.TemporaryDirectory(prefix="simctl-docs-") as tmp:
+        work = Path(tmp) / "work"
+        work.mkdir()
+        env = _environment(Path(tmp) / "home")
+        for block in blocks:
+            if block.mode == "skip":
+                block.actual = list(block.expected)
+                continue
+            for command in block.commands:
+                argv = [sys.executable, "-c", command] if block.mode == "python" else command
+                done = subprocess.run(argv, shell=block.mode != "python", cwd=work, env=env, capture_output=True,
+                                      text=True, timeout=600)
+                out = done.stdout + done.stderr
+                block.actual.append("\n".join(line.rstrip() for line in out.splitlines()) + ("\n" if out else ""))
+                block.status.append(done.returncode)
+        shutil.rmtree(work, ignore_errors=True)
+    return text, blocks
+
+
+def matches(expected: str, actual: str) -> bool:
+    """``actual`` fits ``expected``, where a line ``...`` stands for any lines and ``...``
+    within a line for any text."""
+    parts = []
+    for line in expected.rstrip("\n").split("\n"):
+        if line.strip() == "...":
+            parts.append(r"(?:.*\n)*?")
+        else:
+            parts.append(".*?".join(re.escape(p) for p in line.rstrip().split("...")) + r"\n")
+    return re.fullmatch("".join(parts), actual.rstrip("\n") + "\n") is not None
+
+
+def render(text: str, blocks: list[Block]) -> str:
+    """``text`` with every compared block's outputs replaced by what its commands print now
+    (an expected output that still matches, wildcards included, is kept as written)."""
+    out, last = [], 0
+    for block in blocks:
+        out.append(text[last:block.start])
+        if block.mode == "python":
+            out.append(block.commands[0])
+            last = block.end
+            continue
+        body = ""
+        for command, expected, actual in zip(block.commands, block.expected, block.actual):
+            keep = block.mode != "run" or matches(expected, actual)
+            body += f"$ {command}\n" + (expected if keep else actual)
+        out.append(body)
+        last = block.end
+    out.append(text[last:])
+    return "".join(out)
