@@ -25,8 +25,8 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/replay_throughput.py
-	$(BIN)/python benchmarks/sweep_throughput.py
+	$(BIN)/python benchmarks/replay_throughput.py --write-docs
+	$(BIN)/python benchmarks/sweep_throughput.py --write-docs
 
 # Execute the notebooks in place (the suite checks the committed outputs are current).
 notebooks: $(STAMP)

@@ -105,6 +105,7 @@ def _fit_joint(runs: tuple[str, ...], screen: int = SCREEN, starts: int = STARTS
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--write-docs", action="store_true", help="write the table into docs/calibration.md")
     parser.add_argument("--write-profiles", action="store_true")
     parser.add_argument("--runs", default=",".join(RUNS), help="comma-separated runs to calibrate in sample")
     parser.add_argument("--jobs", type=int, default=2, help="fits run in parallel processes")
@@ -187,6 +188,11 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| {r['run']} {r['group']} | {kind} | {r['calls']} | {cell(r, 'p50')} | {cell(r, 'p90')} "
                      f"| {100 * r['mean_err']:+.0f} % |")
     sys.stdout.write("\n".join(lines) + "\n")
+    if args.write_docs:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from docs_tables import write_generated
+
+        write_generated("calibration-table", "\n".join(lines), page="calibration.md")
     return 0
 
 

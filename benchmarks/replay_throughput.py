@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -69,8 +70,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs; the best is reported")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--write-docs", action="store_true", help="write the figures into docs/benchmarks.md")
     args = parser.parse_args(argv)
     result = run(args.calls, args.repeat, args.seed)
+    if args.write_docs:
+        from docs_tables import write_generated
+
+        write_generated("replay-throughput", (
+            f"**{result['simulate_prompts_per_s']:,.0f} prompts simulated per second** "
+            f"({result['simulate_s']:.2f} s; {result['replay_prompts_per_s']:,.0f}/s including the summary): "
+            f"{result['calls']:,} calls, {result['prompts']:,} prompts, design-notes scenario, one core, best of "
+            f"{result['repeat']}, Python {result['python']} on {result['machine']}."))
     if args.json:
         print(json.dumps(result, indent=2))
     else:

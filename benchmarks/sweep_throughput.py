@@ -20,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -48,8 +49,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=None, help="processes (default: all cores)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--write-docs", action="store_true", help="write the figures into docs/benchmarks.md")
     args = parser.parse_args(argv)
     r = run(args.jobs, args.repeat)
+    if args.write_docs:
+        from docs_tables import write_generated
+
+        write_generated("sweep-throughput", (
+            f"**{r['configurations_per_s']:,.0f} configurations per second**: {r['configurations']} configurations of "
+            f"the bundled trace in {r['seconds']:.2f} s on {r['jobs']} process(es) ({r['cores']} cores), best of "
+            f"{r['repeat']}."))
     if args.json:
         print(json.dumps(r, indent=2))
     else:
