@@ -2,9 +2,9 @@
 
 The public API (what the CLI and notebooks use)::
 
-    trace    = load_trace("traces/batch_arrivals.json")
+    trace    = load_trace("example")           # a bundled trace by name, or any path
     profile  = load_profile("seed-calibrated")
-    scenario = build_scenario(path="scenarios/design-notes.toml")
+    scenario = build_scenario(path="design-notes")
     result   = replay(trace, scenario, profile, seed=0)
     result.summary["tasks"]["infobench"]["latency"]["p95"]
     result.log                    # the per-prompt event log (pandas)
