@@ -126,6 +126,11 @@ def test_wheel_installs_and_runs_from_a_temporary_folder(tmp_path):
                             "import simulator.bundled as b; print(b.folder('traces'))"],
                            cwd=work, env=env, capture_output=True, text=True, check=True).stdout
     assert str(REPO) not in where and "_bundled" in where
+    # ... and the hardware cost model's tables came with the wheel.
+    tag = subprocess.run([str(_venv_bin(env_dir, "python")), "-c",
+                          "from simulator.hardware import load_gpu; print(load_gpu('a100-sxm').gemm(1, 4096, 4096).tag)"],
+                         cwd=work, env=env, capture_output=True, text=True, check=True).stdout
+    assert tag.strip() == "exact"
 
     notebook = work / "latency_cdfs.ipynb"
     shutil.copy(REPO / "notebooks" / "latency_cdfs.ipynb", notebook)
