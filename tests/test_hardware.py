@@ -119,3 +119,53 @@ def test_the_cost_model_never_reads_shared():
     text = "".join(p.read_text() for p in (Path(__file__).resolve().parents[1] / "simulator" / "hardware").glob("*.py")
                    if p.name != "extract.py")
     assert "shared" not in text
+
+
+# -- one decoder iteration, composed ------------------------------------------------------
+
+from simulator.hardware.compose import decode_step, prefill, speculative_round, verify_pass  # noqa: E402
+from simulator.harness.presets import get_preset  # noqa: E402
+
+MODELS = ("qwen3-0.6b", "qwen3-4b", "qwen3-8b", "llama-3.1-8b", "qwen2.5-0.5b", "qwen2.5-7b")
+
+
+@pytest.mark.parametrize("gpu_backend", [("a100-sxm", None), ("h100-sxm", "vllm-0.24.0"),
+                                         ("h100-sxm", "trtllm-1.3.0rc20")])
+def test_every_composed_decode_step_is_at_least_its_physical_floor(gpu_backend):
+    """Weights read once plus the KV cache read once, at the spec bandwidth: no step is faster."""
+    gpu = load_gpu(*gpu_backend)
+    for model in MODELS:
+        shape = get_preset(model)
+        for batch in (1, 4, 32, 128):
+            for context in (16, 1000, 8000):
+                cost = decode_step(gpu, shape, [context] * batch)
+                assert cost.seconds >= cost.floor_seconds, (gpu_backend, model, batch, context)
+                assert cost.seconds == pytest.approx(sum(cost.parts.values()))
+                assert cost.seconds == pytest.approx(sum(cost.by_tag.values()))
+
+
+def test_composition_counts_every_layer_and_grows_with_work(a100):
+    shape = get_preset("qwen3-4b")
+    one = decode_step(a100, shape, [500])
+    h, hd, inter = shape.hidden, shape.head_dim, shape.intermediate
+    per_layer = (a100.gemm(1, (shape.heads + 2 * shape.kv_heads) * hd, h).seconds + a100.gemm(1, h, shape.heads * hd).seconds
+                 + a100.gemm(1, 2 * inter, h).seconds + a100.gemm(1, h, inter).seconds)
+    assert one.parts["gemm"] == pytest.approx(shape.layers * per_layer)
+    assert one.parts["lm_head"] == pytest.approx(a100.gemm(1, shape.vocab, h).seconds)
+    assert decode_step(a100, shape, [500] * 16).seconds > one.seconds
+    assert decode_step(a100, shape, [4000] * 16).seconds > decode_step(a100, shape, [500] * 16).seconds
+    assert prefill(a100, shape, [350] * 4).seconds > prefill(a100, shape, [350]).seconds
+
+
+def test_a_speculative_round_is_its_draft_steps_and_one_verify(a100):
+    target, draft = get_preset("qwen3-4b"), get_preset("qwen3-0.6b")
+    context, k = [400] * 8, 3
+    spec = speculative_round(a100, target, draft, context, k)
+    drafts = sum(decode_step(a100, draft, [c + j for c in context]).seconds for j in range(k))
+    assert spec.seconds == pytest.approx(drafts + verify_pass(a100, target, context, k).seconds)
+    # a verify of k + 1 tokens costs less than k + 1 decode steps: the weights are read once
+    assert verify_pass(a100, target, context, k).seconds < (k + 1) * decode_step(a100, target, context).seconds
+
+
+def test_llama_3_1_8b_preset_has_the_published_size():
+    assert get_preset("llama-3.1-8b").parameters() == pytest.approx(8.03e9, rel=0.01)

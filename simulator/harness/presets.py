@@ -70,6 +70,8 @@ PRESETS: dict[str, ModelShape] = {s.name: s for s in [
                rope_theta=1e6, source=_hf("Qwen/Qwen2.5-7B")),
     ModelShape("llama-2-7b", 4096, 11008, 32, 32, 32, 128, 32000, False, norm_eps=1e-5,
                source=_hf("meta-llama/Llama-2-7b-hf")),
+    ModelShape("llama-3.1-8b", 4096, 14336, 32, 32, 8, 128, 128256, False, rope_theta=500_000.0,
+               norm_eps=1e-5, source=_hf("meta-llama/Llama-3.1-8B")),
     ModelShape("qwen3-0.6b", 1024, 3072, 28, 16, 8, 128, 151936, True, qk_norm=True,
                rope_theta=1e6, source=_hf("Qwen/Qwen3-0.6B")),
     ModelShape("qwen3-4b", 2560, 9728, 36, 32, 8, 128, 151936, True, qk_norm=True,
