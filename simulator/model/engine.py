@@ -255,7 +255,9 @@ class System:
             work = self._draw(service, shape, rng, history)
         batch = Batch(next(self._batch_ids), task, queue, ids, worker, self.env._now, work)
         batch.priority = self.configs[task].priority
-        batch.host_fraction = self.profile.tasks[task].host_fraction
+        # an engine block computes the batch's own share of host time; else the task's figure
+        computed = service.host_fraction(shape) if hasattr(service, "host_fraction") else None
+        batch.host_fraction = self.profile.tasks[task].host_fraction if computed is None else computed
         batch.tokens = sum(self.prompt_tokens[i] + self.max_tokens[i] for i in ids)
         batch.first_token_work = first_token_seconds(self.profile.tasks[task], service, shape, work)
         self.batches.append(batch)

@@ -73,14 +73,16 @@ class SpecDecodeCost:
         t = 0.0
         if prefill_prompts:
             n, longest = len(prefill_prompts), max(prefill_prompts)
-            t += float(c["prefill_target"](n, longest) + c["prefill_draft"](n, longest))
+            t += float(s.passes("prefill", c["prefill_target"](n, longest)) + s.passes("draft", c["prefill_draft"](n, longest)))
         if decode_rows:
             view = s.view_step * math.ceil((context + k + 1) / s.view_step)
             if capacity is not None:
                 # The cache a row gets holds its prompt, its max tokens and two rounds of drafts.
                 view = min(view, capacity + 2 * (k + 1))
-            t += float(c["draft_step"](decode_rows, 2, view) + (k - 1) * c["draft_step"](decode_rows, 1, view)
-                       + c["verify"](decode_rows, k + 1, view) + c["iteration"](k))
+            t += float(s.passes("draft", c["draft_step"](decode_rows, 2, view))
+                       + (k - 1) * s.passes("draft", c["draft_step"](decode_rows, 1, view))
+                       + s.passes("verify", c["verify"](decode_rows, k + 1, view)) + c["iteration"](k)
+                       + s.round_overhead(decode_rows))
         return t
 
     def tokens(self, rows, rng):

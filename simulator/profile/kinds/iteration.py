@@ -11,7 +11,10 @@ One iteration of a batch with R rows, of which some are admitted this iteration 
 ``prefill`` prompt tokens in all, over a context of C tokens per row (prompt plus tokens
 so far), takes on average
 ``base + per_row * R + per_prefill_token * prefill + per_context_token * R * C`` seconds,
-drawn from ``dist`` around that mean (independently per iteration). The last term is the
+drawn from ``dist`` around that mean (independently per iteration). With an ``engine`` block
+(:mod:`simulator.profile.overhead`) those coefficients are the GPU's kernel time alone and
+each iteration adds the engine's host time: ``max(host, gpu)`` for an engine whose eager
+launches overlap the GPU, ``host + gpu`` otherwise. The last term is the
 part that grows as the sequences do (attention reading every row's KV cache, a cache that
 is copied to grow); it is what makes the 200th token of a row dearer than its 20th.
 Every row commits one token per iteration; a row's first token comes from the iteration
@@ -36,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from simulator.profile.kinds import KINDS, BatchShape
+from simulator.profile.overhead import EngineOverhead, parse_engine
 from simulator.profile.spec import Where, need_number
 
 DISTS = ("deterministic", "exponential", "gamma")
@@ -54,13 +58,18 @@ class IterationService:
     dist: str = "deterministic"
     cv: float = 0.0
     finished_rows: str = "leave"
+    engine: EngineOverhead | None = None
     kind: str = "iteration"
 
     def step_mean(self, rows: int, prefill_tokens: int, context: int = 0) -> float:
         """Mean seconds of one iteration of ``rows`` rows prefilling ``prefill_tokens`` tokens,
         over ``context`` tokens per row."""
-        return (self.base + self.per_row * rows + self.per_prefill_token * prefill_tokens
-                + self.per_context_token * rows * context)
+        gpu = (self.base + self.per_row * rows + self.per_prefill_token * prefill_tokens
+               + self.per_context_token * rows * context)
+        if self.engine is None:
+            return gpu
+        host = self.engine.host("prefill" if prefill_tokens else "step", rows)
+        return float(self.engine.combine(gpu, host))
 
     @property
     def _cv(self) -> float:
@@ -75,19 +84,42 @@ class IterationService:
         shape = 1.0 / self._cv ** 2
         return float(rng.gamma(shape, mean / shape))
 
-    def _iteration_means(self, shape: BatchShape) -> np.ndarray:
+    def _running(self, shape: BatchShape) -> np.ndarray:
+        """Rows in each iteration of a static batch."""
         rows = np.asarray(shape.rows_max_tokens or (shape.max_tokens,) * shape.size)
         longest = int(rows.max())
         if self.finished_rows == "stay":
-            running = np.full(longest, rows.size)
-        else:
-            # Rows still running in iteration i (0-based) are those with more than i tokens to make.
-            running = (rows[None, :] > np.arange(longest)[:, None]).sum(axis=1)
+            return np.full(longest, rows.size)
+        # Rows still running in iteration i (0-based) are those with more than i tokens to make.
+        return (rows[None, :] > np.arange(longest)[:, None]).sum(axis=1)
+
+    def _iteration_means(self, shape: BatchShape) -> np.ndarray:
+        running = self._running(shape)
+        longest = len(running)
         means = self.base + self.per_row * running
         if self.per_context_token:
             means = means + self.per_context_token * running * (shape.prompt_tokens + np.arange(longest))
         means[0] += self.per_prefill_token * shape.size * shape.prompt_tokens
+        if self.engine is not None:
+            host = self._host(running)
+            means = self.engine.combine(means, host)
         return means
+
+    def _host(self, running: np.ndarray) -> np.ndarray:
+        """Host seconds of each iteration of a static batch (its first one prefills)."""
+        assert self.engine is not None
+        host = np.asarray(self.engine.host("step", running), dtype=float).copy()
+        host[0] = self.engine.host("prefill", running[0])
+        return host
+
+    def host_fraction(self, shape: BatchShape) -> float | None:
+        """Share of a static batch's time that holds the interpreter lock (``None`` without an
+        engine block): ``interpreter_share`` × its host seconds over its seconds."""
+        if self.engine is None:
+            return None
+        total = float(self._iteration_means(shape).sum())
+        host = float(self._host(self._running(shape)).sum())
+        return min(1.0, self.engine.interpreter_share * host / total) if total > 0 else 0.0
 
     def mean(self, shape: BatchShape) -> float:
         return float(self._iteration_means(shape).sum())
@@ -119,6 +151,8 @@ class IterationService:
             out["cv"] = self.cv
         if self.finished_rows != "leave":
             out["finished_rows"] = self.finished_rows
+        if self.engine is not None:
+            out["engine"] = self.engine.to_dict()
         return out
 
 
@@ -135,7 +169,7 @@ def parse(spec: dict[str, Any], where: Where) -> IterationService:
     if unknown:
         raise where.error(f"step.{sorted(unknown)[0]}", f"unknown field; valid: {', '.join(STEP_FIELDS)}")
     values = {k: need_number(step.get(k, 0.0), where, f"step.{k}", minimum=0.0) for k in STEP_FIELDS}
-    if values["base"] + values["per_row"] <= 0:
+    if values["base"] + values["per_row"] <= 0 and spec.get("engine") is None:
         raise where.error("step", "an iteration must take time: base + per_row must be > 0")
     cv = 0.0
     if dist == "gamma":
@@ -143,4 +177,5 @@ def parse(spec: dict[str, Any], where: Where) -> IterationService:
     finished = spec.get("finished_rows", "leave")
     if finished not in FINISHED_ROWS:
         raise where.error("finished_rows", f"must be one of {', '.join(FINISHED_ROWS)}, got {finished!r}")
-    return IterationService(dist=dist, cv=cv, finished_rows=finished, **values)
+    return IterationService(dist=dist, cv=cv, finished_rows=finished, engine=parse_engine(spec.get("engine"), where),
+                            **values)

@@ -33,6 +33,11 @@ right-padded to the longest, so iteration i costs
 rows still running and V_i the longest of them (ragged discipline; the prefill is the first
 pass and not priced apart).
 
+With an ``engine`` block (:mod:`simulator.profile.overhead`) the cost forms are the GPU's
+kernel time alone: each pass (a prefill, a draft pass, the verify pass) then takes
+``max(host, gpu)`` or ``host + gpu`` with the engine's host time for that pass, and each
+iteration adds ``row_s`` per row running (the per-row acceptance loop).
+
 Adaptive lookahead (the scenario's ``adaptive_lookahead``, per GPU): the lookahead of a
 batch is chosen from the mean of the last 100 per-row acceptance rates (accepted over
 drafted tokens, per row of past batches on that GPU; 0.5 with no history) from the base
@@ -49,6 +54,7 @@ from typing import Any, Callable
 import numpy as np
 
 from simulator.profile.kinds import KINDS, BatchShape
+from simulator.profile.overhead import EngineOverhead, parse_engine
 from simulator.profile.spec import Where, need_number
 
 DISCIPLINES = ("ragged", "lockstep")
@@ -120,6 +126,7 @@ class SpecDecodeService:
     discipline: str = "ragged"
     view_step: int = 256
     kv_cache: bool = True
+    engine: EngineOverhead | None = None
     kind: str = "spec_decode"
     _moments: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -130,10 +137,38 @@ class SpecDecodeService:
                                       ("discipline", discipline)) if v is not None}
         return replace(self, **changes) if changes else self
 
+    def passes(self, name: str, gpu: Any) -> Any:
+        """Seconds of passes of kind ``name`` (``prefill``, ``draft``, ``verify``) that take
+        ``gpu`` kernel seconds: the kernel time alone, or combined with the engine's host time."""
+        if self.engine is None:
+            return gpu
+        return self.engine.combine(gpu, self.engine.host(name))
+
+    def round_overhead(self, rows: Any) -> Any:
+        """Host seconds per iteration outside the passes: ``row_s`` per running row."""
+        return 0.0 if self.engine is None else self.engine.row_s * np.asarray(rows, dtype=float)
+
+    def host_fraction(self, shape: BatchShape) -> float | None:
+        """Share of a batch's time that holds the interpreter lock (``None`` without an engine
+        block), from one iteration at the batch's mid-generation length: ``interpreter_share``
+        × its host seconds over its seconds."""
+        if self.engine is None:
+            return None
+        e, k, B = self.engine, self.lookahead, shape.size
+        V = float(shape.prompt_tokens + shape.max_tokens // 2)
+        c = self.costs
+        if self.kv_cache:
+            gpu = [(c["draft_step"](B, 1, V), "draft", k), (c["verify"](B, k + 1, V), "verify", 1)]
+        else:
+            gpu = [(c["draft_step"](B, V, V), "draft", k), (c["verify"](B, V + k, V + k), "verify", 1)]
+        total = sum(n * float(self.passes(name, g)) for g, name, n in gpu) + float(self.round_overhead(B))
+        host = sum(n * float(e.host(name)) for _, name, n in gpu) + float(self.round_overhead(B))
+        return min(1.0, e.interpreter_share * host / total) if total > 0 else 0.0
+
     def time_for(self, B: int, P: int, iterations: int, max_new: int) -> float:
         """Seconds of a batch that ran ``iterations`` speculative iterations."""
         c, k = self.costs, self.lookahead
-        t = float(c["prefill_target"](B, P) + c["prefill_draft"](B, P))
+        t = float(self.passes("prefill", c["prefill_target"](B, P)) + self.passes("draft", c["prefill_draft"](B, P)))
         if iterations == 0:
             return t
         s_max = P + max_new + 2 * (k + 1)
@@ -141,8 +176,10 @@ class SpecDecodeService:
         views = np.minimum(s_max, self.view_step * np.ceil((bound + k + 1) / self.view_step))
         Bv = np.full(iterations, float(B))
         ones = np.ones(iterations)
-        per_iter = (c["draft_step"](Bv, 2 * ones, views) + (k - 1) * c["draft_step"](Bv, ones, views)
-                    + c["verify"](Bv, (k + 1) * ones, views) + c["iteration"](k * ones))
+        per_iter = (self.passes("draft", c["draft_step"](Bv, 2 * ones, views))
+                    + (k - 1) * self.passes("draft", c["draft_step"](Bv, ones, views))
+                    + self.passes("verify", c["verify"](Bv, (k + 1) * ones, views)) + c["iteration"](k * ones)
+                    + self.round_overhead(Bv))
         return t + float(per_iter.sum())
 
     def sample(self, shape: BatchShape, rng: np.random.Generator) -> float:
@@ -174,7 +211,8 @@ class SpecDecodeService:
         active, before = active[:rounds], before[:rounds]
         R = active.sum(axis=1).astype(float)
         V = P + np.where(active, before, 0).max(axis=1).astype(float)
-        t = (k * c["draft_step"](R, V, V) + c["verify"](R, V + k, V + k) + c["iteration"](np.full(rounds, float(k))))
+        t = (k * self.passes("draft", c["draft_step"](R, V, V)) + self.passes("verify", c["verify"](R, V + k, V + k))
+             + c["iteration"](np.full(rounds, float(k))) + self.round_overhead(R))
         drafted = active.sum(axis=0) * k
         rates = np.where(drafted > 0, (accepted[:rounds] * active).sum(axis=0) / np.maximum(drafted, 1), 0.0)
         return float(t.sum()), rates
@@ -200,6 +238,8 @@ class SpecDecodeService:
                "discipline": self.discipline, "view_step": self.view_step}
         if not self.kv_cache:
             out["kv_cache"] = False
+        if self.engine is not None:
+            out["engine"] = self.engine.to_dict()
         return out
 
 
@@ -238,7 +278,7 @@ def parse(spec: dict[str, Any], where: Where) -> SpecDecodeService:
     kv_cache = spec.get("kv_cache", True)
     if not isinstance(kv_cache, bool):
         raise where.error("kv_cache", f"must be true or false, got {kv_cache!r}")
-    return SpecDecodeService(costs, alpha, k, discipline, step, kv_cache)
+    return SpecDecodeService(costs, alpha, k, discipline, step, kv_cache, parse_engine(spec.get("engine"), where))
 
 
 def expected_iterations(max_new: int, alpha: float, k: int) -> float:
