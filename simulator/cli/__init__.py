@@ -24,7 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "validate": ("validate", "Check a trace and print its statistics."),
     "synth": ("synth", "Write a synthetic trace drawn from stated statistics."),
     "import": ("importer", "Convert a production trace to a simctl trace (every command also reads these files directly)."),
-    "profile": ("profile", "Measure batched speculative decoding and write a spec_decode profile."),
+    "profile": ("profile", "Write a profile: measured by the harness on a device, or composed from a GPU's per-op tables."),
     "sweep": ("sweep", "Replay TRACE under every combination of the given axes, in parallel."),
     "compare": ("compare", "Pivot one figure of a sweep across its axes, mark the best cell, optionally plot it."),
     "plan": ("plan", "Find the fewest GPUs, and the configuration at that count, meeting every SLO."),
@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "observed": ("observed", "Summarise an observed run per call composition and overall, as replay does."),
     "compare-runs": ("observed", "Compare two runs call by call."),
     "calibrate": ("calibrate", "Fit the free parameters of a profile so that simulated call latencies match RUN's."),
+    "predict": ("predict", "Predict call latency per call composition from a profile, averaged over simulated runs."),
 }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -50,13 +50,19 @@ def _user_dir() -> str:
 
 @app.command("profile")
 def profile_cli(
-    gpu: Optional[int] = typer.Option(None, "--gpu", help="CUDA device index to measure on."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="A CUDA device index to measure on (0, 1, ...), or a GPU whose measured per-op tables ship with simctl (a100-sxm, h100-sxm) to compose the profile from."),
     device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda or cuda:N (default: --gpu, else cpu)."),
-    target: Optional[str] = typer.Option(None, "--target", help="Target model preset (default qwen2.5-7b)."),
-    draft: Optional[str] = typer.Option(None, "--draft", help="Draft model preset (default qwen2.5-0.5b)."),
+    target: Optional[str] = typer.Option(None, "--target", "--model", help="Target model preset (default qwen2.5-7b; with a named GPU it is required)."),
+    draft: Optional[str] = typer.Option(None, "--draft", help="Draft model preset (default qwen2.5-0.5b; with a named GPU, tasks are decoded speculatively only when given)."),
+    engine: str = typer.Option("cuda-graph", "--engine", help="With a named GPU: the serving engine, cuda-graph (vLLM / TensorRT-LLM-like) or hf-eager (Hugging Face generate without graphs)."),
+    backend: Optional[str] = typer.Option(None, "--backend", help="With a named GPU: which of its measured tables (a100-sxm: vllm-0.14.0; h100-sxm: vllm-0.24.0, trtllm-1.3.0rc20)."),
+    like: str = typer.Option("seed-calibrated", "--like", help="With a named GPU: the profile whose tasks (lengths, CPU tasks) the composed profile keeps."),
+    spec_task: Optional[List[str]] = typer.Option(None, "--spec-task", help="With a named GPU and --draft: a task decoded speculatively (repeat; default every GPU task)."),
+    no_kv_cache: bool = typer.Option(False, "--no-kv-cache", help="With a named GPU and --draft: the speculative decoder keeps no KV cache (every pass over the whole sequence)."),
+    max_rows: int = typer.Option(32, "--max-rows", help="With a named GPU: the most rows a batch holds (the fit covers 1..this)."),
     batch: Optional[str] = typer.Option(None, "--batch", help="Batch sizes, e.g. 1,2,4,8,16."),
-    lookahead: Optional[str] = typer.Option(None, "--lookahead", help="Lookaheads k, e.g. 1,3,5."),
-    acceptance: Optional[str] = typer.Option(None, "--acceptance", help="Injected acceptance rates, e.g. 0.5,0.7,0.9."),
+    lookahead: Optional[str] = typer.Option(None, "--lookahead", help="Lookaheads k, e.g. 1,3,5 (with a named GPU: one value, default 3)."),
+    acceptance: Optional[str] = typer.Option(None, "--acceptance", help="Injected acceptance rates, e.g. 0.5,0.7,0.9 (with a named GPU: one value, default 0.7)."),
     prompt_tokens: Optional[str] = typer.Option(None, "--prompt-tokens", help="Prompt lengths, e.g. 128,512,2048."),
     max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Tokens generated per row (default 512)."),
     repeats: Optional[int] = typer.Option(None, "--repeats", help="Timed repeats per step (median, p10, p90)."),
@@ -68,11 +74,20 @@ def profile_cli(
     strict: bool = typer.Option(False, "--strict", help="Exit with status 1 when the fitted costs miss the held-out generations (the profile is still written)."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing profile."),
 ) -> None:
-    """Measure batched speculative decoding and write a spec_decode profile.
+    """Write a profile: measured by the harness on a device, or composed from a GPU's per-op tables.
 
-    Times prefill, draft steps, verification and plain decoding over the grid, then whole
-    batched generations; fits a cost per operation and checks it on held-out generations.
+    With --gpu N or --device: times prefill, draft steps, verification and plain decoding
+    over the grid, then whole batched generations; fits a cost per operation and checks it on
+    held-out generations. With --gpu a100-sxm|h100-sxm: composes every GPU task's kernel costs
+    from NVIDIA's measured per-op tables of that GPU and adds the engine's host costs (no GPU
+    and no torch needed).
     """
+    if gpu is not None and not gpu.isdigit():
+        with user_errors():
+            composed_profile(gpu, target, draft, engine, backend, like, spec_task, no_kv_cache, max_rows,
+                             lookahead, acceptance, output, force)
+        return
+    gpu_index = int(gpu) if gpu is not None else None
     with user_errors():
         try:
             import torch
@@ -93,7 +108,7 @@ def profile_cli(
         )
         try:
             get_preset(grid.target), get_preset(grid.draft)
-            dev = resolve_device(gpu, device)
+            dev = resolve_device(gpu_index, device)
         except (UnknownPreset, HarnessError) as exc:
             raise HarnessInputError(None, None, None, str(exc)) from None
         if threads < 1:
@@ -175,3 +190,77 @@ def print_profile(profile: dict, path: Path) -> None:
                       f"median {100 * check['median_ape']:.1f} %, max {100 * check['max_ape']:.1f} %", highlight=False)
     for err in meta["errors"]:
         console.print(f"[yellow]{err['op']} B={err['batch']}: {err['error']}[/yellow]")
+
+
+def composed_profile(gpu: str, target: Optional[str], draft: Optional[str], engine: str, backend: Optional[str],
+                     like: str, spec_tasks: Optional[List[str]], no_kv_cache: bool, max_rows: int,
+                     lookahead: Optional[str], acceptance: Optional[str], output: Optional[Path], force: bool) -> None:
+    """``simctl profile --gpu NAME``: compose a profile from the GPU's tables (no torch)."""
+    from simulator.hardware import load_gpu
+    from simulator.hardware.engines import get_engine
+    from simulator.hardware.grounded import GpuTask, grounded_profile
+    from simulator.harness.presets import UnknownPreset, get_preset
+    from simulator.profile import load_profile, profile_from_dict
+
+    if target is None:
+        raise HarnessInputError(None, None, "--model", f"--gpu {gpu} composes a profile: name the target model "
+                                "(--model qwen3-4b, ...)")
+    try:
+        target_shape = get_preset(target)
+        draft_shape = get_preset(draft) if draft else None
+    except UnknownPreset as exc:
+        raise HarnessInputError(None, None, "--model", str(exc)) from None
+    tables = load_gpu(gpu, backend)
+    spec = get_engine(engine)
+    ks = _ints(lookahead, "--lookahead") or (3,)
+    alphas = _floats(acceptance, "--acceptance") or (0.7,)
+    if len(ks) != 1 or len(alphas) != 1:
+        raise HarnessInputError(None, None, "--lookahead", "with a named GPU give one lookahead and one acceptance")
+    if max_rows < 1:
+        raise HarnessInputError(None, None, "--max-rows", f"must be >= 1, got {max_rows}")
+    base = load_profile(like)
+    gpu_tasks = [n for n, t in base.tasks.items() if t.resource == "gpu"]
+    if not gpu_tasks:
+        raise HarnessInputError(base.path, None, "tasks", "the --like profile has no GPU task to compose")
+    chosen = set(spec_tasks or (gpu_tasks if draft_shape else []))
+    unknown = sorted(chosen - set(gpu_tasks))
+    if unknown:
+        raise HarnessInputError(None, None, "--spec-task", f"{unknown[0]!r} is not a GPU task of {base.name} "
+                                f"({', '.join(gpu_tasks)})")
+    if chosen and draft_shape is None:
+        raise HarnessInputError(None, None, "--spec-task", "speculative tasks need a --draft model")
+    tasks = [GpuTask(n, base.tasks[n].prompt_tokens, base.tasks[n].max_tokens, max_rows, n in chosen)
+             for n in gpu_tasks]
+    data = grounded_profile(base.to_dict() | {"name": base.name}, tables, spec, target_shape, draft_shape,
+                            tasks=tasks, kv_cache=not no_kv_cache, lookahead=ks[0], acceptance=alphas[0])
+    profile_from_dict(data)   # what is written must load
+    out = output or default_profile_path(data["name"])
+    check_writable(out, force=force)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open_output(out, force=force) as fh:
+        json.dump(data, fh, indent=1)
+        fh.write("\n")
+    print_composed(data, out)
+
+
+def print_composed(data: dict, path: Path) -> None:
+    """What was composed, each GPU task's fit against the composition and its provenance."""
+    from rich.table import Table
+
+    g = data["meta"]["grounded"]
+    console.print(f"wrote {path}: {g['model']}{' + ' + g['draft'] if g['draft'] else ''} on {g['gpu']} "
+                  f"({g['backend']} tables), engine {g['engine']}", highlight=False)
+    table = Table(title="GPU tasks: kernel costs fitted to the composition", title_justify="left")
+    for col in ("task", "kind", "fit error (median / max)", "seconds exact / interp. / extrap. / assumed", "kernels per pass"):
+        table.add_column(col)
+    for name, meta in g["tasks"].items():
+        service = data["tasks"][name]["service"]
+        errors = "; ".join(f"{op} {100 * f['median']:.1f} / {100 * f['max']:.1f} %" for op, f in meta["fit"].items())
+        shares = " / ".join(f"{100 * meta['provenance'].get(t, 0):.0f} %" for t in ("exact", "interpolated", "extrapolated", "assumed"))
+        kernels = ", ".join(f"{k} {v:.0f}" for k, v in service["engine"]["kernels"].items())
+        table.add_row(name, service["kind"], errors, shares, kernels)
+    console.print(table)
+    engine = next(iter(data["tasks"][n]["service"]["engine"] for n in g["tasks"]))
+    console.print("engine host costs (calibrate frees these): " + ", ".join(
+        f"{p} = {engine[p]:.3g}" for p in ("launch_s", "step_s", "row_s")) + f"; interpreter share {engine['interpreter_share']:g}",
+        highlight=False)
