@@ -61,7 +61,7 @@ ENGINES: dict[str, EngineSpec] = {e.name: e for e in [
                       "+3.6 % at the median against NVIDIA's TensorRT-LLM serving runs of Llama-3.1-8B on H100 "
                       "(benchmarks/hardware_silicon.py), so a per-step host cost that showed would be well under "
                       "a step's few percent; calibrate it for another engine",
-            "row_s": "assumed 0, as step_s",
+            "row_s": "assumed 0 for the same reason as step_s (per-request work overlaps the GPU)",
             "interpreter_share": "0: one engine process per GPU, so GPUs share no interpreter lock",
         }),
     EngineSpec(
