@@ -4,6 +4,7 @@ settings that model the users' real server behave as stated."""
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 from pathlib import Path
 
@@ -11,7 +12,17 @@ import numpy as np
 import pytest
 from helpers import fixed_profile, make_trace, run, timeline
 
-from simulator.calibrate import _with_values, calibrate, free_parameters, predict
+from simulator.calibrate import (
+    F_SCALE,
+    SCREEN,
+    STARTS,
+    _local_fits,
+    _screened_points,
+    _with_values,
+    calibrate,
+    free_parameters,
+    predict,
+)
 from simulator.errors import ProfileError, ScenarioError
 from simulator.metrics import client_calls
 from simulator.model import simulate
@@ -217,3 +228,54 @@ def test_adaptive_lookahead_follows_the_rule():
 
     assert [adaptive_lookahead(3, m) for m in (None, 0.8, 0.7, 0.5, 0.3, 0.1)] == [3, 5, 4, 3, 2, 1]
     assert adaptive_lookahead(7, 0.9) == 8
+
+
+def test_calibrate_cli_defaults_are_the_librarys():
+    """One search everywhere: ``simctl calibrate`` without options fits as ``calibrate()`` does."""
+    from simulator.cli import _load
+
+    library = inspect.signature(calibrate).parameters
+    cli = {p.name: p.default for p in _load("calibrate").params}
+    assert cli["screen"] == library["screen"].default == SCREEN
+    assert cli["starts"] == library["starts"].default == STARTS
+    assert cli["max_evaluations"] == library["max_evaluations"].default
+    assert cli["objective"] == library["objective"].default
+    assert tuple(range(cli["seeds"])) == library["seeds"].default
+
+
+def test_default_search_reaches_a_basin_the_best_four_screened_points_miss():
+    """A toy cost surface like the users' runs: a broad shallow basin that holds the best
+    screened points, and a deeper narrow one whose only screened point ranks 6th. The
+    default search (calibrate's own defaults) must fit from it; the best 4 alone do not."""
+    defaults = inspect.signature(calibrate).parameters
+    screen, starts = defaults["screen"].default, defaults["starts"].default
+    x0, low, high = np.zeros(2), np.full(2, -5.0), np.full(2, 5.0)
+    broad = np.array([-1.5, -1.5])
+
+    def surface(deep: np.ndarray, width: float, depth: float):
+        def residuals(x: np.ndarray) -> np.ndarray:
+            return np.array([1.0 - 0.6 * np.exp(-np.sum((x - broad) ** 2) / 2)
+                             - depth * np.exp(-np.sum((x - deep) ** 2) / (2 * width ** 2))])
+        return residuals
+
+    shallow_only = _screened_points(surface(np.zeros(2), 1.0, 0.0), x0, low, high, screen)
+    points = np.array([x for _, x in shallow_only])
+    gaps = np.linalg.norm(points[:, None] - points[None], axis=-1) + 9 * np.eye(len(points))
+    # the screened point farthest from its neighbours, away from the broad basin
+    lone = max((i for i in range(len(points)) if np.linalg.norm(points[i] - broad) > 2.2
+                and np.linalg.norm(points[i]) < 1.3), key=lambda i: gaps[i].min())
+    # The deep basin's centre sits just beyond it, so that its cost falls between the 5th and
+    # 6th best of the broad basin's points: it ranks 6th.
+    target = (shallow_only[4][0] + shallow_only[5][0]) / 2
+    r_lone = F_SCALE * np.sqrt((target / F_SCALE ** 2 + 1) ** 2 - 1)   # inverse of the soft-L1 cost
+    width, depth = 0.2, 0.95
+    away = (points[lone] - broad) / np.linalg.norm(points[lone] - broad)
+    deep = points[lone] + away * width * np.sqrt(-2 * np.log((1 - r_lone) / depth))
+    residuals = surface(deep, width, depth)
+    ranked = [x for _, x in _screened_points(residuals, x0, low, high, screen)]
+    assert 4 <= next(i for i, x in enumerate(ranked) if np.array_equal(x, points[lone])) < starts
+
+    best = _local_fits(residuals, x0, low, high, screen, starts, 120)[0]
+    assert np.linalg.norm(best.x - deep) < 0.15 and best.cost < 0.01
+    four = _local_fits(residuals, x0, low, high, screen, 4, 120)[0]
+    assert np.linalg.norm(four.x - broad) < 0.15 and four.cost > 0.05

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 from rich import box
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from simulator.calibrate import SCREEN, STARTS
 from simulator.cli import app
 from simulator.cli._common import console, user_errors
 from simulator.errors import ProfileError
@@ -26,14 +26,15 @@ def calibrate_cli(
     scenario: Path = typer.Option(..., "--scenario", "-s", help="Scenario file of the server that produced the run."),
     start: str = typer.Option(..., "--start", help="Starting profile (file or bundled name) whose meta.calibrate lists the free parameters."),
     out: Path = typer.Option(..., "--out", "-o", help="Where to write the fitted profile (JSON)."),
-    arrivals: Optional[Path] = typer.Option(None, "--arrivals", help="The arrival file the run replayed (default: ../batch_arrivals.json)."),
+    arrivals: Path | None = typer.Option(None, "--arrivals", help="The arrival file the run replayed (default: ../batch_arrivals.json)."),
     seeds: int = typer.Option(3, "--seeds", help="Seeds averaged per evaluation (the same at every step)."),
     max_evaluations: int = typer.Option(120, "--max-evaluations", help="Budget of objective evaluations per local fit."),
     objective: str = typer.Option("both", "--objective", help="calls (per-call latencies), quantiles (p10..p95 per composition) or both."),
-    screen: int = typer.Option(64, "--screen", help="Quasi-random points tried before the local fits (0: start where the profile says)."),
-    starts: int = typer.Option(4, "--starts", help="Local fits, from the best screened points."),
-    also: Optional[List[Path]] = typer.Option(None, "--also", help="Another observed run of the same hardware to fit jointly (repeat; pair each with --also-scenario)."),
-    also_scenario: Optional[List[Path]] = typer.Option(None, "--also-scenario", help="The scenario of each --also run, in order."),
+    screen: int = typer.Option(SCREEN, "--screen", help="Quasi-random points tried before the local fits (0: start where the profile says)."),
+    starts: int = typer.Option(STARTS, "--starts", help="Local fits, from the best screened points (the best basin is "
+                               "often not the best screened point's: fewer may miss it)."),
+    also: list[Path] | None = typer.Option(None, "--also", help="Another observed run of the same hardware to fit jointly (repeat; pair each with --also-scenario)."),
+    also_scenario: list[Path] | None = typer.Option(None, "--also-scenario", help="The scenario of each --also run, in order."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing output file."),
 ) -> None:
     """Fit the free parameters of a profile so that simulated call latencies match RUN's.
@@ -44,11 +45,9 @@ def calibrate_cli(
     generate what the real server generated.
     """
     with user_errors():
-        from simulator.calibrate import calibrate
-        from simulator.trace.formats import load_trace
-
-        from simulator.calibrate import OBJECTIVES
+        from simulator.calibrate import OBJECTIVES, calibrate
         from simulator.observed import ObservedError
+        from simulator.trace.formats import load_trace
 
         also, also_scenario = list(also or []), list(also_scenario or [])
         if len(also) != len(also_scenario):
