@@ -317,22 +317,90 @@ def calibrate(observed: ObservedRun, trace: Trace, scenario: Scenario, start: di
         seeds=tuple(seeds))
 
 
+#: the figures of call latency a prediction gives, per composition class and overall
+FIGURES = ("p50", "p90", "p99", "mean")
+
+
+def simulated_runs(trace: Trace, scenario: Scenario, profile: Profile, seeds: Sequence[int],
+                   progress: Callable[[int], None] | None = None) -> list[pd.DataFrame]:
+    """One per-call table per seed, each a whole simulated run of ``trace`` in an observed
+    run's terms (:func:`simulator.metrics.client_calls`: censored at the scenario's client
+    timeout, classed by its ``compositions``, call ids as strings like an observed run's).
+
+    ``progress(i)`` is called after the ``i``-th run (1-based)."""
+    runs = []
+    for i, seed in enumerate(seeds, 1):
+        calls = client_calls(simulate(trace, scenario, profile, seed), scenario.client_timeout, scenario.compositions)
+        calls["call_id"] = calls["call_id"].astype(str)
+        runs.append(calls)
+        if progress:
+            progress(i)
+    return runs
+
+
+def simulate_figures(trace: Trace, scenario: Scenario, profile: Profile,
+                     seeds: Sequence[int] = tuple(range(10)),
+                     progress: Callable[[int], None] | None = None) -> pd.DataFrame:
+    """What ``profile`` predicts for a run of ``trace`` under ``scenario``, with no observed
+    run to compare with: one row per group (``overall``, then each composition class of
+    the scenario's ``compositions`` that has calls), columns
+
+    * ``calls``: calls in the group (the trace's, the same in every run);
+    * ``unfinished``, ``unfinished_sd``: calls that did not finish — failed at the client
+      timeout or the deadline, or turned away — mean and standard deviation over seeds;
+    * ``p50``, ``p90``, ``p99``, ``mean`` of call latency (censored at the client timeout,
+      as an observed run's), each with ``*_sd``.
+
+    Each seed is one whole simulated run: a figure is computed per run (by the same code as
+    an observed run's, :func:`simulator.observed.compare_calls`) and then averaged over
+    the seeds; ``*_sd`` is its standard deviation over seeds (``ddof=1``; 0 for one seed),
+    how much one run scatters. Averaging per-call latencies over seeds first would narrow
+    the distribution and bias the upper quantiles low. A figure that depends on a call
+    turned away with no client timeout to censor it is ``inf``. ``attrs["seeds"]`` holds
+    the seeds. Raises ``ValueError`` for no seeds."""
+    seeds = tuple(seeds)
+    if not seeds:
+        raise ValueError("simulate_figures needs at least one seed")
+    tables = []
+    for calls in simulated_runs(trace, scenario, profile, seeds, progress):
+        # The run against itself: compare_calls's per-group figures, here on one side only.
+        table = compare_calls(calls, calls).set_index("group")
+        unfinished = {"overall": int((~calls["ok"]).sum())}
+        unfinished.update((~calls["ok"]).groupby(calls["composition"]).sum().astype(int).to_dict())
+        table["unfinished"] = [unfinished.get(g, 0) for g in table.index]
+        tables.append(table)
+    first = tables[0]
+    out = pd.DataFrame({"calls": first["calls"].astype(int)}, index=first.index)
+    for stat in ("unfinished", *FIGURES):
+        column = stat if stat == "unfinished" else f"{stat}_other"
+        values = np.array([t[column].reindex(out.index).to_numpy(float) for t in tables])
+        # numpy interpolates a percentile between two infinite latencies (calls turned away
+        # and not censored) as inf − inf = NaN; such a call is infinitely late.
+        values = np.where(np.isnan(values), np.inf, values)
+        out[stat] = values.mean(axis=0)
+        with np.errstate(invalid="ignore"):
+            out[f"{stat}_sd"] = values.std(axis=0, ddof=1) if len(tables) > 1 else 0.0
+    out = out.reset_index()
+    out.attrs["seeds"] = seeds
+    return out
+
+
 def predict(observed: ObservedRun, trace: Trace, scenario: Scenario, profile: Profile,
-            seeds: tuple[int, ...] = tuple(range(10))) -> pd.DataFrame:
+            seeds: tuple[int, ...] = tuple(range(10)),
+            progress: Callable[[int], None] | None = None) -> pd.DataFrame:
     """Errors of a profile's prediction of an observed run, figure by figure.
 
     Each seed is one possible run: its p50/p90/p99/mean per composition class (latency
     censored at the client timeout) are computed like the observed run's, then averaged
     over the seeds (``*_other``), with their standard deviation over seeds (``*_sd``, how
     much one simulated run scatters). Averaging per-call latencies over seeds first would
-    narrow the distribution and bias the upper quantiles low."""
-    tables = []
-    for seed in seeds:
-        calls = client_calls(simulate(trace, scenario, profile, seed), scenario.client_timeout, scenario.compositions)
-        calls["call_id"] = calls["call_id"].astype(str)
-        tables.append(compare_calls(observed.classified(scenario.compositions).calls, calls).set_index("group"))
+    narrow the distribution and bias the upper quantiles low. ``progress(i)`` is called
+    after the ``i``-th simulated run."""
+    reference = observed.classified(scenario.compositions).calls
+    tables = [compare_calls(reference, calls).set_index("group")
+              for calls in simulated_runs(trace, scenario, profile, seeds, progress)]
     out = tables[0].copy()
-    for stat in ("p50", "p90", "p99", "mean"):
+    for stat in FIGURES:
         values = np.array([t[f"{stat}_other"].reindex(out.index).to_numpy(float) for t in tables])
         out[f"{stat}_other"] = values.mean(axis=0)
         out[f"{stat}_sd"] = values.std(axis=0, ddof=1) if len(tables) > 1 else 0.0

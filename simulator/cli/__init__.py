@@ -12,7 +12,7 @@ command's module is imported only when that command runs or shows its own help.
 from __future__ import annotations
 
 import importlib
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from typer.core import TyperGroup
@@ -39,7 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 class _LazyCommand(typer.core.TyperCommand):
     """A listing entry that becomes the real command when the command line reaches it."""
 
-    def make_context(self, info_name: Optional[str], args: list[str], parent: Any = None,
+    def make_context(self, info_name: str | None, args: list[str], parent: Any = None,
                      **extra: Any) -> Any:
         real = _load(self.name or "")
         return real.make_context(info_name, args, parent=parent, **extra)

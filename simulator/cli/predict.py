@@ -1,0 +1,184 @@
+"""``simctl predict``: what a profile predicts for a trace, per call composition, over seeds;
+with ``--observed``, against a real run."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich import box
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from simulator.cli import app
+from simulator.cli._common import console, print_table, user_errors
+from simulator.errors import ScenarioError
+from simulator.outputs import check_writable, open_output
+from simulator.profile import DEFAULT_PROFILE
+
+#: the format tag of ``--json`` files
+FORMAT = "simctl-predict/1"
+
+
+@app.command("predict")
+def predict_cli(
+    trace: Path = typer.Argument(..., help="Trace to simulate (any format replay reads), or a bundled trace by name ('example')."),
+    scenario: Path | None = typer.Option(None, "--scenario", "-s", "--config", "-c",
+                                            help="Scenario: TOML file or bundled name ('design-notes') [default: built-in settings]."),
+    profile: str = typer.Option(DEFAULT_PROFILE, "--profile", "-p", help="Profile JSON file or bundled profile name."),
+    seeds: int = typer.Option(10, "--seeds", help="Simulated runs (seeds 0..N-1), each one whole run; figures are averaged over them."),
+    observed: Path | None = typer.Option(None, "--observed", help="An observed results folder (batch_NNNN.json, simulation_summary.json) "
+                                            "to compare with: prints observed, predicted and the relative error."),
+    arrivals: Path | None = typer.Option(None, "--arrivals", help="The arrival file the --observed run replayed (default: ../batch_arrivals.json)."),
+    json_out: Path | None = typer.Option(None, "--json", help="Write the figures to FILE (JSON)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing output file."),
+) -> None:
+    """Predict call latency per call composition from a profile, averaged over simulated runs.
+
+    Each seed is one whole simulated run of TRACE: p50, p90, p99 and mean call latency
+    (censored at the scenario's client timeout) are computed per run, then averaged; ±
+    is their standard deviation over the runs. With --observed, the same figures of the
+    real run beside them and the relative error of each.
+    """
+    with user_errors():
+        from simulator import bundled
+        from simulator.calibrate import predict, simulate_figures
+        from simulator.errors import ProfileError, TraceError
+        from simulator.observed import CLIENT_TIMEOUT, ObservedError, find_arrivals, read_observed
+        from simulator.profile import load_profile
+        from simulator.scenario import build_scenario
+        from simulator.trace.formats import load_trace
+
+        if seeds < 1:
+            raise ScenarioError(None, None, None, f"--seeds: must be an integer >= 1, got {seeds}")
+        if arrivals is not None and observed is None:
+            raise ObservedError(arrivals, None, "--arrivals", "is the arrival file of an --observed run; give --observed too")
+        # Refuse a bad output before any work, and never write onto an input (a bundled name
+        # is its file).
+        inputs = [bundled.resolve("traces", trace, TraceError), bundled.resolve("profiles", profile, ProfileError)]
+        if scenario is not None:
+            inputs.append(bundled.resolve("scenarios", scenario, ScenarioError))
+        inputs += [p for p in (observed, arrivals) if p is not None]
+        if json_out is not None:
+            check_writable(json_out, force=force, inputs=tuple(inputs))
+        loaded = load_trace(trace)
+        prof = load_profile(profile)
+        missing = [t for t in loaded.tasks if t not in prof.tasks]
+        if missing:
+            raise ProfileError(prof.path or str(profile), None, None,
+                               f"has no task {', '.join(missing)} of the trace {trace} (it has: {', '.join(prof.tasks)})")
+        scen = build_scenario(path=scenario)
+        run = None
+        if observed is not None:
+            arrivals_path = arrivals or find_arrivals(observed)
+            # (read_observed refuses a run without an arrival file, naming the file it looked for)
+            run = read_observed(observed, load_trace(arrivals_path) if arrivals_path else None,
+                                CLIENT_TIMEOUT, scen.compositions)
+            _check_same_calls(loaded, run, trace)
+        chosen = tuple(range(seeds))
+        with Progress(SpinnerColumn(), TextColumn("simulating runs"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=console, transient=True) as bar:
+            job = bar.add_task("seeds", total=seeds)
+
+            def advance(done: int) -> None:
+                bar.update(job, completed=done)
+
+            if run is None:
+                figures = simulate_figures(loaded, scen, prof, chosen, progress=advance)
+            else:
+                figures = predict(run, loaded, scen, prof, chosen, progress=advance)
+        if json_out is not None:
+            with open_output(json_out, force=force) as fh:
+                json.dump(_json(figures, trace, scen.name, prof.name, chosen, run), fh, indent=1)
+                fh.write("\n")
+        console.print(f"[bold]predict[/bold] {trace}  profile={prof.name}  scenario={scen.name}  seeds={seeds}",
+                      highlight=False)
+        if run is None:
+            _print_prediction(figures, seeds)
+        else:
+            _print_comparison(figures, run.name, seeds)
+        if json_out is not None:
+            console.print(f"wrote {json_out}", highlight=False)
+
+
+def _check_same_calls(trace: Any, run: Any, name: Path) -> None:
+    """An observed run is compared class by class: it must be a run of TRACE's calls."""
+    from simulator.observed import ObservedError
+
+    ours = {str(c.id): len(c.prompts) for c in trace.calls}
+    theirs = dict(zip(run.calls["call_id"].astype(str), run.calls["prompts"].astype(int)))
+    if ours.keys() != theirs.keys():
+        odd = min(ours.keys() ^ theirs.keys())
+        raise ObservedError(run.path, None, None,
+                            f"the run's calls are not the calls of {name} (call {odd} is in one, not the other); "
+                            "give the trace the run replayed, or its --arrivals")
+    wrong = next((c for c in ours if ours[c] != theirs[c]), None)
+    if wrong is not None:
+        raise ObservedError(run.path, None, None,
+                            f"call {wrong} has {theirs[wrong]} prompts in the run but {ours[wrong]} in {name}")
+
+
+def _json(figures: Any, trace: Path, scenario: str, profile: str, seeds: tuple[int, ...], run: Any) -> dict[str, Any]:
+    """The ``--json`` document: the library's table as one record per group (an infinite
+    figure, a call turned away with no timeout to censor it, is ``null``)."""
+    from simulator.metrics import json_ready
+
+    records = [{k: v.item() if hasattr(v, "item") else v for k, v in row.items()}   # numpy scalars: plain
+               for row in figures.to_dict(orient="records")]
+    return json_ready({"format": FORMAT, "trace": str(trace), "scenario": scenario, "profile": profile,
+                       "seeds": list(seeds), "observed": None if run is None else {"run": run.name, "path": run.path},
+                       "figures": records})
+
+
+def _cell(value: float, sd: float | None = None) -> str:
+    """``value`` (± ``sd``) in seconds: one decimal, two below 10 s (graph calls take ~0.1 s)."""
+    if math.isinf(value):
+        return "inf"
+    if math.isnan(value):
+        return "–"
+    digits = 1 if abs(value) >= 10 else 2
+    text = f"{value:,.{digits}f}"
+    return text if sd is None or math.isnan(sd) else f"{text} ± {sd:,.{digits}f}"
+
+
+def _label(group: str) -> str:
+    return f"[bold]{group}[/bold]" if group == "overall" else group
+
+
+def _print_prediction(figures: Any, seeds: int) -> None:
+    table = Table(title=f"Call latency predicted (seconds; mean ± sd over {seeds} whole runs)", title_justify="left",
+                  box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    for col in ("class", "calls", "unfinished", "p50", "p90", "p99", "mean"):
+        table.add_column(col, justify="left" if col == "class" else "right")
+    for _, r in figures.iterrows():
+        table.add_row(_label(r["group"]), str(int(r["calls"])), f"{r['unfinished']:g}",
+                      *(_cell(r[s], r[f"{s}_sd"]) for s in ("p50", "p90", "p99", "mean")))
+    print_table(table)
+    if figures["unfinished"].max() > 0:
+        console.print("unfinished: calls that failed at the client timeout or the deadline, or were turned away "
+                      "(mean over runs); their latency counts at the timeout", highlight=False)
+
+
+def _print_comparison(errors: Any, run: str, seeds: int) -> None:
+    table = Table(title=f"Call latency observed in {run} and predicted (seconds)", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    for col in ("class", "calls", "figure", "observed", "predicted", "error"):
+        table.add_column(col, justify="left" if col in ("class", "figure") else "right")
+    for _, r in errors.iterrows():
+        for i, stat in enumerate(("p50", "p90", "p99", "mean")):
+            err = r[f"{stat}_err"]
+            table.add_row(_label(r["group"]) if i == 0 else "", str(int(r["calls"])) if i == 0 else "", stat,
+                          _cell(r[f"{stat}_ref"]), _cell(r[f"{stat}_other"], r[f"{stat}_sd"]),
+                          "–" if math.isnan(err) else f"{100 * err:+.0f} %", end_section=stat == "mean")
+    print_table(table)
+    console.print(f"predicted: mean ± sd over {seeds} whole simulated runs; error: (predicted − observed) / observed",
+                  highlight=False)
