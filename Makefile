@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test env bench notebooks docs clean
+.PHONY: demo test env bench notebooks docs profiles clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,15 @@ notebooks: $(STAMP)
 # Rewrite the outputs of the README's and docs/' console examples from a fresh run.
 docs: $(STAMP)
 	$(BIN)/python docs/build.py
+
+# Rewrite the composed profiles shipped in profiles/ (the A100 ones calibrate their engine
+# costs on a real run: needs ../shared).
+profiles: $(STAMP)
+	$(BIN)/simctl profile --gpu h100-sxm --backend trtllm-1.3.0rc20 --model qwen3-8b --draft qwen3-0.6b \
+		--engine cuda-graph -o profiles/h100-sxm-qwen3-8b-qwen3-0.6b-cuda-graph.json --force
+	$(BIN)/simctl profile --gpu h100-sxm --backend trtllm-1.3.0rc20 --model llama-3.1-8b \
+		--engine cuda-graph -o profiles/h100-sxm-llama-3.1-8b-cuda-graph.json --force
+	$(BIN)/python benchmarks/grounded_calibration.py --write-profiles --write-docs
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -10,7 +10,7 @@ hf-eager``; nothing here is fitted to latencies):
   speculative decoding without a KV cache (acceptance 0.02, the figure the users' notes give).
 
 Then, for each of the six full-trace runs, only the engine's host costs (``launch_s``,
-``step_s``, ``row_s``; one engine for every task and both families) are calibrated on that
+``step_s``, ``row_s``, ``interpreter_share``; one engine for every task and both families) are calibrated on that
 ONE run (``simctl calibrate``'s method and defaults), and every run is predicted with them —
 all directions, across families: 50 → 256-token MMLU and back, separate queues → shared
 queue and back, speculative → plain and back. The scenarios model one process driving both
@@ -184,14 +184,14 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(f"| {SHORT[a]} | " + " | ".join(
             f"{100 * cell[a, b]['p50_err']:+.0f} / {100 * cell[a, b]['p90_err']:+.0f} %" for b in runs) + " |")
     lines += ["", "Fitted engine host costs (best fit; range over the fits the run cannot tell apart):", "",
-              "| fitted on | launch_s (µs per kernel) | step_s (ms per pass) | row_s (ms per row and step) |",
-              "|---|---|---|---|"]
+              "| fitted on | launch_s (µs per kernel) | step_s (ms per pass) | row_s (ms per row and step) "
+              "| interpreter share |", "|---|---|---|---|---|"]
     for run, f in result["fits"].items():
         def val(name: str, scale: float) -> str:
             values = [e[name] * scale for e in f["ensemble"]]
             return f"{f['values'][name] * scale:.3g} [{min(values):.3g}–{max(values):.3g}]"
         lines.append(f"| {SHORT[run]} | {val('engine.launch_s', 1e6)} | {val('engine.step_s', 1e3)} | "
-                     f"{val('engine.row_s', 1e3)} |")
+                     f"{val('engine.row_s', 1e3)} | {val('engine.interpreter_share', 1)} |")
     lines += ["", "Per composition class, out of sample (p50 / p90 error; range over equally good fits):", "",
               "| fitted on | predicted | class | calls | p50 obs / sim (err) [range] | p90 obs / sim (err) [range] |",
               "|---|---|---|---|---|---|"]

@@ -160,7 +160,7 @@ def test_calibration_of_a_grounded_profile_frees_only_the_engine(users_profile):
     from simulator.calibrate import _with_values, free_parameters
 
     params = free_parameters(users_profile, "p")
-    changed = _with_values(users_profile, params, np.array([5e-5, 2e-3, 1e-4]))
+    changed = _with_values(users_profile, params, np.array([5e-5, 2e-3, 1e-4, 0.7]))
     for task in ("mmlu", "infobench"):
         assert changed["tasks"][task]["service"]["engine"]["launch_s"] == 5e-5      # tied across tasks
         assert changed["tasks"][task]["service"]["step"] == users_profile["tasks"][task]["service"]["step"]

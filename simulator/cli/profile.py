@@ -233,8 +233,9 @@ def composed_profile(gpu: str, target: Optional[str], draft: Optional[str], engi
              for n in gpu_tasks]
     data = grounded_profile(base.to_dict() | {"name": base.name}, tables, spec, target_shape, draft_shape,
                             tasks=tasks, kv_cache=not no_kv_cache, lookahead=ks[0], acceptance=alphas[0])
-    profile_from_dict(data)   # what is written must load
     out = output or default_profile_path(data["name"])
+    data["name"] = out.stem   # found by this name with -p
+    profile_from_dict(data)   # what is written must load
     check_writable(out, force=force)
     out.parent.mkdir(parents=True, exist_ok=True)
     with open_output(out, force=force) as fh:

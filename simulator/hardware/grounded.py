@@ -36,7 +36,7 @@ from simulator.harness.presets import ModelShape
 from simulator.profile.kinds.spec_decode import FORMS
 
 #: engine parameters ``simctl calibrate`` frees by default, with their bounds (seconds)
-CALIBRATED = {"launch_s": (1e-7, 1e-3), "step_s": (1e-6, 0.5), "row_s": (1e-7, 0.05)}
+CALIBRATED = {"launch_s": (1e-7, 1e-3), "step_s": (1e-6, 0.5), "row_s": (1e-7, 0.05), "interpreter_share": (0.05, 1.0)}
 
 
 @dataclass(frozen=True)
