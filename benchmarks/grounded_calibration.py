@@ -62,11 +62,15 @@ SHIPPED = {"nospec": "a100-sxm-qwen3-4b-hf-eager", "specdec": "a100-sxm-qwen3-4b
 #: the run the shipped profiles' engine costs are calibrated on
 SHIP_FROM = "4B_4queues_nothinking"
 TARGET = 0.15
+#: the engine parameters calibrated (the others keep their stated defaults)
+FREE = ("launch_s", "step_s", "row_s")
 
 
-def family_profile(family: str, engine_values: dict[str, float] | None = None) -> dict[str, Any]:
+def family_profile(family: str, engine_values: dict[str, float] | None = None,
+                   free: tuple[str, ...] = FREE) -> dict[str, Any]:
     """The composed profile of a server family (JSON data), with ``engine_values`` set on every
-    GPU task's engine block (keys ``engine.launch_s`` ...)."""
+    GPU task's engine block (keys ``engine.launch_s`` ...) and ``free`` the engine parameters
+    calibration frees."""
     from simulator.hardware import load_gpu
     from simulator.hardware.engines import get_engine
     from simulator.hardware.grounded import GpuTask, grounded_profile
@@ -88,6 +92,7 @@ def family_profile(family: str, engine_values: dict[str, float] | None = None) -
             if "engine" in task["service"]:
                 task["service"]["engine"][param] = value
                 task["service"]["engine"].setdefault("provenance", {})[param] = "calibrated"
+    data["meta"]["calibrate"] = [p for p in data["meta"]["calibrate"] if p["name"].split(".", 1)[1] in free]
     return data
 
 
@@ -105,12 +110,12 @@ def _inputs(run: str):
     return observed, trace, build_scenario(path=ROOT / "scenarios" / f"lminference-{scen}.toml")
 
 
-def fit(run: str) -> dict[str, Any]:
-    """Calibrate the engine's host costs on ``run`` alone (simctl calibrate's defaults)."""
+def fit(run: str, free: tuple[str, ...] = FREE) -> dict[str, Any]:
+    """Calibrate the engine's host costs ``free`` on ``run`` alone (simctl calibrate's defaults)."""
     from simulator.calibrate import calibrate
 
     observed, trace, scenario = _inputs(run)
-    result = calibrate(observed, trace, scenario, family_profile(RUNS[run][1]))
+    result = calibrate(observed, trace, scenario, family_profile(RUNS[run][1], free=free))
     return {"values": result.values, "relative_se": result.relative_se, "ensemble": result.ensemble_values,
             "cost": result.cost, "evaluations": result.evaluations}
 
@@ -137,13 +142,13 @@ def run_to_run_spread() -> dict[str, float]:
     return {s: float(overall[f"{s}_other"] / overall[f"{s}_ref"] - 1) for s in ("p50", "p90")}
 
 
-def study(jobs: int = 2) -> dict[str, Any]:
+def study(jobs: int = 2, free: tuple[str, ...] = FREE) -> dict[str, Any]:
     runs = list(RUNS)
     if jobs > 1:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            fits = dict(zip(runs, pool.map(fit, runs)))
+            fits = dict(zip(runs, pool.map(fit, runs, [free] * len(runs))))
     else:
-        fits = {run: fit(run) for run in runs}
+        fits = {run: fit(run, free) for run in runs}
     rows = []
     for fitted_on in runs:
         for target in runs:
@@ -154,7 +159,7 @@ def study(jobs: int = 2) -> dict[str, Any]:
                 rows.append({"fitted_on": fitted_on, "run": target, "group": r["group"], "calls": int(r["calls"]),
                              **{f"{s}_{w}": float(r[f"{s}_{w}"]) for s in ("p50", "p90")
                                 for w in ("ref", "other", "err", "low", "high")}})
-    return {"fits": fits, "rows": rows, "spread": run_to_run_spread()}
+    return {"fits": fits, "rows": rows, "spread": run_to_run_spread(), "free": list(free)}
 
 
 def summary(result: dict[str, Any]) -> dict[str, Any]:
@@ -190,8 +195,9 @@ def markdown(result: dict[str, Any]) -> str:
         def val(name: str, scale: float) -> str:
             values = [e[name] * scale for e in f["ensemble"]]
             return f"{f['values'][name] * scale:.3g} [{min(values):.3g}–{max(values):.3g}]"
-        lines.append(f"| {SHORT[run]} | {val('engine.launch_s', 1e6)} | {val('engine.step_s', 1e3)} | "
-                     f"{val('engine.row_s', 1e3)} | {val('engine.interpreter_share', 1)} |")
+        lines.append(f"| {SHORT[run]} | " + " | ".join(
+            val(f"engine.{p}", scale) if f"engine.{p}" in f["values"] else "(default)"
+            for p, scale in (("launch_s", 1e6), ("step_s", 1e3), ("row_s", 1e3), ("interpreter_share", 1))) + " |")
     lines += ["", "Per composition class, out of sample (p50 / p90 error; range over equally good fits):", "",
               "| fitted on | predicted | class | calls | p50 obs / sim (err) [range] | p90 obs / sim (err) [range] |",
               "|---|---|---|---|---|---|"]
@@ -226,11 +232,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write-docs", action="store_true", help="write the tables into docs/calibration.md")
     parser.add_argument("--write-profiles", action="store_true", help="write the shipped A100 profiles to profiles/")
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--free", default=",".join(FREE), help="engine parameters to calibrate")
     args = parser.parse_args(argv)
     if not REQUEST.exists():
         sys.stderr.write(f"the real runs are not at {REQUEST}\n")
         return 2
-    result = study(args.jobs)
+    result = study(args.jobs, tuple(args.free.split(",")))
     text = markdown(result)
     print(json.dumps({**result, "summary": summary(result)}, indent=1) if args.json else text)
     if args.write_profiles:

@@ -410,6 +410,24 @@ def predict(observed: ObservedRun, trace: Trace, scenario: Scenario, profile: Pr
     return out.reset_index()
 
 
+#: a parameter counts as identified by the calls when its relative standard error is at most
+#: this and every fit they cannot tell apart lies within a factor :data:`IDENTIFIED_SPREAD`
+IDENTIFIED_SE = 0.5
+IDENTIFIED_SPREAD = 2.0
+
+
+def identified(result: CalibrationResult) -> dict[str, bool]:
+    """Which fitted values the run pins down: relative standard error at most
+    :data:`IDENTIFIED_SE` and the equally good fits within a factor :data:`IDENTIFIED_SPREAD`
+    of each other (a value the calls do not see, or trade against another, fails one)."""
+    out = {}
+    for name, se in result.relative_se.items():
+        values = [v[name] for v in result.ensemble_values] or [result.values[name]]
+        spread = max(values) / min(values) if min(values) > 0 else math.inf
+        out[name] = bool(se <= IDENTIFIED_SE and spread <= IDENTIFIED_SPREAD)
+    return out
+
+
 def predict_ensemble(observed: ObservedRun, trace: Trace, scenario: Scenario, profiles: list[Profile],
                      seeds: tuple[int, ...] = tuple(range(10))) -> pd.DataFrame:
     """:func:`predict` for the first (best) profile, with each figure's range over all of

@@ -4,6 +4,7 @@ the kernels, profiles composed for a named GPU, and the interpreter-lock share t
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -235,3 +236,39 @@ def test_every_engine_states_the_source_of_each_default():
     for engine in ENGINES.values():
         assert set(engine.sources) == set(engine.defaults)
         assert all(len(text) > 20 for text in engine.sources.values())
+
+
+# -- calibrating the engine alone -----------------------------------------------------------
+
+def test_a_value_is_identified_only_when_its_error_and_its_spread_over_fits_are_small():
+    import pandas as pd
+
+    from simulator.calibrate import CalibrationResult, identified
+
+    result = CalibrationResult(
+        profile={}, values={"a": 1.0, "b": 1.0, "c": 1.0}, relative_se={"a": 0.1, "b": 0.9, "c": 0.1},
+        correlation=np.eye(3), errors=pd.DataFrame(), cost=0.0, evaluations=0,
+        ensemble_values=[{"a": 1.0, "b": 1.0, "c": 1.0}, {"a": 1.5, "b": 1.0, "c": 5.0}])
+    assert identified(result) == {"a": True, "b": False, "c": False}
+
+
+REQUEST = (Path(__file__).resolve().parents[2] / "shared" / "traces" / "real" / "lminference" / "EEElisa@dfb2bf8"
+           / "mingqia2_3" / "request")
+
+
+@pytest.mark.skipif(not REQUEST.exists(), reason=f"the users' real runs are not at {REQUEST}")
+def test_calibrating_a_grounded_profile_moves_only_the_engine_and_says_what_the_run_pins(tmp_path, users_profile):
+    start = tmp_path / "start.json"
+    start.write_text(json.dumps(users_profile))
+    out = tmp_path / "fitted.json"
+    result = CliRunner().invoke(app, [
+        "calibrate", str(REQUEST / "batch_results_4B_4queues_nothinking"), "-s", "lminference-4queues",
+        "--start", str(start), "-o", str(out), "--screen", "4", "--starts", "2", "--max-evaluations", "6",
+        "--seeds", "1"])
+    assert result.exit_code == 0, result.output
+    assert "identified" in result.output and "engine.launch_s" in result.output
+    fitted = json.loads(out.read_text())
+    for task in ("mmlu", "infobench"):
+        before, after = users_profile["tasks"][task]["service"], fitted["tasks"][task]["service"]
+        assert after["step"] == before["step"]                     # kernel costs fixed
+        assert after["engine"]["launch_s"] == fitted["meta"]["fit"]["values"]["engine.launch_s"]

@@ -45,7 +45,8 @@ def calibrate_cli(
     generate what the real server generated.
     """
     with user_errors():
-        from simulator.calibrate import OBJECTIVES, calibrate
+        from simulator.calibrate import OBJECTIVES, calibrate, identified, predict_ensemble
+        from simulator.profile import profile_from_dict
         from simulator.observed import ObservedError
         from simulator.trace.formats import load_trace
 
@@ -88,17 +89,28 @@ def calibrate_cli(
         with open_output(out, force=force) as fh:
             json.dump(fitted, fh, indent=1)
             fh.write("\n")
+        pinned = identified(result)
         table = Table(title=f"fitted parameters (written to {out})", title_justify="left", box=box.SIMPLE_HEAD)
-        for col in ("parameter", "value", "± (relative)", f"range over {len(result.ensemble)} fits"):
+        for col in ("parameter", "value", "± (relative)", f"range over {len(result.ensemble)} fits", "identified"):
             table.add_column(col, justify="left" if col == "parameter" else "right")
         for name, value in result.values.items():
             values = [v[name] for v in result.ensemble_values]
             table.add_row(name, f"{value:.4g}", f"{100 * result.relative_se[name]:.0f} %",
-                          f"{min(values):.3g} – {max(values):.3g}")
+                          f"{min(values):.3g} – {max(values):.3g}", "yes" if pinned[name] else "no")
         console.print(table)
-        err = Table(title="fit error, (simulated − observed) / observed", title_justify="left", box=box.SIMPLE_HEAD)
+        if not all(pinned.values()):
+            console.print("a value not identified is one the run's calls cannot pin down (it trades against "
+                          "another, or the calls hardly see it): trust predictions only as far as the range below",
+                          highlight=False)
+        # what the fits the run cannot tell apart predict for this run: the spread is the
+        # uncertainty a prediction of another configuration inherits
+        spread = predict_ensemble(observed, trace, scen, [profile_from_dict(p) for p in result.ensemble])
+        err = Table(title="fit error, (simulated − observed) / observed [range over the equally good fits]",
+                    title_justify="left", box=box.SIMPLE_HEAD)
         for col in ("calls", "n", "p50", "p90", "mean"):
             err.add_column(col, justify="left" if col == "calls" else "right")
-        for _, r in result.errors.iterrows():
-            err.add_row(r["group"], str(r["calls"]), *(f"{100 * r[f'{s}_err']:+.0f} %" for s in ("p50", "p90", "mean")))
+        for _, r in spread.iterrows():
+            err.add_row(r["group"], str(r["calls"]), *(
+                f"{100 * r[f'{s}_err']:+.0f} % [{100 * (r[f'{s}_low'] / r[f'{s}_ref'] - 1):+.0f}, "
+                f"{100 * (r[f'{s}_high'] / r[f'{s}_ref'] - 1):+.0f}]" for s in ("p50", "p90", "mean")))
         console.print(err)
