@@ -59,11 +59,12 @@ LENGTHS_FROM = {"4B_4queues_nothinking": "4B_4queues_nothinking_longmmlu",
 #: the users' speculative decoder: its acceptance per the users' notes (../shared/modeled-system.md)
 ACCEPTANCE = 0.02
 SHIPPED = {"nospec": "a100-sxm-qwen3-4b-hf-eager", "specdec": "a100-sxm-qwen3-4b-qwen3-0.6b-hf-eager"}
-#: the run the shipped profiles' engine costs are calibrated on
-SHIP_FROM = "4B_4queues_nothinking"
+#: the run each shipped profile's engine costs are calibrated on: the first full-trace run of
+#: its server family (the two families disagree on the host cost per kernel: see the docs)
+SHIP_FROM = {"nospec": "4B_4queues_nothinking", "specdec": "4B_fw_5_b10"}
 TARGET = 0.15
 #: the engine parameters calibrated (the others keep their stated defaults)
-FREE = ("launch_s", "step_s", "row_s")
+FREE = ("launch_s",)
 
 
 def family_profile(family: str, engine_values: dict[str, float] | None = None,
@@ -80,19 +81,18 @@ def family_profile(family: str, engine_values: dict[str, float] | None = None,
     if family == "nospec":
         base = json.loads((ROOT / "profiles" / "qwen3-4b-nospec-start.json").read_text())
         data = grounded_profile(base, gpu, engine, target, tasks=[GpuTask("mmlu", 250, 256, 30),
-                                                                  GpuTask("infobench", 350, 512, 8)])
+                                                                  GpuTask("infobench", 350, 512, 8)], free=free)
     else:
         base = json.loads((ROOT / "profiles" / "qwen3-4b-specdec-start.json").read_text())
         data = grounded_profile(base, gpu, engine, target, get_preset("qwen3-0.6b"),
                                 tasks=[GpuTask("mmlu", 250, 256, 15), GpuTask("infobench", 350, 512, 10, True)],
-                                kv_cache=False, acceptance=ACCEPTANCE)
+                                kv_cache=False, acceptance=ACCEPTANCE, free=free)
     for name, value in (engine_values or {}).items():
         param = name.split(".", 1)[1]
         for task in data["tasks"].values():
             if "engine" in task["service"]:
                 task["service"]["engine"][param] = value
                 task["service"]["engine"].setdefault("provenance", {})[param] = "calibrated"
-    data["meta"]["calibrate"] = [p for p in data["meta"]["calibrate"] if p["name"].split(".", 1)[1] in free]
     return data
 
 
@@ -110,12 +110,13 @@ def _inputs(run: str):
     return observed, trace, build_scenario(path=ROOT / "scenarios" / f"lminference-{scen}.toml")
 
 
-def fit(run: str, free: tuple[str, ...] = FREE) -> dict[str, Any]:
-    """Calibrate the engine's host costs ``free`` on ``run`` alone (simctl calibrate's defaults)."""
+def fit(run: str, free: tuple[str, ...] = FREE, search: dict[str, int] | None = None) -> dict[str, Any]:
+    """Calibrate the engine's host costs ``free`` on ``run`` alone (simctl calibrate's defaults,
+    or the ``search`` settings ``screen``/``starts`` given)."""
     from simulator.calibrate import calibrate
 
     observed, trace, scenario = _inputs(run)
-    result = calibrate(observed, trace, scenario, family_profile(RUNS[run][1], free=free))
+    result = calibrate(observed, trace, scenario, family_profile(RUNS[run][1], free=free), **(search or {}))
     return {"values": result.values, "relative_se": result.relative_se, "ensemble": result.ensemble_values,
             "cost": result.cost, "evaluations": result.evaluations}
 
@@ -142,15 +143,18 @@ def run_to_run_spread() -> dict[str, float]:
     return {s: float(overall[f"{s}_other"] / overall[f"{s}_ref"] - 1) for s in ("p50", "p90")}
 
 
-def study(jobs: int = 2, free: tuple[str, ...] = FREE) -> dict[str, Any]:
+def study(jobs: int = 2, free: tuple[str, ...] = FREE, fitted_on_runs: list[str] | None = None,
+          search: dict[str, int] | None = None) -> dict[str, Any]:
     runs = list(RUNS)
+    fitted_runs = fitted_on_runs or runs
     if jobs > 1:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            fits = dict(zip(runs, pool.map(fit, runs, [free] * len(runs))))
+            fits = dict(zip(fitted_runs, pool.map(fit, fitted_runs, [free] * len(fitted_runs),
+                                                  [search] * len(fitted_runs))))
     else:
-        fits = {run: fit(run, free) for run in runs}
+        fits = {run: fit(run, free, search) for run in fitted_runs}
     rows = []
-    for fitted_on in runs:
+    for fitted_on in fitted_runs:
         for target in runs:
             errors = predict_run(target, fits[fitted_on]["ensemble"])
             for _, r in errors.iterrows():
@@ -174,6 +178,7 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
 
 def markdown(result: dict[str, Any]) -> str:
     runs = list(RUNS)
+    fitted_runs = list(result["fits"])
     s = summary(result)
     lines = [f"Engine host costs calibrated on one run (rows), every run predicted (columns): overall call "
              f"latency p50 / p90 error, simulated − observed; diagonal in sample. Out of sample "
@@ -185,7 +190,7 @@ def markdown(result: dict[str, Any]) -> str:
              "| fitted on ↓ / predicted → | " + " | ".join(SHORT[r] for r in runs) + " |",
              "|---|" + "---|" * len(runs)]
     cell = {(r["fitted_on"], r["run"]): r for r in result["rows"] if r["group"] == "overall"}
-    for a in runs:
+    for a in fitted_runs:
         lines.append(f"| {SHORT[a]} | " + " | ".join(
             f"{100 * cell[a, b]['p50_err']:+.0f} / {100 * cell[a, b]['p90_err']:+.0f} %" for b in runs) + " |")
     lines += ["", "Fitted engine host costs (best fit; range over the fits the run cannot tell apart):", "",
@@ -212,17 +217,17 @@ def markdown(result: dict[str, Any]) -> str:
 
 def write_profiles(result: dict[str, Any]) -> None:
     """Ship both families' profiles with the engine costs calibrated on :data:`SHIP_FROM`."""
-    values = result["fits"][SHIP_FROM]["values"]
     for family, name in SHIPPED.items():
-        data = family_profile(family, values)
+        run = SHIP_FROM[family]
+        f = result["fits"][run]
+        data = family_profile(family, f["values"], free=tuple(result["free"]))
         data["name"] = name
-        data["source"] += (f" Engine host costs (launch_s, step_s, row_s) calibrated on the observed run "
-                           f"batch_results_{SHIP_FROM} of ../shared/traces/real/lminference/ (scenario "
-                           f"lminference-{RUNS[SHIP_FROM][0]}.toml) by benchmarks/grounded_calibration.py; kernel "
-                           f"costs not fitted. The scenarios lminference-*.toml replay it (one process drives both GPUs: "
-                           f"host_lock).")
-        data["meta"]["fit"] = {"run": SHIP_FROM, **{k: result["fits"][SHIP_FROM][k]
-                                                   for k in ("values", "relative_se", "ensemble", "cost")}}
+        data["source"] += (f" Engine host costs ({', '.join(result['free'])}) calibrated on the observed run "
+                           f"batch_results_{run} of ../shared/traces/real/lminference/ (scenario "
+                           f"lminference-{RUNS[run][0]}.toml) by benchmarks/grounded_calibration.py; kernel "
+                           f"costs not fitted; the other engine parameters keep their stated defaults. Replay it with "
+                           f"the scenarios lminference-*.toml (one process drives both GPUs: host_lock).")
+        data["meta"]["fit"] = {"run": run, **{k: f[k] for k in ("values", "relative_se", "ensemble", "cost")}}
         (ROOT / "profiles" / f"{name}.json").write_text(json.dumps(data, indent=1) + "\n")
 
 
@@ -233,11 +238,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write-profiles", action="store_true", help="write the shipped A100 profiles to profiles/")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--free", default=",".join(FREE), help="engine parameters to calibrate")
+    parser.add_argument("--fitted-on", default=",".join(RUNS), help="runs to calibrate on (each predicts every run)")
+    parser.add_argument("--screen", type=int, help="quasi-random points before the local fits (calibrate's default)")
+    parser.add_argument("--starts", type=int, help="local fits (calibrate's default)")
     args = parser.parse_args(argv)
     if not REQUEST.exists():
         sys.stderr.write(f"the real runs are not at {REQUEST}\n")
         return 2
-    result = study(args.jobs, tuple(args.free.split(",")))
+    search = {k: v for k, v in (("screen", args.screen), ("starts", args.starts)) if v is not None}
+    result = study(args.jobs, tuple(args.free.split(",")), args.fitted_on.split(","), search)
+    if args.write_profiles and not set(SHIP_FROM.values()) <= set(result["fits"]):
+        sys.stderr.write(f"--write-profiles needs fits on {', '.join(SHIP_FROM.values())}\n")
+        return 2
     text = markdown(result)
     print(json.dumps({**result, "summary": summary(result)}, indent=1) if args.json else text)
     if args.write_profiles:

@@ -82,6 +82,24 @@ def test_calibration_table_runs_on_the_real_runs(capsys):
 
 
 @pytest.mark.benchmark
+def test_grounded_calibration_fits_the_engine_on_one_run_and_predicts_every_run(capsys):
+    bench = load("grounded_calibration")
+    if not bench.REQUEST.exists():
+        pytest.skip(f"real runs not present at {bench.REQUEST}")
+    assert bench.main(["--fitted-on", "4B_4queues_nothinking", "--json", "--jobs", "1", "--screen", "8",
+                       "--starts", "2"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert {r["run"] for r in result["rows"]} == set(bench.RUNS)       # every run predicted
+    assert list(result["fits"]["4B_4queues_nothinking"]["values"]) == ["engine.launch_s"]
+    fit = result["fits"]["4B_4queues_nothinking"]
+    launch = [e["engine.launch_s"] for e in fit["ensemble"]]
+    assert max(launch) / min(launch) < 1.5      # the run pins the host cost per kernel
+    for r in result["rows"]:
+        assert r["p50_low"] <= r["p50_other"] <= r["p50_high"]
+    assert result["summary"]["figures"] > 0
+
+
+@pytest.mark.benchmark
 def test_quick_profile_benchmark_runs(capsys):
     pytest.importorskip("torch", reason="the harness needs torch (pip install torch==2.13.0)")
     bench = load("quick_profile")

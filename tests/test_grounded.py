@@ -16,7 +16,7 @@ from simulator.errors import ProfileError
 from simulator.hardware import load_gpu
 from simulator.hardware.compose import Pass, decode_step, forward, prefill, uncached_pass
 from simulator.hardware.engines import ENGINES, get_engine
-from simulator.hardware.grounded import CALIBRATED, GpuTask, grounded_profile
+from simulator.hardware.grounded import BOUNDS, CALIBRATED, GpuTask, grounded_profile
 from simulator.harness.presets import get_preset
 from simulator.profile import load_profile, profile_from_dict
 from simulator.profile.kinds import BatchShape
@@ -157,14 +157,19 @@ def test_a_grounded_profile_loads_and_says_where_every_number_comes_from(users_p
     assert {p["path"] for p in users_profile["meta"]["calibrate"]} == {f"service.engine.{p}" for p in CALIBRATED}
 
 
-def test_calibration_of_a_grounded_profile_frees_only_the_engine(users_profile):
+def test_calibration_of_a_grounded_profile_frees_only_the_engine(a100, users_profile):
     from simulator.calibrate import _with_values, free_parameters
 
-    params = free_parameters(users_profile, "p")
-    changed = _with_values(users_profile, params, np.array([5e-5, 2e-3, 1e-4, 0.7]))
+    assert [p.name for p in free_parameters(users_profile, "p")] == ["engine.launch_s"]
+    base = load_profile("qwen3-4b-nospec-start").to_dict()
+    every = grounded_profile(base, a100, get_engine("hf-eager"), get_preset("qwen3-4b"),
+                             tasks=[GpuTask("mmlu", 250, 50, 30), GpuTask("infobench", 350, 512, 8)], free=list(BOUNDS))
+    params = free_parameters(every, "p")
+    changed = _with_values(every, params, np.array([5e-5, 2e-3, 1e-4, 0.7]))
     for task in ("mmlu", "infobench"):
         assert changed["tasks"][task]["service"]["engine"]["launch_s"] == 5e-5      # tied across tasks
-        assert changed["tasks"][task]["service"]["step"] == users_profile["tasks"][task]["service"]["step"]
+        assert changed["tasks"][task]["service"]["engine"]["interpreter_share"] == 0.7
+        assert changed["tasks"][task]["service"]["step"] == every["tasks"][task]["service"]["step"]
 
 
 def test_the_fitted_step_reproduces_the_composition(a100, users_profile):
