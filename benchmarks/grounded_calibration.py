@@ -132,6 +132,24 @@ def predict_run(run: str, ensemble: list[dict[str, float]]):
     return predict_ensemble(observed, trace, scenario, profiles)
 
 
+#: the latency-only fits shipped (profiles/, docs/calibration.md's first table): run -> profile
+LATENCY_ONLY = {"4B_fw_5_b10": "qwen3-4b-specdec-fw5", "4B_4queues_nothinking": "qwen3-4b-nospec-4queues"}
+
+
+def latency_only(fitted_on: str, target: str):
+    """The shipped latency-only fit of ``fitted_on`` (its fits' ensemble) predicting ``target``,
+    with the same inputs as the grounded prediction."""
+    from simulator.calibrate import _with_values, free_parameters, predict_ensemble
+    from simulator.profile import profile_from_dict
+
+    data = json.loads((ROOT / "profiles" / f"{LATENCY_ONLY[fitted_on]}.json").read_text())
+    params = free_parameters(data, LATENCY_ONLY[fitted_on])
+    profiles = [profile_from_dict(_with_values(data, params, np.array([v[p.name] for p in params])))
+                for v in data["meta"]["fit"]["ensemble"]]
+    observed, trace, scenario = _inputs(target)
+    return predict_ensemble(observed, trace, scenario, profiles)
+
+
 def run_to_run_spread() -> dict[str, float]:
     """How far the two real replays of the 256-token configuration are from each other."""
     from simulator.observed import compare_calls
@@ -163,7 +181,17 @@ def study(jobs: int = 2, free: tuple[str, ...] = FREE, fitted_on_runs: list[str]
                 rows.append({"fitted_on": fitted_on, "run": target, "group": r["group"], "calls": int(r["calls"]),
                              **{f"{s}_{w}": float(r[f"{s}_{w}"]) for s in ("p50", "p90")
                                 for w in ("ref", "other", "err", "low", "high")}})
-    return {"fits": fits, "rows": rows, "spread": run_to_run_spread(), "free": list(free)}
+    side = []
+    for fitted_on in LATENCY_ONLY:
+        if fitted_on not in fits:
+            continue
+        for target in runs:
+            if target == fitted_on or RUNS[target][1] != RUNS[fitted_on][1]:
+                continue
+            r = latency_only(fitted_on, target).set_index("group").loc["overall"]
+            side.append({"fitted_on": fitted_on, "run": target,
+                         **{f"{x}_{w}": float(r[f"{x}_{w}"]) for x in ("p50", "p90") for w in ("err", "low", "high", "ref")}})
+    return {"fits": fits, "rows": rows, "spread": run_to_run_spread(), "free": list(free), "latency_only": side}
 
 
 def summary(result: dict[str, Any]) -> dict[str, Any]:
@@ -171,7 +199,11 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
     out = [r for r in result["rows"] if r["fitted_on"] != r["run"]]
     errs = np.abs([r[f"{s}_err"] for r in out for s in ("p50", "p90")])
     overall = np.abs([r[f"{s}_err"] for r in out if r["group"] == "overall" for s in ("p50", "p90")])
+    family = np.abs([r[f"{s}_err"] for r in out if r["group"] == "overall" and RUNS[r["run"]][1] == RUNS[r["fitted_on"]][1]
+                     for s in ("p50", "p90")])
     return {"figures": int(errs.size), "within": int((errs <= TARGET).sum()), "median_abs": float(np.median(errs)),
+            "family_within": int((family <= TARGET).sum()), "family_figures": int(family.size),
+            "family_median_abs": float(np.median(family)) if family.size else float("nan"),
             "overall_within": int((overall <= TARGET).sum()), "overall_figures": int(overall.size),
             "overall_median_abs": float(np.median(overall))}
 
@@ -184,7 +216,9 @@ def markdown(result: dict[str, Any]) -> str:
              f"latency p50 / p90 error, simulated − observed; diagonal in sample. Out of sample "
              f"{s['overall_within']} of {s['overall_figures']} overall figures within ±{100 * TARGET:.0f} % "
              f"(median |error| {100 * s['overall_median_abs']:.0f} %); per class and overall {s['within']} of "
-             f"{s['figures']} (median |error| {100 * s['median_abs']:.0f} %). The two real replays of the "
+             f"{s['figures']} (median |error| {100 * s['median_abs']:.0f} %); between runs of one server family "
+             f"(same code, other configuration) {s['family_within']} of {s['family_figures']} overall figures "
+             f"(median |error| {100 * s['family_median_abs']:.0f} %). The two real replays of the "
              f"256-token run differ by {100 * result['spread']['p50']:+.0f} % at p50 and "
              f"{100 * result['spread']['p90']:+.0f} % at p90.", "",
              "| fitted on ↓ / predicted → | " + " | ".join(SHORT[r] for r in runs) + " |",
@@ -193,11 +227,25 @@ def markdown(result: dict[str, Any]) -> str:
     for a in fitted_runs:
         lines.append(f"| {SHORT[a]} | " + " | ".join(
             f"{100 * cell[a, b]['p50_err']:+.0f} / {100 * cell[a, b]['p90_err']:+.0f} %" for b in runs) + " |")
+    if result.get("latency_only"):
+        grounded = {(r["fitted_on"], r["run"]): r for r in result["rows"] if r["group"] == "overall"}
+
+        def rng(r: dict[str, Any], x: str) -> str:
+            return (f"{100 * r[f'{x}_err']:+.0f} % [{100 * (r[f'{x}_low'] / r[f'{x}_ref'] - 1):+.0f}, "
+                    f"{100 * (r[f'{x}_high'] / r[f'{x}_ref'] - 1):+.0f}]")
+        lines += ["", "Beside the latency-only fits (first table on this page; same run fitted, same inputs; overall "
+                  "p50 and p90 error, [range over the fits the run cannot tell apart]):", "",
+                  "| fitted on → predicted | grounded p50 | grounded p90 | latency-only p50 | latency-only p90 |",
+                  "|---|---|---|---|---|"]
+        for r in result["latency_only"]:
+            g = grounded[r["fitted_on"], r["run"]]
+            lines.append(f"| {SHORT[r['fitted_on']]} → {SHORT[r['run']]} | {rng(g, 'p50')} | {rng(g, 'p90')} | "
+                         f"{rng(r, 'p50')} | {rng(r, 'p90')} |")
     lines += ["", "Fitted engine host costs (best fit; range over the fits the run cannot tell apart):", "",
               "| fitted on | launch_s (µs per kernel) | step_s (ms per pass) | row_s (ms per row and step) "
               "| interpreter share |", "|---|---|---|---|---|"]
     for run, f in result["fits"].items():
-        def val(name: str, scale: float) -> str:
+        def val(name: str, scale: float, f: dict[str, Any] = f) -> str:
             values = [e[name] * scale for e in f["ensemble"]]
             return f"{f['values'][name] * scale:.3g} [{min(values):.3g}–{max(values):.3g}]"
         lines.append(f"| {SHORT[run]} | " + " | ".join(

@@ -8,6 +8,9 @@ The public API (what the CLI and notebooks use)::
     result   = replay(trace, scenario, profile, seed=0)
     result.summary["tasks"]["infobench"]["latency"]["p95"]
     result.log                    # the per-prompt event log (pandas)
+
+    # service times grounded in a GPU's measured per-op tables
+    data = grounded_profile(profile.to_dict(), load_gpu("a100-sxm"), ...)   # see docs/hardware.md
 """
 
 import importlib
@@ -21,6 +24,9 @@ from typing import Any
 _EXPORTS = {
     "simulator.errors": ["OutputError", "ProfileError", "ScenarioError", "SimctlError",
                          "SimctlWarning", "TraceError"],
+    "simulator.calibrate": ["calibrate", "predict", "simulate_figures"],
+    "simulator.hardware": ["load_gpu"],
+    "simulator.hardware.grounded": ["GpuTask", "grounded_profile"],
     "simulator.events": ["EVENT_COLUMNS", "read_event_log", "with_durations", "write_event_log"],
     "simulator.metrics": ["call_table", "describe", "summarize"],
     "simulator.model": ["DISPATCH_RULES", "GPU_SHARING", "POLICIES", "TOPOLOGIES", "simulate"],
