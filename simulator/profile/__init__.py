@@ -21,7 +21,9 @@ holds the process's interpreter lock; it matters only in a scenario with ``host_
 where one process drives every GPU and their batches compete for that lock
 (:class:`simulator.model.resources.HostLock`).
 ``service`` is one of the registered kinds (:mod:`simulator.profile.kinds`); every kind
-answers :meth:`Profile.batch_service_time`.
+answers :meth:`Profile.batch_service_time`. An ``iteration`` or ``spec_decode`` service may
+carry an ``engine`` block (:mod:`simulator.profile.overhead`): its costs are then kernel time
+and the engine adds host time per pass, and computes each batch's host fraction.
 """
 
 from __future__ import annotations
