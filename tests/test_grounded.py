@@ -157,6 +157,17 @@ def test_a_grounded_profile_loads_and_says_where_every_number_comes_from(users_p
     assert {p["path"] for p in users_profile["meta"]["calibrate"]} == {f"service.engine.{p}" for p in CALIBRATED}
 
 
+def test_the_host_share_of_a_batch_is_an_output(a100, users_profile):
+    # an eager step of one row is host-bound; a graph engine's host adds nothing by default
+    for task in ("mmlu", "infobench"):
+        share = users_profile["meta"]["grounded"]["tasks"][task]["host_share"]
+        assert share["1 rows"] == pytest.approx(1.0)
+        assert 0 < min(share.values()) <= 1
+    graphs = grounded_profile(load_profile("qwen3-4b-nospec-start").to_dict(), a100, get_engine("cuda-graph"),
+                              get_preset("qwen3-4b"), tasks=[GpuTask("mmlu", 250, 50, 30)])
+    assert set(graphs["meta"]["grounded"]["tasks"]["mmlu"]["host_share"].values()) == {0.0}
+
+
 def test_calibration_of_a_grounded_profile_frees_only_the_engine(a100, users_profile):
     from simulator.calibrate import _with_values, free_parameters
 

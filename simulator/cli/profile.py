@@ -252,14 +252,16 @@ def print_composed(data: dict, path: Path) -> None:
     console.print(f"wrote {path}: {g['model']}{' + ' + g['draft'] if g['draft'] else ''} on {g['gpu']} "
                   f"({g['backend']} tables), engine {g['engine']}", highlight=False)
     table = Table(title="GPU tasks: kernel costs fitted to the composition", title_justify="left")
-    for col in ("task", "kind", "fit error (median / max)", "seconds exact / interp. / extrap. / assumed", "kernels per pass"):
+    for col in ("task", "kind", "fit error (median / max)", "seconds exact / interp. / extrap. / assumed",
+                "kernels per pass", "host share of a batch"):
         table.add_column(col)
     for name, meta in g["tasks"].items():
         service = data["tasks"][name]["service"]
         errors = "; ".join(f"{op} {100 * f['median']:.1f} / {100 * f['max']:.1f} %" for op, f in meta["fit"].items())
         shares = " / ".join(f"{100 * meta['provenance'].get(t, 0):.0f} %" for t in ("exact", "interpolated", "extrapolated", "assumed"))
         kernels = ", ".join(f"{k} {v:.0f}" for k, v in service["engine"]["kernels"].items())
-        table.add_row(name, service["kind"], errors, shares, kernels)
+        host = ", ".join(f"{100 * v:.0f} % at {k}" for k, v in meta["host_share"].items())
+        table.add_row(name, service["kind"], errors, shares, kernels, host)
     console.print(table)
     engine = next(iter(data["tasks"][n]["service"]["engine"] for n in g["tasks"]))
     console.print("engine host costs (calibrate frees these): " + ", ".join(

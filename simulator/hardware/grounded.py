@@ -165,6 +165,22 @@ def _spec_service(gpu: GpuTables, target: ModelShape, draft: ModelShape, style: 
     return service, kernels, meta
 
 
+def _host_share(service: dict[str, Any], task: GpuTask) -> dict[str, float]:
+    """The host's share of a batch's time (host seconds over seconds) at one row and at the
+    most rows, at the task's lengths: how host-bound the engine makes this task."""
+    from simulator.profile.kinds import KINDS, BatchShape
+    from simulator.profile.spec import Where
+
+    # the host's share is the lock share with every host second counted (interpreter share 1)
+    probe = {**service, "engine": {**service["engine"], "interpreter_share": 1.0}}
+    model = KINDS.get(service["kind"])(probe, Where(None, task.name))
+    out = {}
+    for rows in sorted({1, task.max_rows}):
+        shape = BatchShape(rows, task.prompt_tokens, task.max_tokens, (task.max_tokens,) * rows)
+        out[f"{rows} rows"] = round(float(model.host_fraction(shape)), 4)
+    return out
+
+
 def grounded_profile(base: dict[str, Any], gpu: GpuTables, engine: EngineSpec, target: ModelShape,
                      draft: ModelShape | None = None, *, tasks: Sequence[GpuTask] | None = None,
                      kv_cache: bool = True, lookahead: int = 3, acceptance: float = 0.7,
@@ -194,6 +210,7 @@ def grounded_profile(base: dict[str, Any], gpu: GpuTables, engine: EngineSpec, t
         else:
             service, kernels, meta = _iteration_service(gpu, target, engine.style, task, finished)
         service["engine"] = engine.overhead(kernels, **(overrides or {}))
+        meta["host_share"] = _host_share(service, task)
         entry = out["tasks"].setdefault(task.name, {"resource": "gpu"})
         entry.update({"resource": "gpu", "prompt_tokens": task.prompt_tokens, "max_tokens": task.max_tokens,
                       "service": service})
