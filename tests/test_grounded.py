@@ -288,3 +288,29 @@ def test_calibrating_a_grounded_profile_moves_only_the_engine_and_says_what_the_
         before, after = users_profile["tasks"][task]["service"], fitted["tasks"][task]["service"]
         assert after["step"] == before["step"]                     # kernel costs fixed
         assert after["engine"]["launch_s"] == fitted["meta"]["fit"]["values"]["engine.launch_s"]
+
+
+def test_a_hugging_face_config_gives_the_preset_it_describes(tmp_path):
+    from simulator.harness.presets import UnknownPreset, load_shape
+
+    qwen = get_preset("qwen3-4b")
+    config = {"model_type": "qwen3", "hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36,
+              "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+              "tie_word_embeddings": True, "rope_theta": 1000000, "rms_norm_eps": 1e-6}
+    path = tmp_path / "Qwen3-4B" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(config))
+    shape = load_shape(path)
+    assert (shape.name, shape.parameters()) == ("Qwen3-4B", qwen.parameters())
+    assert {k: v for k, v in shape.to_dict().items() if k not in ("name", "source")} == \
+        {k: v for k, v in qwen.to_dict().items() if k not in ("name", "source")}
+    out = tmp_path / "p.json"
+    result = CliRunner().invoke(app, ["profile", "--gpu", "a100-sxm", "--model", str(path), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["meta"]["grounded"]["model"] == "Qwen3-4B"
+    path.write_text(json.dumps({**config, "model_type": "mamba"}))
+    with pytest.raises(UnknownPreset, match="model_type"):
+        load_shape(path)
+    path.write_text(json.dumps({**config, "hidden_size": "wide"}))
+    result = CliRunner().invoke(app, ["profile", "--gpu", "a100-sxm", "--model", str(path), "-o", str(out), "--force"])
+    assert result.exit_code == 2 and "hidden_size" in result.output and "Traceback" not in result.output

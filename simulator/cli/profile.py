@@ -52,7 +52,7 @@ def _user_dir() -> str:
 def profile_cli(
     gpu: Optional[str] = typer.Option(None, "--gpu", help="A CUDA device index to measure on (0, 1, ...), or a GPU whose measured per-op tables ship with simctl (a100-sxm, h100-sxm) to compose the profile from."),
     device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda or cuda:N (default: --gpu, else cpu)."),
-    target: Optional[str] = typer.Option(None, "--target", "--model", help="Target model preset (default qwen2.5-7b; with a named GPU it is required)."),
+    target: Optional[str] = typer.Option(None, "--target", "--model", help="Target model preset (default qwen2.5-7b; with a named GPU it is required, and may be the path of a Hugging Face config.json)."),
     draft: Optional[str] = typer.Option(None, "--draft", help="Draft model preset (default qwen2.5-0.5b; with a named GPU, tasks are decoded speculatively only when given)."),
     engine: str = typer.Option("cuda-graph", "--engine", help="With a named GPU: the serving engine, cuda-graph (vLLM / TensorRT-LLM-like) or hf-eager (Hugging Face generate without graphs)."),
     backend: Optional[str] = typer.Option(None, "--backend", help="With a named GPU: which of its measured tables (a100-sxm: vllm-0.14.0; h100-sxm: vllm-0.24.0, trtllm-1.3.0rc20)."),
@@ -199,15 +199,15 @@ def composed_profile(gpu: str, target: Optional[str], draft: Optional[str], engi
     from simulator.hardware import load_gpu
     from simulator.hardware.engines import get_engine
     from simulator.hardware.grounded import GpuTask, grounded_profile
-    from simulator.harness.presets import UnknownPreset, get_preset
+    from simulator.harness.presets import UnknownPreset, load_shape
     from simulator.profile import load_profile, profile_from_dict
 
     if target is None:
         raise HarnessInputError(None, None, "--model", f"--gpu {gpu} composes a profile: name the target model "
                                 "(--model qwen3-4b, ...)")
     try:
-        target_shape = get_preset(target)
-        draft_shape = get_preset(draft) if draft else None
+        target_shape = load_shape(target)
+        draft_shape = load_shape(draft) if draft else None
     except UnknownPreset as exc:
         raise HarnessInputError(None, None, "--model", str(exc)) from None
     tables = load_gpu(gpu, backend)

@@ -10,6 +10,7 @@ per head (Qwen3). ``tiny`` is a toy for tests.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 
@@ -91,3 +92,61 @@ def get_preset(name: str) -> ModelShape:
         return PRESETS[name]
     except KeyError:
         raise UnknownPreset(f"unknown model preset {name!r}; valid: {', '.join(PRESETS)}") from None
+
+
+#: model_type -> (q/k/v projections carry biases, queries and keys RMS-normalised per head)
+ARCHITECTURES = {"llama": (False, False), "mistral": (False, False), "qwen2": (True, False), "qwen3": (False, True)}
+
+
+def shape_from_config(path: str | Path) -> ModelShape:
+    """The shape a Hugging Face ``config.json`` describes (Llama, Mistral, Qwen2, Qwen3 decoders).
+
+    Reads ``hidden_size``, ``intermediate_size``, ``num_hidden_layers``,
+    ``num_attention_heads``, ``num_key_value_heads`` (default: the attention heads),
+    ``head_dim`` (default: hidden / heads), ``vocab_size``, ``tie_word_embeddings``,
+    ``rope_theta``, ``rms_norm_eps``; the q/k/v biases and the q/k norms follow from
+    ``model_type`` (an explicit ``attention_bias`` wins). :class:`UnknownPreset` names the
+    file and the field that is missing or wrong."""
+    import json
+
+    where = str(path)
+    try:
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UnknownPreset(f"{where}: not a readable config.json ({exc.__class__.__name__})") from None
+    if not isinstance(raw, dict):
+        raise UnknownPreset(f"{where}: a config.json is a JSON object")
+    model_type = raw.get("model_type")
+    if model_type not in ARCHITECTURES:
+        raise UnknownPreset(f"{where}: field 'model_type': {model_type!r} is not a decoder simctl can compose "
+                            f"(valid: {', '.join(ARCHITECTURES)})")
+
+    def need(field: str, default: Any = None) -> int:
+        value = raw.get(field, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UnknownPreset(f"{where}: field '{field}': must be an integer >= 1, got {value!r}")
+        return value
+
+    heads = need("num_attention_heads")
+    hidden = need("hidden_size")
+    bias, qk_norm = ARCHITECTURES[model_type]
+    attention_bias = raw.get("attention_bias", bias)
+    try:
+        return ModelShape(
+            name=Path(path).parent.name or Path(path).stem, hidden=hidden, intermediate=need("intermediate_size"),
+            layers=need("num_hidden_layers"), heads=heads, kv_heads=need("num_key_value_heads", heads),
+            head_dim=need("head_dim", hidden // heads), vocab=need("vocab_size"),
+            tied_embeddings=bool(raw.get("tie_word_embeddings", False)), qkv_bias=bool(attention_bias),
+            qk_norm=qk_norm, rope_theta=float(raw.get("rope_theta", 10_000.0)),
+            norm_eps=float(raw.get("rms_norm_eps", 1e-6)), source=f"{where} ({model_type})")
+    except (TypeError, ValueError) as exc:
+        raise UnknownPreset(f"{where}: {exc}") from None
+
+
+def load_shape(name_or_path: str | Path) -> ModelShape:
+    """A preset by name, or the shape of a Hugging Face ``config.json`` at a path."""
+    if str(name_or_path) in PRESETS:
+        return PRESETS[str(name_or_path)]
+    if Path(name_or_path).suffix == ".json" or Path(name_or_path).exists():
+        return shape_from_config(name_or_path)
+    return get_preset(str(name_or_path))
