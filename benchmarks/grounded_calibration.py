@@ -37,18 +37,9 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-REQUEST = ROOT.parent / "shared" / "traces" / "real" / "lminference" / "EEElisa@dfb2bf8" / "mingqia2_3" / "request"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from calibration_table import REQUEST, ROOT, RUNS  # noqa: E402  (run -> (scenario, server family))
 
-#: run -> (scenario, family)
-RUNS = {
-    "4B_fw_5_b10": ("fw5", "specdec"),
-    "4B_fw_5_b10_updated": ("fw5", "specdec"),
-    "4B_separate_queues_no_thinking": ("separate-queues", "specdec"),
-    "4B_4queues_nothinking": ("4queues", "nospec"),
-    "4B_4queues_nothinking_longmmlu": ("4queues-longmmlu", "nospec"),
-    "4B_4queues_nothinking_longmmlu_fixedgraph": ("4queues-longmmlu", "nospec"),
-}
 SHORT = {"4B_fw_5_b10": "fw5", "4B_fw_5_b10_updated": "fw5-upd", "4B_separate_queues_no_thinking": "sepq",
          "4B_4queues_nothinking": "4q-50", "4B_4queues_nothinking_longmmlu": "4q-256",
          "4B_4queues_nothinking_longmmlu_fixedgraph": "4q-256b"}
@@ -308,7 +299,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_profiles:
         write_profiles(result)
     if args.write_docs:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
         from docs_tables import write_generated
 
         write_generated("grounded-calibration", text, page="calibration.md")
