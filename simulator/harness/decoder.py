@@ -77,6 +77,29 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + rotated * sin
 
 
+def attend_cached(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                  rows: torch.Tensor, slots: torch.Tensor, mask: torch.Tensor, view: int, gqa: bool) -> torch.Tensor:
+    """One layer's attention against its cache: this pass's keys and values written at each
+    row's own positions, then ``q`` attending the first ``view`` cached positions under ``mask``.
+
+    ``q`` ``[B, H, T, D]`` and ``k`` ``[B, KV, T, D]`` (rotated), ``v`` ``[B, T, KV, D]``, the
+    layer's cache ``[B, KV, S_max, D]``, ``rows`` ``[B, 1]``, ``slots`` ``[B, T]``, ``mask``
+    ``[B, 1, T, view]`` (True: attend). Returns ``[B, H, T, D]``. This is the op the measured
+    decode- and verify-attention tables time (:mod:`simulator.harness.optable`).
+    """
+    # Advanced indexing on the batch and sequence dims puts them first: [B, T, kv_heads, D].
+    k_cache[rows, :, slots] = k.transpose(1, 2)
+    v_cache[rows, :, slots] = v
+    keys, values = k_cache[:, :, :view], v_cache[:, :, :view]
+    return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=gqa)
+
+
+def attend_fresh(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gqa: bool) -> torch.Tensor:
+    """Causal attention over this pass's tokens alone (no cache): ``q`` ``[B, H, T, D]``, ``k``
+    ``[B, KV, T, D]``, ``v`` ``[B, T, KV, D]``; the op the measured prefill-attention table times."""
+    return F.scaled_dot_product_attention(q, k, v.transpose(1, 2), is_causal=True, enable_gqa=gqa)
+
+
 class Layer(nn.Module):
     def __init__(self, s: ModelShape) -> None:
         super().__init__()
@@ -104,17 +127,11 @@ class Layer(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q = apply_rope(q.transpose(1, 2), cos, sin)
         k = apply_rope(k.transpose(1, 2), cos, sin)
+        gqa = s.heads != s.kv_heads
         if k_cache is None:  # plain causal attention over these tokens only (reference path)
-            out = F.scaled_dot_product_attention(q, k, v.transpose(1, 2), is_causal=True,
-                                                 enable_gqa=s.heads != s.kv_heads)
+            out = attend_fresh(q, k, v, gqa)
         else:
-            # Write this step's keys/values at each row's own positions (advanced indexing
-            # on the batch and sequence dims puts them first: [B, T, kv_heads, D]).
-            k_cache[rows, :, slots] = k.transpose(1, 2)
-            v_cache[rows, :, slots] = v
-            keys, values = k_cache[:, :, :view], v_cache[:, :, :view]
-            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
-                                                 enable_gqa=s.heads != s.kv_heads)
+            out = attend_cached(q, k, v, k_cache, v_cache, rows, slots, mask, view, gqa)
         x = x + self.o(out.transpose(1, 2).reshape(B, T, s.heads * s.head_dim))
         h = self.mlp_norm(x)
         return x + self.down(F.silu(self.gate(h)) * self.up(h))
@@ -189,7 +206,7 @@ class Decoder(nn.Module):
         The reference the cached path is tested against: no cache, no mask, SDPA's own
         causal attention.
         """
-        B, T = tokens.shape
+        T = tokens.shape[1]
         cos, sin = self.cos[:T][None, None], self.sin[:T][None, None]
         x = self.embed(tokens)
         for layer in self.layers:

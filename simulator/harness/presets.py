@@ -4,7 +4,8 @@ Each preset copies the published ``config.json`` of the model it names: hidden s
 intermediate (MLP) size, layers, attention heads, key/value heads (grouped-query attention),
 head dimension, vocabulary, whether the output head shares the embedding matrix, whether
 the q/k/v projections have biases (Qwen2) and whether queries and keys are RMS-normalised
-per head (Qwen3). ``tiny`` is a toy for tests.
+per head (Qwen3). ``tiny`` is a toy for tests; ``llama-68m`` and ``llama-160m`` are a real
+draft/target pair small enough to time on a CPU.
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ PRESETS: dict[str, ModelShape] = {s.name: s for s in [
     # Untied: with a tied head and tiny random weights every model just repeats its input.
     ModelShape("tiny", 64, 128, 2, 4, 2, 16, 256, False, source="toy shape for tests"),
     ModelShape("llama-68m", 768, 3072, 2, 12, 12, 64, 32000, False, source=_hf("JackFram/llama-68m")),
+    # llama-68m's widths over 12 layers: the target SpecInfer pairs with llama-68m as its draft
+    ModelShape("llama-160m", 768, 3072, 12, 12, 12, 64, 32000, False, source=_hf("JackFram/llama-160m")),
     ModelShape("qwen2.5-0.5b", 896, 4864, 24, 14, 2, 64, 151936, True, qkv_bias=True,
                rope_theta=1e6, source=_hf("Qwen/Qwen2.5-0.5B")),
     ModelShape("qwen2.5-1.5b", 1536, 8960, 28, 12, 2, 128, 151936, True, qkv_bias=True,
