@@ -26,16 +26,28 @@ cost the GEMM fit's fixed cost plus their bytes at its effective bandwidth
 (:meth:`GpuTables.elementwise`). The fit is a helper for shapes off the grid, not a physical
 claim: its effective peak can come out above the spec sheet's, because the sum of a memory
 and a compute term overstates the time of shapes where both matter.
+
+A device can also measure its own tables with the harness (``simctl profile --measure-ops
+DIR``, :mod:`simulator.harness.optable`): ``load_gpu(DIR)`` (:meth:`GpuTables.from_folder`)
+reads the same three tables from that folder and its spec from ``optable.json``, which also
+holds elementwise ops timed at several sizes; such a folder also has a fourth table,
+``verify_attention`` (several new tokens per row against a cache,
+:meth:`GpuTables.verify_attention`). Such a folder answers
+:meth:`GpuTables.elementwise` from those timings, with the tags' usual meaning along the
+one axis, bytes: **exact** at a measured size of that op, **interpolated** (log-log) between
+its measured sizes, **extrapolated** beyond them (the nearest size scaled by the op's fit
+``c0 + bytes · β``); an op it did not time is priced from the pooled streaming ops (add, mul,
+neg, pow) and stays **assumed**.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -44,6 +56,9 @@ from simulator.errors import SimctlError
 
 DATA = Path(__file__).resolve().parent / "data"
 BF16 = 2
+#: The spec of a folder of tables a device measured of itself (:meth:`GpuTables.from_folder`).
+SPEC_FILE = "optable.json"
+TABLE_NAMES = ("gemm", "decode_attention", "prefill_attention")
 #: How an answer was obtained, most trustworthy first.
 TAGS = ("exact", "interpolated", "extrapolated", "assumed")
 
@@ -95,6 +110,7 @@ class GridTable:
         nbytes, flops = self.features(self.points)
         design = np.column_stack([np.ones_like(nbytes), nbytes, flops]) / self.seconds[:, None]
         scale = design.max(axis=0)
+        scale[scale <= 0] = 1.0   # a feature a table lacks (elementwise ops: no flops) keeps coefficient 0
         coef, _ = nnls(design / scale, np.ones_like(self.seconds))
         return coef / scale
 
@@ -168,7 +184,27 @@ def _prefill_features(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return BF16 * b * isl * (2 * heads + 2 * kv) * hd, 2 * b * isl * isl * heads * hd
 
 
+def _elementwise_features(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return points[:, 0], np.zeros(len(points))
+
+
+def elementwise_table(points: Sequence[Sequence[float]]) -> GridTable:
+    """A one-axis table of an elementwise op: ``(bytes, seconds)`` rows (repeated sizes keep
+    their median); its fit is ``c0 + bytes · β``."""
+    frame = pd.DataFrame(points, columns=["bytes", "seconds"]).groupby("bytes", as_index=False)["seconds"].median()
+    return GridTable(frame, ("bytes",), _elementwise_features)
+
+
+def _verify_features(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    # axes: batch, step, tokens, heads, kv heads, head dim; each of the tokens new queries per
+    # row attends the step cached positions and the new ones (causal: up to all of them)
+    b, step, tokens, heads, kv, hd = (points[:, i] for i in range(6))
+    attended = step + tokens
+    return 2 * BF16 * b * attended * kv * hd, 4 * b * tokens * attended * heads * hd
+
+
 ATTENTION_AXES = ("batch_size", "{length}", "num_heads", "num_key_value_heads", "head_dim")
+VERIFY_AXES = ("batch_size", "step", "tokens", "num_heads", "num_key_value_heads", "head_dim")
 
 
 class GpuTables:
@@ -177,13 +213,42 @@ class GpuTables:
     def __init__(self, gpu: str, backend: str | None = None) -> None:
         specs = gpu_specs()
         if gpu not in specs:
-            raise HardwareError(None, None, "gpu", f"no tables for GPU {gpu!r}; shipped: {', '.join(specs)}")
+            raise HardwareError(None, None, "gpu", f"no tables for GPU {gpu!r}; shipped: {', '.join(specs)} "
+                                "(or a folder written by simctl profile --measure-ops)")
         backends = specs[gpu]["backends"]
         backend = backend or backends[0]
         if backend not in backends:
             raise HardwareError(None, None, "backend", f"{gpu} has tables for {', '.join(backends)}, not {backend!r}")
         self.gpu, self.backend, self.spec = gpu, backend, specs[gpu]
         self.folder = DATA / gpu / backend
+
+    @classmethod
+    def from_folder(cls, folder: str | Path) -> GpuTables:
+        """The tables a device measured of itself (``simctl profile --measure-ops``): the three
+        parquet tables in the shipped layout and ``optable.json`` (device, dtype, measured copy
+        bandwidth, elementwise timings), which becomes :attr:`spec`. :class:`HardwareError`
+        naming the file at fault if the folder is not one."""
+        folder = Path(folder)
+        path = folder / SPEC_FILE
+        if not path.is_file():
+            raise HardwareError(folder, None, None, f"not a folder of measured op tables (no {SPEC_FILE}; "
+                                "write one with simctl profile --measure-ops)")
+        try:
+            spec = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise HardwareError(path, None, None, f"unreadable: {exc}") from None
+        if not isinstance(spec, dict):
+            raise HardwareError(path, None, None, "expected a JSON object")
+        for key in ("device", "memory_bandwidth_bytes_per_s"):
+            if key not in spec:
+                raise HardwareError(path, None, key, "missing")
+        for name in TABLE_NAMES:
+            if not (folder / f"{name}.parquet").is_file():
+                raise HardwareError(folder, None, None, f"{name}.parquet is missing")
+        tables = cls.__new__(cls)
+        tables.gpu, tables.backend, tables.spec = str(spec["device"]), str(spec.get("backend", "measured")), spec
+        tables.folder = folder
+        return tables
 
     def _table(self, name: str, axes: Sequence[str], features) -> GridTable:
         return GridTable(pd.read_parquet(self.folder / f"{name}.parquet"), axes, features)
@@ -200,6 +265,12 @@ class GpuTables:
     def prefill_table(self) -> GridTable:
         return self._table("prefill_attention", [a.format(length="isl") for a in ATTENTION_AXES], _prefill_features)
 
+    @cached_property
+    def verify_table(self) -> GridTable | None:
+        """``verify_attention.parquet``: only folders a device measured with the harness have it."""
+        path = self.folder / "verify_attention.parquet"
+        return GridTable(pd.read_parquet(path), VERIFY_AXES, _verify_features) if path.is_file() else None
+
     def gemm(self, m: int, n: int, k: int) -> Estimate:
         """``[m, k] × [k, n]`` in bf16."""
         return self.gemm_table.lookup((m, n, k))
@@ -212,20 +283,64 @@ class GpuTables:
         """Causal attention over ``batch`` fresh prompts of ``prompt_tokens`` tokens."""
         return self.prefill_table.lookup((batch, prompt_tokens, heads, kv_heads, head_dim))
 
+    def verify_attention(self, batch: int, kv_len: int, tokens: int, heads: int, kv_heads: int,
+                         head_dim: int) -> Estimate:
+        """``tokens`` new tokens per row (a verify pass: the drafts and the bonus token) attending
+        ``kv_len`` cached tokens and, causally, each other. From the measured table of a
+        folder that has one; otherwise (the shipped GPUs) priced as a decode step of one query
+        per row at ``kv_len + tokens - 1`` cached tokens, reading the same cache."""
+        if tokens <= 1 or self.verify_table is None:
+            return self.decode_attention(batch, kv_len + tokens - 1, heads, kv_heads, head_dim)
+        return self.verify_table.lookup((batch, max(kv_len, 1), tokens, heads, kv_heads, head_dim))
+
     @property
     def effective_bandwidth(self) -> float:
         """Bytes per second the GEMM table's fit streams at (1 / β)."""
         return 1.0 / self.gemm_table.fit[1]
 
-    def elementwise(self, nbytes: float) -> Estimate:
-        """An op the tables lack, priced as the GEMM fit prices a kernel: its fixed cost plus
-        ``nbytes`` over the fit's effective bandwidth (an assumption: norms, RoPE,
-        activations and adds stream their operands once and do little arithmetic)."""
-        c0, beta, _ = self.gemm_table.fit
-        return Estimate(float(c0 + nbytes * beta), "assumed")
+    @cached_property
+    def _elementwise_tables(self) -> dict[str, GridTable]:
+        timed = self.spec.get("elementwise") or {}
+        return {op: elementwise_table(entry["points"]) for op, entry in timed.get("ops", {}).items()}
+
+    @cached_property
+    def _pooled_elementwise(self) -> GridTable:
+        timed = self.spec["elementwise"]
+        return elementwise_table([pt for op in timed["pooled"] for pt in timed["ops"][op]["points"]])
+
+    def elementwise(self, nbytes: float, op: str | None = None) -> Estimate:
+        """One kernel the tables lack, reading and writing ``nbytes`` in all.
+
+        Shipped GPUs price it as the GEMM fit prices a kernel: its fixed cost plus ``nbytes``
+        over the fit's effective bandwidth (an assumption: norms, RoPE, activations and adds
+        stream their operands once and do little arithmetic), tagged ``assumed``, whatever
+        ``op``. A measured folder answers from ``op``'s own timings (exact, interpolated or
+        extrapolated in bytes); without ``op`` from the pooled streaming ops' timings, with
+        those tags too; for an ``op`` it did not time, from the pooled ones, ``assumed``."""
+        if not self.spec.get("elementwise"):
+            c0, beta, _ = self.gemm_table.fit
+            return Estimate(float(c0 + nbytes * beta), "assumed")
+        own = self._elementwise_tables.get(op) if op is not None else None
+        if own is not None:
+            return own.lookup((max(nbytes, 1.0),))
+        pooled = self._pooled_elementwise.lookup((max(nbytes, 1.0),))
+        return pooled if op is None else Estimate(pooled.seconds, "assumed")
 
 
-def load_gpu(gpu: str, backend: str | None = None) -> GpuTables:
+    def host(self, kind: str) -> Estimate:
+        """Host seconds of a call that launches no kernel: ``view`` (a view op: transpose, view,
+        slice, select, unsqueeze) or ``module`` (an ``nn.Module`` call around its forward).
+        A measured folder answers from its timing of one such call in a pass's context,
+        ``assumed`` for every call of that kind; the shipped tables time kernels inside
+        CUDA-graph replay, where no host work shows: 0, ``assumed``."""
+        measured = (self.spec.get("host") or {}).get(f"{kind}_s")
+        return Estimate(float(measured) if measured is not None else 0.0, "assumed")
+
+
+def load_gpu(gpu: str | Path, backend: str | None = None) -> GpuTables:
     """The tables of ``gpu`` (``a100-sxm``, ``h100-sxm``) for ``backend`` (default: the first
-    listed in ``gpus.json``)."""
+    listed in ``gpus.json``), or of a folder a device measured (``simctl profile
+    --measure-ops DIR``; :meth:`GpuTables.from_folder`, ``backend`` ignored)."""
+    if isinstance(gpu, Path) or (gpu not in gpu_specs() and Path(gpu).is_dir()):
+        return GpuTables.from_folder(gpu)
     return GpuTables(gpu, backend)
