@@ -9,8 +9,9 @@ step) sampling. Each op is priced from the GPU's tables (:mod:`simulator.hardwar
 * attention from the decode-attention table (queries against a cache) or the
   prefill-attention table (fresh prompts, causal);
 * elementwise ops (norms, RoPE, activations, residual adds, cache copies, casts) are not
-  in the tables: each kernel costs the GEMM fit's fixed cost plus its bytes at the fit's
-  effective bandwidth (:meth:`GpuTables.elementwise`, tagged ``assumed``).
+  in the shipped tables: each kernel costs the GEMM fit's fixed cost plus its bytes at the
+  fit's effective bandwidth (:meth:`GpuTables.elementwise`, tagged ``assumed``); a device's
+  own measured tables (``simctl profile --measure-ops``) time them, op by op.
 
 Execution styles (:data:`STYLES`; an engine names the style it runs):
 
@@ -24,6 +25,17 @@ Execution styles (:data:`STYLES`; an engine names the style it runs):
   step (the whole cache read and written); logits cast to fp32; and in a generation step
   the sampling processors (temperature, top-k, top-p's sort, softmax, multinomial) over
   the full vocabulary.
+
+* ``harness`` — the decoder of :mod:`simulator.harness.decoder` run eagerly in the dtype of
+  the tables (a device's own, measured by :mod:`simulator.harness.optable`): ops exactly as
+  ``Layer.forward`` and ``Decoder.forward`` dispatch them (``tests/test_optable.py`` counts
+  them) — separate q/k/v/gate/up GEMMs, RMSNorm's six fp32 kernels (nine off fp32: three
+  casts), RoPE with cat, cached attention as one measured op (cache writes, mask, SDPA; with
+  several new tokens per row, the measured verify-attention table), logits at every
+  position; in a sampling pass softmax and the harness's Gumbel-max sample, and in a verify
+  pass the round's acceptance and bookkeeping; the host cost of the view ops and module
+  calls, which launch nothing; a speculative round's first draft step runs two tokens per
+  row (``Style.recache_previous``).
 
 Every op is also counted as kernel launches (:attr:`StepCost.kernels`): an engine without
 CUDA graphs pays host time per launch (:mod:`simulator.hardware.engines`).
@@ -221,18 +233,187 @@ def _eager_head(gpu: GpuTables, shape: ModelShape, cost: StepCost, p: Pass) -> N
         _elementwise(gpu, cost, "sampling", 64.0 * p.rows, BOOKKEEPING_EAGER)
 
 
+#: Bytes per element each elementwise op of the ``harness`` style streams, in units of the
+#: element size (``copy`` is a dtype cast: its bytes are the two sizes' sum). The op tables a
+#: device measures (:mod:`simulator.harness.optable`) fit each op's cost against these same
+#: bytes, so what matters is that both sides count alike, not that they count DRAM traffic.
+HARNESS_STREAMS: dict[str, int] = {
+    "add": 3, "mul": 3, "div": 3, "pow": 2, "rsqrt": 2, "neg": 2, "silu": 2, "mean": 1, "cat": 2,
+    "index": 2, "embedding": 2, "softmax": 2, "exponential": 1, "argmax": 1,
+}
+#: Kernels of :func:`~simulator.harness.decoder.attend_cached`: two cache writes (index_put),
+#: SDPA's conversion of the bool mask (two scalar tensors and a where), SDPA itself
+HARNESS_CACHED_ATTENTION_KERNELS = 6
+#: A speculative round's bookkeeping on tiny tensors, outside the passes and the sampling
+#: priced by size (SpecDecoder.generate steps 1-4): the draft loop's cache-position moves and
+#: stacks, the verify input's cat, injected acceptance (rand, compare, cast, cumprod, sum),
+#: the next token's indexing and choice, committing tokens and advancing positions, the
+#: loop's end check
+HARNESS_ROUND_KERNELS = 34
+#: View ops (no kernel: t, view and _unsafe_view around each GEMM, head reshapes, transposes,
+#: slices, the layer's cache selects) of one layer, cached and fresh, and of Decoder.forward
+#: around its layers (slots, rotary rows and mask broadcasts; the head's reshapes)
+HARNESS_LAYER_VIEWS = {"cached": 37, "fresh": 33}
+HARNESS_HEAD_VIEWS = {"cached": 12, "fresh": 9}
+
+
+def _dtype_bytes(gpu: GpuTables) -> int:
+    """Element size of the dtype the tables were measured in (shipped GPU tables: bf16)."""
+    return int(gpu.spec.get("dtype_bytes", BF16))
+
+
+def _op(gpu: GpuTables, cost: StepCost, part: str, op: str | None, numel: float, es: int, times: int = 1) -> None:
+    """One harness kernel over ``numel`` elements of ``es`` bytes, priced by ``op``'s fit."""
+    streams = HARNESS_STREAMS.get(op, 2) if op else 2
+    cost.add(part, gpu.elementwise(streams * numel * es, op), times)
+
+
+def _cast(gpu: GpuTables, cost: StepCost, part: str, numel: float, es: int, times: int = 1) -> None:
+    """A cast between the tables' dtype and fp32 (``x.float()``, ``.to(dtype)``)."""
+    cost.add(part, gpu.elementwise((es + FP32) * numel, "copy"), times)
+
+
+def _harness_norm(gpu: GpuTables, cost: StepCost, rows: int, dim: int, es: int, times: int) -> None:
+    """:class:`~simulator.harness.decoder.RMSNorm` of ``rows`` vectors of ``dim``: pow, mean,
+    add eps, rsqrt, mul, mul by the weight — computed in fp32; in another dtype three casts
+    run too (x up, the weight up, the result down), in fp32 they are no-ops and launch nothing."""
+    n = rows * dim
+    if es != FP32:
+        _cast(gpu, cost, "norm", n, es, times)
+        _cast(gpu, cost, "norm", dim, es, times)
+        _cast(gpu, cost, "norm", n, es, times)
+    _op(gpu, cost, "norm", "pow", n, FP32, times)
+    _op(gpu, cost, "norm", "mean", n, FP32, times)
+    _op(gpu, cost, "norm", "add", rows, FP32, times)
+    _op(gpu, cost, "norm", "rsqrt", rows, FP32, times)
+    _op(gpu, cost, "norm", "mul", n, FP32, times)
+    _op(gpu, cost, "norm", "mul", n, FP32, times)
+
+
+def _harness_rope(gpu: GpuTables, cost: StepCost, numel: int, es: int, times: int) -> None:
+    """:func:`~simulator.harness.decoder.apply_rope` on ``numel`` elements: neg of one half,
+    cat of the halves, x·cos, rotated·sin, add."""
+    _op(gpu, cost, "rope", "neg", numel / 2, es, times)
+    _op(gpu, cost, "rope", "cat", numel, es, times)
+    _op(gpu, cost, "rope", "mul", numel, es, times)
+    _op(gpu, cost, "rope", "mul", numel, es, times)
+    _op(gpu, cost, "rope", "add", numel, es, times)
+
+
+def _harness_layers(gpu: GpuTables, shape: ModelShape, cost: StepCost, p: Pass) -> None:
+    """:class:`~simulator.harness.decoder.Layer` ``.forward``, op by op, in the tables' dtype:
+    separate q/k/v/gate/up ``nn.Linear`` GEMMs (a bias is added inside the GEMM, addmm),
+    RMSNorms in fp32, RoPE with cat, attention as :func:`~simulator.harness.decoder.attend_cached`
+    (cache writes, mask, SDPA: the decode-attention table times exactly this) or, for a fresh
+    pass, :func:`~simulator.harness.decoder.attend_fresh`; SiLU, the gating mul, residual adds."""
+    L, h, t, es = shape.layers, shape.hidden, p.tokens, _dtype_bytes(gpu)
+    q, kv, inter = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim, shape.intermediate
+    _harness_norm(gpu, cost, t, h, es, L)
+    for n in (q, kv, kv):
+        cost.add("gemm", gpu.gemm(t, n, h), L)
+    if shape.qk_norm:
+        _harness_norm(gpu, cost, t * shape.heads, shape.head_dim, es, L)
+        _harness_norm(gpu, cost, t * shape.kv_heads, shape.head_dim, es, L)
+    _harness_rope(gpu, cost, t * q, es, L)
+    _harness_rope(gpu, cost, t * kv, es, L)
+    # the attention output [B, H, T, D] comes back laid out as [B, T, H, D]: its transpose and
+    # reshape for the o projection are views, no copy
+    if p.fresh or p.new == 1:
+        attention = _attention(gpu, shape, p)
+    else:   # several queries per row against the cache cost more than one (measured folders say how much)
+        attention = gpu.verify_attention(p.rows, p.context, p.new, shape.heads, shape.kv_heads, shape.head_dim)
+    cost.add("attention", attention, L, kernels=1 if p.fresh else HARNESS_CACHED_ATTENTION_KERNELS)
+    cost.add("gemm", gpu.gemm(t, h, q), L)
+    _op(gpu, cost, "elementwise", "add", t * h, es, L)            # residual
+    _harness_norm(gpu, cost, t, h, es, L)
+    cost.add("gemm", gpu.gemm(t, inter, h), L)
+    _op(gpu, cost, "elementwise", "silu", t * inter, es, L)
+    cost.add("gemm", gpu.gemm(t, inter, h), L)
+    _op(gpu, cost, "elementwise", "mul", t * inter, es, L)
+    cost.add("gemm", gpu.gemm(t, h, inter), L)
+    _op(gpu, cost, "elementwise", "add", t * h, es, L)            # residual
+    # what launches no kernel still costs the host: view ops, module calls (the layer, its
+    # norms and its linears)
+    cost.add("host", gpu.host("view"), L * HARNESS_LAYER_VIEWS["fresh" if p.fresh else "cached"], kernels=0)
+    cost.add("host", gpu.host("module"), L * (10 + (2 if shape.qk_norm else 0)), kernels=0)
+
+
+def _harness_sample(gpu: GpuTables, cost: StepCost, rows: int, vocab: int, es: int) -> None:
+    """``softmax(logits.float())`` then :func:`~simulator.harness.specdec.sample` over
+    ``rows`` rows of the vocabulary: exponential noise, divide, argmax."""
+    n = rows * vocab
+    if es != FP32:
+        _cast(gpu, cost, "sampling", n, es)
+    _op(gpu, cost, "sampling", "softmax", n, FP32)
+    _op(gpu, cost, "sampling", "exponential", n, FP32)
+    _op(gpu, cost, "sampling", "div", n, FP32)
+    _op(gpu, cost, "sampling", "argmax", n, FP32)
+
+
+def _harness_head(gpu: GpuTables, shape: ModelShape, cost: StepCost, p: Pass) -> None:
+    """:meth:`~simulator.harness.decoder.Decoder.forward` around its layers, and what the
+    harness does with the logits.
+
+    Cached passes first build the slots, the rotary rows and the mask; a fresh pass is
+    ``Decoder.full_forward`` (no cache: slices only). Then the embedding, the final norm and
+    the output head over **every** position (the harness computes all of them; callers pick).
+    A sampling pass with one distribution per row is a plain or draft decode step
+    (``plain_generate``, SpecDecoder step 1): softmax and sample, advance the cache position.
+    A cached sampling pass with logits at more than one position per row is a verify pass
+    (:func:`verify_pass`, SpecDecoder steps 2-4): softmax over every position, the drafts'
+    distributions stacked twice (acceptance and next token), the next token's distribution
+    gathered and sampled, and the round's bookkeeping (:data:`HARNESS_ROUND_KERNELS`)."""
+    h, V, t, es = shape.hidden, shape.vocab, p.tokens, _dtype_bytes(gpu)
+    if not p.fresh:
+        attended = p.context + p.new
+        for numel in (p.new, t, p.rows):                             # arange, slots add, arange
+            _op(gpu, cost, "elementwise", None, numel, 8)
+        _op(gpu, cost, "elementwise", "index", t * shape.head_dim, es, 2)    # cos and sin rows
+        _op(gpu, cost, "elementwise", None, attended, 8)             # arange over the view
+        _op(gpu, cost, "elementwise", None, t * attended, 1)         # mask compare (bool)
+    _op(gpu, cost, "embedding", "embedding", t * h, es)
+    _harness_norm(gpu, cost, t, h, es, 1)
+    cost.add("lm_head", gpu.gemm(t, V, h))
+    cost.add("host", gpu.host("view"), HARNESS_HEAD_VIEWS["fresh" if p.fresh else "cached"], kernels=0)
+    # the decoder, its embedding, its final norm and (untied) its output head
+    cost.add("host", gpu.host("module"), 3 if shape.tied_embeddings else 4, kernels=0)
+    if not p.sample:
+        return
+    verify = not p.fresh and p.logits > p.rows
+    if not verify:
+        _harness_sample(gpu, cost, p.rows, V, es)
+        _op(gpu, cost, "sampling", None, p.rows, 8)                 # cache.pos.add_(1)
+        return
+    drafts = p.new - 1
+    n = p.logits * V
+    if es != FP32:
+        _cast(gpu, cost, "sampling", n, es)
+    _op(gpu, cost, "sampling", "softmax", n, FP32)
+    _op(gpu, cost, "sampling", "cat", drafts * p.rows * V, FP32, 2)  # torch.stack(q_probs), twice
+    _op(gpu, cost, "sampling", "index", p.rows * V, FP32)           # p[rows, m]
+    for op in ("exponential", "div", "argmax"):
+        _op(gpu, cost, "sampling", op, p.rows * V, FP32)
+    _op(gpu, cost, "sampling", None, 8 * p.rows * (drafts + 1), 8, HARNESS_ROUND_KERNELS)
+
+
 @dataclass(frozen=True)
 class Style:
-    """How an engine executes a decoder: the ops of its layers and of its head."""
+    """How an engine executes a decoder: the ops of its layers and of its head.
+
+    ``recache_previous``: a speculative round's first draft step also runs the token before
+    the current one (two tokens per row), so the draft caches a last draft token the previous
+    round accepted (the harness's SpecDecoder step 1)."""
 
     layers: Callable[[GpuTables, ModelShape, StepCost, Pass], None]
     head: Callable[[GpuTables, ModelShape, StepCost, Pass], None]
+    recache_previous: bool = False
 
 
 #: execution style -> its ops (module docstring)
 STYLES: dict[str, Style] = {
     "fused": Style(_fused_layers, _fused_head),
     "hf-eager": Style(_eager_layers, _eager_head),
+    "harness": Style(_harness_layers, _harness_head, recache_previous=True),
 }
 
 
@@ -293,7 +474,14 @@ def speculative_round(gpu: GpuTables, target: ModelShape, draft: ModelShape, con
     """``lookahead`` draft decode steps (the rows' contexts growing by one each) and one target
     verify pass of ``lookahead + 1`` tokens per row."""
     cost = StepCost(spec_bandwidth=gpu.spec["memory_bandwidth_bytes_per_s"])
-    for j in range(lookahead):
+    first = 1 if style_of(style).recache_previous and lookahead > 0 else 0
+    if first:
+        # the previous token and the current one, attending what a one-token step would
+        b = len(context)
+        step = forward(gpu, draft, Pass(b, 2, max(_mean(context) - 1, 0), False, b, True), style)
+        step.stream_bytes = _weights_bytes(draft) + draft.kv_bytes_per_token(BF16) * sum(context)
+        cost.extend(step, prefix="draft ")
+    for j in range(first, lookahead):
         cost.extend(decode_step(gpu, draft, [c + j for c in context], style), prefix="draft ")
     cost.extend(verify_pass(gpu, target, context, lookahead, style))
     return cost
