@@ -73,6 +73,7 @@ def profile_cli(
     threads: int = typer.Option(1, "--threads", help="Intra-op threads torch may use while measuring (pinned, so other work on the machine moves the timings less)."),
     strict: bool = typer.Option(False, "--strict", help="Exit with status 1 when the fitted costs miss the held-out generations (the profile is still written)."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing profile."),
+    measure_ops: Path | None = typer.Option(None, "--measure-ops", metavar="DIR", help="Instead of a profile, measure this device's per-op tables (GEMMs, decode/verify/prefill attention, elementwise ops, timed with the harness's own torch ops) for the shapes of --model (a preset or a config.json; default llama-68m, tiny with --quick) and --draft, into DIR; load_gpu(DIR) and the composition's harness style read them. Uses --device or --gpu N, --threads, --quick and --force."),  # noqa: B008
 ) -> None:
     """Write a profile: measured by the harness on a device, or composed from a GPU's per-op tables.
 
@@ -82,6 +83,10 @@ def profile_cli(
     from NVIDIA's measured per-op tables of that GPU and adds the engine's host costs (no GPU
     and no torch needed).
     """
+    if measure_ops is not None:
+        with user_errors():
+            measure_ops_cli(measure_ops, gpu, device, target, draft, threads, quick, force)
+        return
     if gpu is not None and not gpu.isdigit():
         with user_errors():
             composed_profile(gpu, target, draft, engine, backend, like, spec_task, no_kv_cache, max_rows,
@@ -267,3 +272,60 @@ def print_composed(data: dict, path: Path) -> None:
     console.print("engine host costs (calibrate frees these): " + ", ".join(
         f"{p} = {engine[p]:.3g}" for p in ("launch_s", "step_s", "row_s")) + f"; interpreter share {engine['interpreter_share']:g}",
         highlight=False)
+
+
+def measure_ops_cli(out: Path, gpu: str | None, device: str | None, model: str | None, draft: str | None,
+                    threads: int, quick: bool, force: bool) -> None:
+    """``simctl profile --measure-ops DIR``: this device's per-op tables for the presets' shapes."""
+    try:
+        import torch
+    except ModuleNotFoundError:
+        raise HarnessInputError(None, None, None, "--measure-ops needs torch: pip install 'simctl[harness]' "
+                                "(for the CPU build: pip install torch==2.13.0)") from None
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from simulator.hardware.tables import SPEC_FILE
+    from simulator.harness.optable import OpGrid, measure_op_tables
+    from simulator.harness.presets import UnknownPreset, load_shape
+    from simulator.harness.profiler import HarnessError, device_name, resolve_device
+
+    if gpu is not None and not gpu.isdigit():
+        raise HarnessInputError(None, None, "--gpu", f"with --measure-ops, --gpu takes a CUDA device index, not {gpu!r}")
+    if threads < 1:
+        raise HarnessInputError(None, None, "--threads", f"must be >= 1, got {threads}")
+    try:
+        shapes = [load_shape(name) for name in dict.fromkeys(
+            [n for n in (draft, model or ("tiny" if quick else "llama-68m")) if n])]
+        dev = resolve_device(int(gpu) if gpu is not None else None, device)
+    except (UnknownPreset, HarnessError) as exc:
+        raise HarnessInputError(None, None, None, str(exc)) from None
+    if out.exists() and not out.is_dir():
+        raise HarnessInputError(out, None, None, "is a file; --measure-ops writes a folder")
+    if (out / SPEC_FILE).exists() and not force:
+        raise HarnessInputError(out, None, None, "already holds measured op tables; use --force to replace them")
+    grid = (OpGrid.for_shapes(shapes, batches=(1, 2), contexts=(8, 16, 32), lookaheads=(2,), prompt_tokens=(8,),
+                              repeats=3, warmup=1, point_seconds=0.02, elementwise_numel=(16, 1024, 65536))
+            if quick else OpGrid.for_shapes(shapes))
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    torch.set_num_threads(threads)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, transient=True) as bar:
+        job = bar.add_task("measuring op tables", total=grid.points())
+        try:
+            spec = measure_op_tables(dev, dtype, grid, out,
+                                     lambda description: bar.update(job, advance=1, description=description))
+        except torch.cuda.OutOfMemoryError:
+            raise HarnessInputError(None, None, None, f"out of memory on {device_name(dev)} measuring the op tables "
+                                    f"of {', '.join(s.name for s in shapes)}") from None
+    console.print(f"wrote {out}: per-op tables of {spec['device']} ({spec['dtype']}, torch {spec['torch']}, "
+                  f"{spec['threads']} thread(s)) for {', '.join(s.name for s in shapes)}: {len(grid.gemm)} GEMMs, "
+                  f"{len(grid.decode_attention) + len(grid.verify_attention) + len(grid.prefill_attention)} attention "
+                  f"points, {len(spec['elementwise']['ops'])} elementwise ops, in {spec['seconds_taken']:.0f} s; copy "
+                  f"bandwidth {spec['memory_bandwidth_bytes_per_s'] / 1e9:,.1f} GB/s. Compose with "
+                  f"load_gpu({str(out)!r}) and style 'harness'.", highlight=False)
