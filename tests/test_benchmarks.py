@@ -106,3 +106,20 @@ def test_quick_profile_benchmark_runs(capsys):
     assert bench.main(["--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["threads"] == 1 and result["held_out"] >= 10 and result["median_ape"] >= 0
+
+
+@pytest.mark.benchmark
+def test_composition_cpu_quick_mode(capsys):
+    """Structure only (the machine is shared: no timing is asserted)."""
+    import math
+
+    pytest.importorskip("torch", reason="the harness needs torch (pip install torch==2.13.0)")
+    bench = load("composition_cpu")
+    assert bench.main(["--quick", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["threads"] == 1 and result["dtype"] == "float32"
+    assert {r["pass"] for r in result["rows"]} == {"decode step", "speculative round"}
+    for r in result["rows"]:
+        assert r["composed_s"] > 0 and r["measured_s"] > 0 and math.isfinite(r["error"])
+    for summary in result["summary"].values():
+        assert summary["points"] > 0 and math.isfinite(summary["median_abs_error"])
