@@ -133,6 +133,18 @@ def test_measure_ops_refuses_bad_input_in_one_line(measured, tmp_path):
     assert result.exit_code == 2 and "is a file" in result.output
 
 
+def test_measure_ops_refuses_models_whose_weights_do_not_fit(measured, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+    from simulator.harness import optable
+
+    monkeypatch.setattr(optable, "memory_bytes", lambda dev: 1e9)     # a 1 GB device
+    result = CliRunner().invoke(app, ["profile", "--measure-ops", str(tmp_path / "x"), "--model", "llama-160m"])
+    assert result.exit_code == 2 and "choose smaller models" in result.output, result.output
+    assert not (tmp_path / "x").exists()
+
+
 # -- the harness style: the decoder's own op list ------------------------------------------
 
 

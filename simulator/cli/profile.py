@@ -291,7 +291,7 @@ def measure_ops_cli(out: Path, gpu: str | None, device: str | None, model: str |
     )
 
     from simulator.hardware.tables import SPEC_FILE
-    from simulator.harness.optable import OpGrid, measure_op_tables
+    from simulator.harness.optable import OpGrid, measure_op_tables, memory_bytes
     from simulator.harness.presets import UnknownPreset, load_shape
     from simulator.harness.profiler import HarnessError, device_name, resolve_device
 
@@ -313,6 +313,11 @@ def measure_ops_cli(out: Path, gpu: str | None, device: str | None, model: str |
                               repeats=3, warmup=1, point_seconds=0.02, elementwise_numel=(16, 1024, 65536))
             if quick else OpGrid.for_shapes(shapes))
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    needed, available = grid.weight_bytes(torch.finfo(dtype).bits // 8), memory_bytes(dev)
+    if available is not None and needed > available / 2:
+        raise HarnessInputError(None, None, "--model", f"timing GEMMs inside passes of "
+                                f"{', '.join(s.name for s in shapes)} holds {needed / 1e9:.1f} GB of weights; "
+                                f"{device_name(dev)} has {available / 1e9:.1f} GB: choose smaller models")
     torch.set_num_threads(threads)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console, transient=True) as bar:

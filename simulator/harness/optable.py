@@ -139,6 +139,12 @@ class OpGrid:
                    vocab=max(s.vocab for s in shapes), logit_rows=tuple(rows),
                    shapes=tuple(s.name for s in shapes), **timing)
 
+    def weight_bytes(self, dtype_bytes: int) -> int:
+        """Bytes of the weights the GEMM timing holds at once (one per GEMM of each pass)."""
+        order = [nk for layout in self.passes for nk in layout]
+        order += sorted({(n, k) for _, n, k in self.gemm} - set(order))
+        return dtype_bytes * sum(n * k for n, k in order)
+
     def points(self) -> int:
         """How many measurements the grid makes (for a progress bar)."""
         return (2 + len(self.gemm) + len(self.decode_attention) + len(self.prefill_attention)
@@ -240,7 +246,8 @@ def _device_name(dev: torch.device) -> str:
     return device_name(dev)
 
 
-def _memory_bytes(dev: torch.device) -> float | None:
+def memory_bytes(dev: torch.device) -> float | None:
+    """The device's memory (a GPU's, or this machine's RAM), or None where unknown."""
     if dev.type == "cuda":
         return float(torch.cuda.get_device_properties(dev).total_memory)
     try:
@@ -526,7 +533,7 @@ def measure_op_tables(device: str | torch.device, dtype: torch.dtype, grid: OpGr
         "threads": torch.get_num_threads(),
         "memory_bandwidth_bytes_per_s": bandwidth,
         "flops_per_s": flops,
-        "memory_bytes": _memory_bytes(dev),
+        "memory_bytes": memory_bytes(dev),
         "elementwise": elementwise,
         "host": host,
         "rotate_bytes": grid.rotate_bytes,
