@@ -38,6 +38,8 @@ class EngineSpec:
     description: str
     defaults: Mapping[str, float] = field(default_factory=dict)
     sources: Mapping[str, str] = field(default_factory=dict)
+    #: the parameters a composed profile lets ``simctl calibrate`` free by default
+    calibrated: tuple[str, ...] = ()
 
     def overhead(self, kernels: Mapping[str, float], **overrides: float) -> dict[str, Any]:
         """The ``engine`` block of a profile's service (:mod:`simulator.profile.overhead`)."""
@@ -63,7 +65,9 @@ ENGINES: dict[str, EngineSpec] = {e.name: e for e in [
                       "a step's few percent; calibrate it for another engine",
             "row_s": "assumed 0 for the same reason as step_s (per-request work overlaps the GPU)",
             "interpreter_share": "0: one engine process per GPU, so GPUs share no interpreter lock",
-        }),
+        },
+        # no launch cost to fit under graphs: the host's part is per step
+        calibrated=("step_s",)),
     EngineSpec(
         "hf-eager", "hf-eager", overlap=True,
         description="Hugging Face generate without CUDA graphs: eager kernels launched from Python, "
@@ -79,7 +83,10 @@ ENGINES: dict[str, EngineSpec] = {e.name: e for e in [
             "interpreter_share": "assumed: PyTorch's operator bindings release the interpreter lock around "
                                  "the ATen call, the module code around it holds it; about half of eager "
                                  "host time",
-        }),
+        },
+        # the host cost per kernel: every one of the users' runs pins it within a few percent;
+        # the others trade against it on latencies alone (docs/calibration.md)
+        calibrated=("launch_s",)),
 ]}
 
 

@@ -37,11 +37,7 @@ from simulator.profile.kinds.spec_decode import FORMS
 
 #: bounds of the engine parameters ``simctl calibrate`` may free (seconds; a share)
 BOUNDS = {"launch_s": (1e-7, 1e-3), "step_s": (1e-6, 0.5), "row_s": (1e-7, 0.05), "interpreter_share": (0.05, 1.0)}
-#: the ones a composed profile lists in ``meta.calibrate``: the host cost per kernel, which
-#: every one of the users' runs pins within a few percent; the others trade against it and
-#: against each other on latencies alone (docs/calibration.md), so they keep their defaults
-#: unless a user lists them
-CALIBRATED = ("launch_s",)
+
 
 
 @dataclass(frozen=True)
@@ -185,7 +181,7 @@ def grounded_profile(base: dict[str, Any], gpu: GpuTables, engine: EngineSpec, t
                      draft: ModelShape | None = None, *, tasks: Sequence[GpuTask] | None = None,
                      kv_cache: bool = True, lookahead: int = 3, acceptance: float = 0.7,
                      finished_rows: str | None = None, name: str | None = None,
-                     overrides: dict[str, float] | None = None, free: Sequence[str] = CALIBRATED) -> dict[str, Any]:
+                     overrides: dict[str, float] | None = None, free: Sequence[str] | None = None) -> dict[str, Any]:
     """A profile (JSON data) with ``base``'s tasks, every GPU task's service composed for
     ``target`` (and ``draft``, for tasks marked speculative) on ``gpu`` under ``engine``.
 
@@ -193,7 +189,8 @@ def grounded_profile(base: dict[str, Any], gpu: GpuTables, engine: EngineSpec, t
     draft is given. ``finished_rows`` defaults to ``stay`` for engines of the ``hf-eager``
     style (a static generate pads finished rows to the end) and ``leave`` otherwise.
     ``overrides`` sets engine parameters (recorded as given); ``free`` names the engine
-    parameters listed in ``meta.calibrate`` (tied across the GPU tasks: one engine)."""
+    parameters listed in ``meta.calibrate`` (tied across the GPU tasks: one engine; default:
+    the engine's own choice, :attr:`EngineSpec.calibrated`)."""
     out = copy.deepcopy(base)
     if tasks is None:
         tasks = [GpuTask(n, int(t.get("prompt_tokens", 256)), int(t.get("max_tokens", 256)), speculative=draft is not None)
@@ -223,7 +220,7 @@ def grounded_profile(base: dict[str, Any], gpu: GpuTables, engine: EngineSpec, t
     meta_out["calibrate"] = [
         {"name": f"engine.{param}", "task": gpu_tasks[0], "path": f"service.engine.{param}", "min": low, "max": high,
          "ties": [{"task": t, "path": f"service.engine.{param}", "factor": 1.0} for t in gpu_tasks[1:]]}
-        for param, (low, high) in ((p, BOUNDS[p]) for p in free)]
+        for param, (low, high) in ((p, BOUNDS[p]) for p in (engine.calibrated if free is None else free))]
     spec = f" + {draft.name} draft ({'KV cache' if kv_cache else 'no KV cache'}, lookahead {lookahead}, " \
            f"acceptance {acceptance:g})" if draft is not None and any(t.speculative for t in tasks) else ""
     out["name"] = name or f"{gpu.gpu}__{target.name}{'__' + draft.name if draft else ''}__{engine.name}"
