@@ -59,32 +59,26 @@ FREE = ("launch_s",)
 
 
 def family_profile(family: str, engine_values: dict[str, float] | None = None,
-                   free: tuple[str, ...] = FREE) -> dict[str, Any]:
+                   free: tuple[str, ...] = FREE, source: str = "calibrated") -> dict[str, Any]:
     """The composed profile of a server family (JSON data), with ``engine_values`` set on every
-    GPU task's engine block (keys ``engine.launch_s`` ...) and ``free`` the engine parameters
-    calibration frees."""
+    GPU task's engine block (keys ``engine.launch_s`` ..., their provenance ``source``) and
+    ``free`` the engine parameters calibration frees."""
     from simulator.hardware import load_gpu
     from simulator.hardware.engines import get_engine
     from simulator.hardware.grounded import GpuTask, grounded_profile
     from simulator.harness.presets import get_preset
 
     gpu, engine, target = load_gpu("a100-sxm"), get_engine("hf-eager"), get_preset("qwen3-4b")
+    values = {name.split(".", 1)[1]: value for name, value in (engine_values or {}).items()}
+    common = {"overrides": values, "overrides_source": source, "free": free}
     if family == "nospec":
         base = json.loads((ROOT / "profiles" / "qwen3-4b-nospec-start.json").read_text())
-        data = grounded_profile(base, gpu, engine, target, tasks=[GpuTask("mmlu", 250, 256, 30),
-                                                                  GpuTask("infobench", 350, 512, 8)], free=free)
-    else:
-        base = json.loads((ROOT / "profiles" / "qwen3-4b-specdec-start.json").read_text())
-        data = grounded_profile(base, gpu, engine, target, get_preset("qwen3-0.6b"),
-                                tasks=[GpuTask("mmlu", 250, 256, 15), GpuTask("infobench", 350, 512, 10, True)],
-                                kv_cache=False, acceptance=ACCEPTANCE, free=free)
-    for name, value in (engine_values or {}).items():
-        param = name.split(".", 1)[1]
-        for task in data["tasks"].values():
-            if "engine" in task["service"]:
-                task["service"]["engine"][param] = value
-                task["service"]["engine"].setdefault("provenance", {})[param] = "calibrated"
-    return data
+        return grounded_profile(base, gpu, engine, target, tasks=[GpuTask("mmlu", 250, 256, 30),
+                                                                  GpuTask("infobench", 350, 512, 8)], **common)
+    base = json.loads((ROOT / "profiles" / "qwen3-4b-specdec-start.json").read_text())
+    return grounded_profile(base, gpu, engine, target, get_preset("qwen3-0.6b"),
+                            tasks=[GpuTask("mmlu", 250, 256, 15), GpuTask("infobench", 350, 512, 10, True)],
+                            kv_cache=False, acceptance=ACCEPTANCE, **common)
 
 
 def _inputs(run: str):
@@ -264,7 +258,8 @@ def write_profiles(result: dict[str, Any]) -> None:
     for family, name in SHIPPED.items():
         run = SHIP_FROM[family]
         f = result["fits"][run]
-        data = family_profile(family, f["values"], free=tuple(result["free"]))
+        data = family_profile(family, f["values"], free=tuple(result["free"]),
+                              source=f"calibrated on the observed run {run} (benchmarks/grounded_calibration.py)")
         data["name"] = name
         data["source"] += (f" Engine host costs ({', '.join(result['free'])}) calibrated on the observed run "
                            f"batch_results_{run} of ../shared/traces/real/lminference/ (scenario "

@@ -41,10 +41,13 @@ class EngineSpec:
     #: the parameters a composed profile lets ``simctl calibrate`` free by default
     calibrated: tuple[str, ...] = ()
 
-    def overhead(self, kernels: Mapping[str, float], **overrides: float) -> dict[str, Any]:
-        """The ``engine`` block of a profile's service (:mod:`simulator.profile.overhead`)."""
+    def overhead(self, kernels: Mapping[str, float], overrides: Mapping[str, float] | None = None,
+                 source: str = "given") -> dict[str, Any]:
+        """The ``engine`` block of a profile's service (:mod:`simulator.profile.overhead`);
+        ``overrides`` replace defaults, their provenance ``source``."""
+        overrides = dict(overrides or {})
         values = {**self.defaults, **overrides}
-        provenance = {k: ("given" if k in overrides else self.sources[k]) for k in values}
+        provenance = {k: (source if k in overrides else self.sources[k]) for k in values}
         provenance["kernels"] = ("counted: the kernels one pass of the execution style launches "
                                  f"({self.style}, simulator.hardware.compose)")
         return {"name": self.name, "overlap": self.overlap, **values,

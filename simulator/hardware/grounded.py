@@ -181,14 +181,15 @@ def grounded_profile(base: dict[str, Any], gpu: GpuTables, engine: EngineSpec, t
                      draft: ModelShape | None = None, *, tasks: Sequence[GpuTask] | None = None,
                      kv_cache: bool = True, lookahead: int = 3, acceptance: float = 0.7,
                      finished_rows: str | None = None, name: str | None = None,
-                     overrides: dict[str, float] | None = None, free: Sequence[str] | None = None) -> dict[str, Any]:
+                     overrides: dict[str, float] | None = None, overrides_source: str = "given",
+                     free: Sequence[str] | None = None) -> dict[str, Any]:
     """A profile (JSON data) with ``base``'s tasks, every GPU task's service composed for
     ``target`` (and ``draft``, for tasks marked speculative) on ``gpu`` under ``engine``.
 
     ``tasks`` defaults to every GPU task of ``base`` at its lengths, speculative when a
     draft is given. ``finished_rows`` defaults to ``stay`` for engines of the ``hf-eager``
     style (a static generate pads finished rows to the end) and ``leave`` otherwise.
-    ``overrides`` sets engine parameters (recorded as given); ``free`` names the engine
+    ``overrides`` sets engine parameters (their provenance ``overrides_source``); ``free`` names the engine
     parameters listed in ``meta.calibrate`` (tied across the GPU tasks: one engine; default:
     the engine's own choice, :attr:`EngineSpec.calibrated`)."""
     out = copy.deepcopy(base)
@@ -206,7 +207,7 @@ def grounded_profile(base: dict[str, Any], gpu: GpuTables, engine: EngineSpec, t
             service, kernels, meta = _spec_service(gpu, target, draft, engine.style, task, kv_cache, lookahead, acceptance)
         else:
             service, kernels, meta = _iteration_service(gpu, target, engine.style, task, finished)
-        service["engine"] = engine.overhead(kernels, **(overrides or {}))
+        service["engine"] = engine.overhead(kernels, overrides, overrides_source)
         meta["host_share"] = _host_share(service, task)
         entry = out["tasks"].setdefault(task.name, {"resource": "gpu"})
         entry.update({"resource": "gpu", "prompt_tokens": task.prompt_tokens, "max_tokens": task.max_tokens,
