@@ -169,7 +169,8 @@ def _host_share(service: dict[str, Any], task: GpuTask) -> dict[str, float]:
 
     # the host's share is the lock share with every host second counted (interpreter share 1)
     probe = {**service, "engine": {**service["engine"], "interpreter_share": 1.0}}
-    model = KINDS.get(service["kind"])(probe, Where(None, task.name))
+    # iteration and spec_decode services with an engine block answer host_fraction
+    model: Any = KINDS.get(service["kind"])(probe, Where(None, task.name))
     out = {}
     for rows in sorted({1, task.max_rows}):
         shape = BatchShape(rows, task.prompt_tokens, task.max_tokens, (task.max_tokens,) * rows)
