@@ -9,7 +9,7 @@ composed from them, the same passes timed end to end.
 3. The same, timed end to end with the harness: a decode step is ``plain_generate``'s loop
    body (softmax, sample, ``Decoder.forward`` of one token per row at that context, the
    cache position advanced); a speculative round is steps 1-4 of ``SpecDecoder.generate``'s
-   loop (:func:`speculative_iteration`) with injected acceptance, no CUDA graphs.
+   loop (``SpecDecoder.iteration``) with injected acceptance, no CUDA graphs.
 4. Relative error composed ÷ measured − 1: median and max of its absolute value per pass.
 
 Nothing is fitted to the end-to-end timings. Timings move with the machine's load, so they
@@ -57,48 +57,6 @@ class Setup(NamedTuple):
                                  ("rotate_bytes", 4 << 20), ("elementwise_numel", (16, 1024, 65536))))
 
 
-def speculative_iteration(sd, t_step, d_step, state: dict, k: int, view: int) -> None:
-    """One iteration of ``SpecDecoder.generate``'s loop (steps 1-4: draft, verify, accept,
-    commit; ragged, fixed lookahead) on ``state`` (pos, prev, cur, out, generated, active,
-    finish, max_new, rows), which it updates as the loop updates its locals."""
-    import torch
-
-    pos, prev, cur, rows = state["pos"], state["prev"], state["cur"], state["rows"]
-    active, generated = state["active"], state["generated"]
-    d_cache, t_cache = d_step.cache, t_step.cache
-    drafts, q_probs = [], []
-    d_cache.pos.copy_(pos - 1)
-    logits = d_step(torch.stack([prev, cur], 1), view)[:, -1]
-    d_cache.pos.copy_(pos + 1)
-    for j in range(k):
-        q = torch.softmax(logits.float(), -1)
-        d = sd._pick(q)
-        drafts.append(d)
-        q_probs.append(q)
-        if j < k - 1:
-            logits = d_step(d[:, None], view)[:, -1]
-            d_cache.pos.add_(1)
-    drafts_t = torch.stack(drafts, 1)
-    t_cache.pos.copy_(pos)
-    p = torch.softmax(t_step(torch.cat([cur[:, None], drafts_t], 1), view).float(), -1)
-    n = sd._accepted(p, torch.stack(q_probs, 1), drafts_t, k, 0, None)
-    m = n
-    x = sd._next_token(p, torch.stack(q_probs, 1), drafts_t, n, m, k)
-    committed = torch.where(active, m + 1, 0)
-    cand = torch.cat([drafts_t, torch.zeros_like(cur)[:, None]], 1)
-    cand[rows, m] = x
-    state["out"][rows[:, None], generated[:, None] + torch.arange(k + 1, device=pos.device)] = cand
-    last_before_x = torch.where(m > 0, drafts_t[rows, (m - 1).clamp(min=0)], cur)
-    state["prev"] = torch.where(active, last_before_x, prev)
-    state["cur"] = torch.where(active, x, cur)
-    state["pos"] = pos + committed
-    state["generated"] = generated + committed
-    newly_done = active & (state["generated"] >= state["max_new"])
-    state["finish"] = torch.where(newly_done, 0, state["finish"])
-    state["active"] = active & ~newly_done
-    bool(state["active"].any())   # the loop's one sync per iteration
-
-
 def _filled_cache(model, batch: int, max_len: int):
     import torch
 
@@ -134,7 +92,7 @@ def measure_round(target, draft, batch: int, context: int, k: int, alpha: float,
     """Median seconds of one speculative iteration at ``context`` cached tokens per row."""
     import torch
 
-    from simulator.harness.specdec import Acceptance, SpecDecoder, StepRunner
+    from simulator.harness.specdec import Acceptance, RoundState, SpecDecoder, StepRunner
     from simulator.harness.timing import time_call
 
     s_max = context + k + 2
@@ -144,17 +102,21 @@ def measure_round(target, draft, batch: int, context: int, k: int, alpha: float,
     view = context + k + 1              # SpecDecoder's view with view_step 1: the longest row + k + 1
     g = torch.Generator().manual_seed(1)
     prev, cur = (torch.randint(0, target.shape.vocab, (batch,), generator=g) for _ in range(2))
-    state: dict = {}
+    state: list[RoundState] = []
 
     def reset() -> None:
         sd.generator.manual_seed(0)
-        state.update(pos=torch.full((batch,), context), prev=prev.clone(), cur=cur.clone(),
-                     out=torch.zeros(batch, 64, dtype=torch.long), generated=torch.ones(batch, dtype=torch.long),
-                     active=torch.ones(batch, dtype=torch.bool), finish=torch.full((batch,), -1),
-                     max_new=torch.full((batch,), 1000), rows=torch.arange(batch))
+        state[:] = [RoundState(pos=torch.full((batch,), context), prev=prev.clone(), cur=cur.clone(),
+                               out=torch.zeros(batch, 64, dtype=torch.long),
+                               generated=torch.ones(batch, dtype=torch.long),
+                               active=torch.ones(batch, dtype=torch.bool), finish=torch.full((batch,), -1),
+                               max_new=torch.full((batch,), 1000), rows=torch.arange(batch))]
 
-    return time_call(lambda: speculative_iteration(sd, t_step, d_step, state, k, view), torch.device("cpu"),
-                     warmup, repeats, setup=reset).median
+    def one_iteration() -> None:
+        sd.iteration(t_step, d_step, state[0], k, view)
+        bool(state[0].active.any())   # generate's one sync per iteration
+
+    return time_call(one_iteration, torch.device("cpu"), warmup, repeats, setup=reset).median
 
 
 def run(setup: Setup, tables: Path | None = None) -> dict:

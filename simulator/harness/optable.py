@@ -63,7 +63,7 @@ from simulator.hardware.compose import FP32, HARNESS_STREAMS
 from simulator.hardware.tables import SPEC_FILE, elementwise_table
 from simulator.harness.decoder import attend_cached, attend_fresh
 from simulator.harness.presets import ModelShape
-from simulator.harness.timing import measure_bandwidth, synchronize, time_call
+from simulator.harness.timing import measure_bandwidth, synchronize, time_call, time_sequence
 
 FORMAT = "simctl-optable/1"
 #: Elementwise ops timed at :attr:`OpGrid.elementwise_numel` sizes, and those timed over
@@ -256,31 +256,6 @@ def memory_bytes(dev: torch.device) -> float | None:
         return None
 
 
-def _timed_sequence(calls: Sequence[Callable[[], object]], dev: torch.device, passes: int) -> list[list[float]]:
-    """Seconds of each call of ``calls`` run in order, ``passes`` times: per call, one sample
-    per pass (perf_counter around each call on a CPU; a pair of CUDA events around each on a
-    GPU, the host synchronising once per pass)."""
-    samples: list[list[float]] = [[] for _ in calls]
-    for _ in range(passes):
-        if dev.type == "cuda":
-            events = []
-            for call in calls:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                call()
-                end.record()
-                events.append((start, end))
-            torch.cuda.synchronize(dev)
-            for i, (start, end) in enumerate(events):
-                samples[i].append(start.elapsed_time(end) / 1e3)
-        else:
-            for i, call in enumerate(calls):
-                t0 = time.perf_counter()
-                call()
-                samples[i].append(time.perf_counter() - t0)
-    return samples
-
-
 def _pass_weights(dev: torch.device, dtype: torch.dtype, grid: OpGrid) -> list[tuple[int, int, torch.Tensor]]:
     """One weight per GEMM of each pass (and one per grid GEMM no pass lists), in pass order."""
     order = [nk for layout in grid.passes for nk in layout]
@@ -305,7 +280,7 @@ def _gemm_rows(dev: torch.device, dtype: torch.dtype, grid: OpGrid, weights: Seq
         distinct = sorted({(n, k) for n, k, _ in sequence})
         budget = grid.point_seconds * len(distinct)
         start = time.perf_counter()
-        _timed_sequence([partial(F.linear, xs[k], w) for n, k, w in sequence], dev, 1)
+        time_sequence([partial(F.linear, xs[k], w) for n, k, w in sequence], dev, 1)
         synchronize(dev)
         once = time.perf_counter() - start
         if once * grid.min_repeats > 4 * budget:
@@ -313,9 +288,9 @@ def _gemm_rows(dev: torch.device, dtype: torch.dtype, grid: OpGrid, weights: Seq
             once *= len(distinct) / len(sequence)
             sequence = [(n, k, first[(n, k)]) for n, k in distinct]
         calls = [partial(F.linear, xs[k], w) for n, k, w in sequence]
-        _timed_sequence(calls, dev, max(grid.warmup - 1, 0))
+        time_sequence(calls, dev, max(grid.warmup - 1, 0))
         passes = int(min(grid.repeats, max(grid.min_repeats, budget / max(once, 1e-9))))
-        samples = _timed_sequence(calls, dev, passes)
+        samples = time_sequence(calls, dev, passes)
         for n, k in distinct:
             tick(f"gemm m={m} n={n} k={k}")
             times = [t for (nn, kk, _), ts in zip(sequence, samples) if (nn, kk) == (n, k) for t in ts]

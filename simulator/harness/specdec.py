@@ -146,6 +146,24 @@ def _bucket(n: int, step: int, cap: int) -> int:
     return min(cap, step * math.ceil(n / step))
 
 
+@dataclass
+class RoundState:
+    """The per-row state one speculative iteration reads and advances (see the module
+    docstring): where ``cur`` goes (``pos``), the token before it, the tokens written so far
+    (``out``, ``generated`` per row), which rows still run (``active``, ``max_new``), the
+    iteration each finished in (``finish``, -1 while running) and the row indices."""
+
+    pos: torch.Tensor
+    prev: torch.Tensor
+    cur: torch.Tensor
+    out: torch.Tensor
+    generated: torch.Tensor
+    active: torch.Tensor
+    finish: torch.Tensor
+    max_new: torch.Tensor
+    rows: torch.Tensor
+
+
 class SpecDecoder:
     """Batched speculative decoding of ``target`` with ``draft``.
 
@@ -209,13 +227,13 @@ class SpecDecoder:
         t_step = StepRunner(self.target, t_cache, self.graphs)
         d_step = StepRunner(self.draft, d_cache, self.graphs)
 
-        pos = lengths.clone()                      # where cur goes, per row
         out = torch.zeros(B, longest + 2 * (self.k_max + 1), dtype=torch.long, device=dev)
         out[:, 0] = cur                            # the prefill's token is the first generated
         generated = torch.ones(B, dtype=torch.long, device=dev)
         active = generated < max_new_t
-        finish = torch.where(active, -1, 0)
-        rows = torch.arange(B, device=dev)
+        state = RoundState(pos=lengths.clone(), prev=prev, cur=cur, out=out, generated=generated, active=active,
+                           finish=torch.where(active, -1, 0), max_new=max_new_t,
+                           rows=torch.arange(B, device=dev))
         k = self.k
         bound = P                                   # host-side bound on every row's pos
         accepted_log, committed_log, ks, views = [], [], [], []
@@ -223,61 +241,73 @@ class SpecDecoder:
         replay_table = (torch.tensor(self.acceptance.recorded, device=dev)
                         if self.acceptance.kind == "replay" else None)
 
-        while bool(active.any()):                  # the one sync per iteration
+        while bool(state.active.any()):            # the one sync per iteration
             ks.append(k)
             view = _bucket(bound + k + 1, self.view_step, s_max)
             views.append(view)
-            # 1. draft proposes k tokens; the first step also (re)caches prev at pos - 1
-            drafts, q_probs = [], []
-            d_cache.pos.copy_(pos - 1)
-            logits = d_step(torch.stack([prev, cur], 1), view)[:, -1]
-            d_cache.pos.copy_(pos + 1)
-            for j in range(k):
-                q = torch.softmax(logits.float(), -1)
-                d = self._pick(q)
-                drafts.append(d)
-                q_probs.append(q)
-                if j < k - 1:
-                    logits = d_step(d[:, None], view)[:, -1]
-                    d_cache.pos.add_(1)
-            drafts_t = torch.stack(drafts, 1)                        # [B, k]
-            # 2. target verifies cur and the k drafts in one pass
-            t_cache.pos.copy_(pos)
-            p = torch.softmax(t_step(torch.cat([cur[:, None], drafts_t], 1), view).float(), -1)  # [B, k+1, V]
-            # 3. how many drafts each row accepts
-            n = self._accepted(p, torch.stack(q_probs, 1), drafts_t, k, it, replay_table)
-            m = n if self.discipline == "ragged" else torch.where(active, n, k).min().expand(B)
-            # 4. the token after the m accepted drafts
-            x = self._next_token(p, torch.stack(q_probs, 1), drafts_t, n, m, k)
-            committed = torch.where(active, m + 1, 0)
-            cand = torch.cat([drafts_t, torch.zeros_like(cur)[:, None]], 1)
-            cand[rows, m] = x
-            out[rows[:, None], generated[:, None] + torch.arange(k + 1, device=dev)] = cand
-            last_before_x = torch.where(m > 0, drafts_t[rows, (m - 1).clamp(min=0)], cur)
-            prev = torch.where(active, last_before_x, prev)
-            cur = torch.where(active, x, cur)
-            pos = pos + committed
-            generated = generated + committed
-            accepted_log.append(torch.where(active, n, 0))
+            was_active = state.active
+            n, committed = self.iteration(t_step, d_step, state, k, view, it, replay_table)
+            accepted_log.append(torch.where(was_active, n, 0))
             committed_log.append(committed)
-            newly_done = active & (generated >= max_new_t)
-            finish = torch.where(newly_done, it, finish)
-            active = active & ~newly_done
             bound = min(bound + k + 1, P + longest + self.k_max + 1)
             if self.adaptive:  # needs the host to know the next k: one more small read
-                all_in = bool(((n == k) | ~(active | newly_done)).all())
+                all_in = bool(((n == k) | ~was_active).all())
                 k = min(self.k_max, k + 2) if all_in else max(1, k - 1)
             it += 1
 
         accepted = torch.stack(accepted_log).cpu() if accepted_log else torch.zeros(0, B, dtype=torch.long)
         committed_all = torch.stack(committed_log).cpu() if committed_log else torch.zeros(0, B, dtype=torch.long)
-        out_host = out.cpu()
+        out_host = state.out.cpu()
         limits = max_new_t.cpu().tolist()
         return Generation(
             tokens=[out_host[b, : limits[b]].tolist() for b in range(B)],
             iterations=it, accepted=accepted, committed=committed_all, lookahead=ks,
-            finish_iteration=finish.cpu().tolist(), views=views,
+            finish_iteration=state.finish.cpu().tolist(), views=views,
         )
+
+    def iteration(self, t_step: StepRunner, d_step: StepRunner, state: RoundState, k: int, view: int,
+                  it: int = 0, replay_table: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """One speculative iteration (module docstring, steps 1-4) with lookahead ``k`` over
+        the first ``view`` cached positions: advances ``state`` in place and returns the drafts
+        each row accepted and the tokens each row committed (0 for finished rows). Reads
+        nothing on the host."""
+        d_cache, t_cache = d_step.cache, t_step.cache
+        pos, prev, cur, rows, active = state.pos, state.prev, state.cur, state.rows, state.active
+        # 1. draft proposes k tokens; the first step also (re)caches prev at pos - 1
+        drafts, q_probs = [], []
+        d_cache.pos.copy_(pos - 1)
+        logits = d_step(torch.stack([prev, cur], 1), view)[:, -1]
+        d_cache.pos.copy_(pos + 1)
+        for j in range(k):
+            q = torch.softmax(logits.float(), -1)
+            d = self._pick(q)
+            drafts.append(d)
+            q_probs.append(q)
+            if j < k - 1:
+                logits = d_step(d[:, None], view)[:, -1]
+                d_cache.pos.add_(1)
+        drafts_t = torch.stack(drafts, 1)                        # [B, k]
+        # 2. target verifies cur and the k drafts in one pass
+        t_cache.pos.copy_(pos)
+        p = torch.softmax(t_step(torch.cat([cur[:, None], drafts_t], 1), view).float(), -1)  # [B, k+1, V]
+        # 3. how many drafts each row accepts
+        n = self._accepted(p, torch.stack(q_probs, 1), drafts_t, k, it, replay_table)
+        m = n if self.discipline == "ragged" else torch.where(active, n, k).min().expand(len(pos))
+        # 4. the token after the m accepted drafts
+        x = self._next_token(p, torch.stack(q_probs, 1), drafts_t, n, m, k)
+        committed = torch.where(active, m + 1, 0)
+        cand = torch.cat([drafts_t, torch.zeros_like(cur)[:, None]], 1)
+        cand[rows, m] = x
+        state.out[rows[:, None], state.generated[:, None] + torch.arange(k + 1, device=pos.device)] = cand
+        last_before_x = torch.where(m > 0, drafts_t[rows, (m - 1).clamp(min=0)], cur)
+        state.prev = torch.where(active, last_before_x, prev)
+        state.cur = torch.where(active, x, cur)
+        state.pos = pos + committed
+        state.generated = state.generated + committed
+        newly_done = active & (state.generated >= state.max_new)
+        state.finish = torch.where(newly_done, it, state.finish)
+        state.active = active & ~newly_done
+        return n, committed
 
     def _accepted(self, p, q, drafts, k, it, replay_table) -> torch.Tensor:
         """Drafts accepted per row, ``[B]`` (leading run of accepts)."""

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import torch
@@ -44,29 +44,38 @@ def time_call(fn: Callable[[], object], device: torch.device, warmup: int = 2, r
             setup()
         fn()
     synchronize(device)
-    samples: list[float] = []
-    if device.type == "cuda":
-        pairs = []
-        for _ in range(repeats):
-            if setup:
-                setup()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            pairs.append((start, end))
-        torch.cuda.synchronize(device)
-        samples = [s.elapsed_time(e) / 1e3 for s, e in pairs]
-    else:
-        for _ in range(repeats):
-            if setup:
-                setup()
-            t0 = time.perf_counter()
-            fn()
-            samples.append(time.perf_counter() - t0)
+    samples = time_sequence([fn], device, repeats, setup)[0]
     arr = np.array(samples)
     return Timing(float(statistics.median(samples)), float(np.percentile(arr, 10)),
                   float(np.percentile(arr, 90)), repeats)
+
+
+def time_sequence(calls: Sequence[Callable[[], object]], device: torch.device, passes: int,
+                  setup: Callable[[], object] | None = None) -> list[list[float]]:
+    """Seconds of each of ``calls`` run in order, ``passes`` times (``setup()``, untimed, before
+    each pass): per call, one sample per pass — ``perf_counter`` around each call on a CPU, a
+    pair of CUDA events around each on a GPU, the host synchronising once per pass."""
+    samples: list[list[float]] = [[] for _ in calls]
+    for _ in range(passes):
+        if setup:
+            setup()
+        if device.type == "cuda":
+            events = []
+            for call in calls:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                call()
+                end.record()
+                events.append((start, end))
+            torch.cuda.synchronize(device)
+            for i, (start, end) in enumerate(events):
+                samples[i].append(start.elapsed_time(end) / 1e3)
+        else:
+            for i, call in enumerate(calls):
+                t0 = time.perf_counter()
+                call()
+                samples[i].append(time.perf_counter() - t0)
+    return samples
 
 
 def measure_bandwidth(device: torch.device, nbytes: int = 1 << 30, repeats: int = 10) -> float:
