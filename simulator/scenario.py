@@ -19,6 +19,9 @@ tokens and resource to use. It is read from TOML (``--config``)::
                                # tasks advances; their round-robin dispatch takes from it
     max_concurrent_groups = 2  # a call's task groups run at most 2 at a time ...
     group_order = ["graph", "mmlu", "infobench"]   # ... started in this order
+    engine = "auto"            # how to compute it: auto (the compiled kernel where it
+                               # supports the scenario), reference (simpy), fast (the kernel
+                               # or an error naming what it lacks); results are identical
 
     [defaults]                 # applies to every task (CLI flags set these too)
     flush = 0.5
@@ -198,6 +201,7 @@ class Scenario:
     shared_rotation: tuple[str, ...] = ()
     max_concurrent_groups: int | None = None
     group_order: tuple[str, ...] = ()
+    engine: str = "auto"
     defaults: TaskConfig = field(default_factory=TaskConfig)
     tasks: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     compositions: Compositions = field(default_factory=Compositions)
@@ -225,6 +229,7 @@ class Scenario:
             "shared_rotation": list(self.shared_rotation),
             "max_concurrent_groups": self.max_concurrent_groups,
             "group_order": list(self.group_order),
+            "engine": self.engine,
             "defaults": asdict(self.defaults),
             "tasks": {k: dict(v) for k, v in self.tasks.items()},
             **({"compositions": self.compositions.to_dict()} if self.compositions.rules else {}),
@@ -282,7 +287,9 @@ def _check_task_values(values: Mapping[str, Any], where: str | None, record: str
 
 
 RUN_FIELDS = ("gpus", "gpu_sharing", "deadline", "rate_scale", "client", "client_timeout",
-              "cold_start", "host_lock", "shared_rotation", "max_concurrent_groups", "group_order")
+              "cold_start", "host_lock", "shared_rotation", "max_concurrent_groups", "group_order", "engine")
+#: How a run is computed (``run.engine``); every engine gives the same event log.
+ENGINES = ("auto", "reference", "fast")
 
 
 @dataclass(frozen=True)
@@ -355,6 +362,8 @@ def _check_run_values(values: Mapping[str, Any], where: str | None, record: str 
             parse_client(client)
         except ValueError as exc:
             raise ScenarioError(where, record, "client", str(exc)) from None
+    if "engine" in values and values["engine"] not in ENGINES:
+        raise ScenarioError(where, record, "engine", f"must be {', '.join(ENGINES)}, got {values['engine']!r}")
     if "gpu_sharing" in values:
         sharing = values["gpu_sharing"]
         if not isinstance(sharing, str):
@@ -510,6 +519,7 @@ def build_scenario(
         shared_rotation=tuple(run_values.get("shared_rotation", ())),
         max_concurrent_groups=run_values.get("max_concurrent_groups"),
         group_order=tuple(run_values.get("group_order", ())),
+        engine=str(run_values.get("engine", "auto")),
         defaults=replace(TaskConfig(), **merged_defaults),
         tasks=task_overrides,
         compositions=Compositions.parse(data["compositions"], where) if "compositions" in data else Compositions(),
