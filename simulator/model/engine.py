@@ -17,7 +17,6 @@ does not reshuffle another task's service times.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 from collections import deque
 from typing import Callable
@@ -29,6 +28,8 @@ from simulator.errors import ScenarioError
 from simulator.events import SERVED
 from simulator.model.dispatch import DISPATCH_RULES, DispatchRule
 from simulator.model.kernel import ARRIVAL, SimEnvironment
+from simulator.model.fast import simulate_fast, task_key, unsupported
+from simulator.model.log import STATUS_CODE, Outcome, PromptColumns, build_event_log
 from simulator.model.policies import POLICIES, BatchingPolicy
 from simulator.model.resources import GPU_SHARING, Batch, Device, HostLock, RetimedGpu, ServerPool
 from simulator.model.topologies import TOPOLOGIES, Topology
@@ -37,11 +38,6 @@ from simulator.profile.iteration import first_token_seconds
 from simulator.profile.kinds import BatchShape
 from simulator.scenario import Scenario, TaskConfig
 from simulator.trace.model import Trace
-
-
-def _task_key(task: str) -> int:
-    """A stable integer for a task name (Python's ``hash`` is salted per process)."""
-    return int.from_bytes(hashlib.sha256(task.encode()).digest()[:4], "little")
 
 
 class System:
@@ -200,7 +196,7 @@ class System:
     def service_rng(self, task: str) -> np.random.Generator:
         rng = self._service_rngs.get(task)
         if rng is None:
-            rng = self._service_rngs[task] = np.random.default_rng([self.seed, 1, _task_key(task)])
+            rng = self._service_rngs[task] = np.random.default_rng([self.seed, 1, task_key(task)])
         return rng
 
     def service_of(self, task: str):
@@ -410,67 +406,75 @@ class System:
                                 f"give it a timeout with flush > 0")
 
     def _event_log(self) -> pd.DataFrame:
-        from simulator.events import EVENT_COLUMNS
-
         batches = self.batches
-        bid = np.asarray(self.batch_of, dtype=np.int64)
-        status = np.asarray(self.status, dtype=object)
-        served = np.isin(status, SERVED)
-        if len(bid) and (bid[served] < 0).any():
-            raise RuntimeError("internal error: a prompt was never batched")
-        # Batch columns, with a last row standing for "no batch" (prompts turned away).
-        nan = float("nan")
-        pos = {b.id: k for k, b in enumerate(batches)}
-        row = np.array([pos[b] if b >= 0 else len(batches) for b in bid], dtype=np.int64)
-        b_formed = np.array([b.formed_at for b in batches] + [nan], dtype=float)
-        b_started = np.array([b.started_at for b in batches] + [nan], dtype=float)
-        b_device = np.array([b.device for b in batches] + [-1], dtype=np.int64)
-        b_worker = np.array([b.worker for b in batches] + [-1], dtype=np.int64)
-        b_size = np.array([len(b.prompts) for b in batches] + [0], dtype=np.int64)
-        b_queue = np.array([b.queue for b in batches] + [""], dtype=object)
-        calls = self.trace.calls
-        call_of = np.asarray(self.call_of, dtype=np.int64)
-        call_ids = np.array([c.id for c in calls], dtype=object)
-        prompt_index = np.concatenate([np.arange(len(c.prompts)) for c in calls]) if calls else np.zeros(0, np.int64)
-        resource = {t: self.resource_of(t) for t in self.configs}
-        task = np.asarray(self.task_of, dtype=object)
-        queue = b_queue[row]
-        if len(queue) and not served.all():
-            queue[~served] = task[~served]
-        gpu = b_device[row]
-        log = pd.DataFrame({
-            "call_id": call_ids[call_of] if len(call_of) else call_ids[:0],
-            "call_index": call_of,
-            "prompt_index": prompt_index.astype(np.int64),
-            "task": task,
-            "resource": np.array([resource[t] for t in self.task_of], dtype=object),
-            "prompt_tokens": np.asarray(self.prompt_tokens, dtype=np.int64),
-            "max_tokens": np.asarray(self.max_tokens, dtype=np.int64),
-            "queue": queue,
-            "status": status,
-            "arrived_at": np.asarray(self.arrived_at, dtype=float),
-            "batched_at": b_formed[row],
-            "started_at": b_started[row],
-            "first_token_at": np.asarray(self.first_token_at, dtype=float),
-            "done_at": np.asarray(self.done_at, dtype=float),
-            "gpu": pd.arrays.IntegerArray(gpu, mask=gpu < 0),
-            "worker": b_worker[row],
-            "batch_id": bid,
-            "batch_size": b_size[row],
-            "preemptions": np.asarray(self.preemptions, dtype=np.int64),
-        })
-        for col in ("task", "resource", "queue", "call_id", "status"):
-            log[col] = log[col].astype(str)
-        return log[EVENT_COLUMNS]
+        names = list(self.configs)
+        code = {t: i for i, t in enumerate(names)}
+        queues = sorted({b.queue for b in batches})
+        queue_code = {q: i for i, q in enumerate(queues)}
+        outcome = Outcome(
+            batch_of=np.asarray(self.batch_of, dtype=np.int64),
+            done_at=np.asarray(self.done_at, dtype=float),
+            first_token_at=np.asarray(self.first_token_at, dtype=float),
+            status=np.array([STATUS_CODE[s] for s in self.status], dtype=np.int8),
+            preemptions=np.asarray(self.preemptions, dtype=np.int64),
+            batch_id=np.array([b.id for b in batches], dtype=np.int64),
+            formed_at=np.array([b.formed_at for b in batches], dtype=float),
+            started_at=np.array([b.started_at for b in batches], dtype=float),
+            device=np.array([b.device for b in batches], dtype=np.int64),
+            worker=np.array([b.worker for b in batches], dtype=np.int64),
+            size=np.array([len(b.prompts) for b in batches], dtype=np.int64),
+            queue=np.array([queue_code[b.queue] for b in batches], dtype=np.int64),
+            queue_names=queues,
+        )
+        return build_event_log(prompt_columns(self.trace, names, code, self.task_of,
+                                              [self.resource_of(t) for t in names],
+                                              self.prompt_tokens, self.max_tokens, self.arrived_at), outcome)
 
 
-def simulate(trace: Trace, scenario: Scenario, profile: Profile, seed: int = 0) -> pd.DataFrame:
+def prompt_columns(trace: Trace, names: list[str], code: dict[str, int], task_of: list[str],
+                   resources: list[str], prompt_tokens, max_tokens, arrived_at) -> PromptColumns:
+    """The :class:`PromptColumns` of a run of ``trace`` (tasks coded by ``code``)."""
+    calls = trace.calls
+    sizes = np.fromiter((len(c.prompts) for c in calls), dtype=np.int64, count=len(calls))
+    starts = np.cumsum(sizes) - sizes
+    n = int(sizes.sum())
+    call_of = np.repeat(np.arange(len(calls), dtype=np.int64), sizes)
+    return PromptColumns(
+        call_ids=np.array([c.id for c in calls], dtype=object),
+        call_of=call_of,
+        prompt_index=np.arange(n, dtype=np.int64) - np.repeat(starts, sizes),
+        task_names=names,
+        task_of=np.array([code[t] for t in task_of], dtype=np.int64),
+        resources=resources,
+        prompt_tokens=np.asarray(prompt_tokens, dtype=np.int64),
+        max_tokens=np.asarray(max_tokens, dtype=np.int64),
+        arrived_at=np.asarray(arrived_at, dtype=float),
+    )
+
+
+def simulate(trace: Trace, scenario: Scenario, profile: Profile, seed: int = 0,
+             engine: str | None = None) -> pd.DataFrame:
     """Run ``trace`` (already rate-scaled) through the system of ``scenario``.
 
-    Returns the per-prompt event log (see :mod:`simulator.events`).
+    Returns the per-prompt event log (see :mod:`simulator.events`); ``log.attrs["engine"]``
+    says which engine computed it. ``engine`` (default: the scenario's ``run.engine``):
+    ``reference`` runs the simpy model above; ``fast`` the compiled kernel
+    (:mod:`simulator.model.fast`), or a :class:`ScenarioError` naming the setting it does not
+    support; ``auto`` the kernel wherever it supports the scenario. Both give the same log.
     """
     for task in trace.tasks:
         cfg = scenario.for_task(task)
         if cfg.topology not in TOPOLOGIES:
             raise ScenarioError(scenario.source, f"tasks.{task}", "topology", f"unknown topology '{cfg.topology}'")
-    return System(trace, scenario, profile, seed).run()
+    engine = engine or scenario.engine
+    reason = None if engine == "reference" else unsupported(trace, scenario, profile)
+    if engine == "fast" and reason is not None:
+        raise ScenarioError(scenario.source, "run", "engine",
+                            f"the fast engine does not model {reason}; use engine = \"auto\" or \"reference\"")
+    if engine != "reference" and reason is None:
+        log = simulate_fast(trace, scenario, profile, seed)
+        log.attrs["engine"] = "fast"
+    else:
+        log = System(trace, scenario, profile, seed).run()
+        log.attrs["engine"] = "reference" if reason is None else f"reference ({reason})"
+    return log

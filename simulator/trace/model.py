@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, Iterator, Mapping
 
 import numpy as np
@@ -36,6 +37,23 @@ class Call:
     id: str
     t: float
     prompts: tuple[Prompt, ...]
+
+
+@dataclass(frozen=True)
+class TraceColumns:
+    """A trace as numpy columns: one entry per call, or per prompt in trace order.
+
+    Absent token counts are ``-1`` (prompt tokens) and ``0`` (max tokens), as a replay reads
+    them: the task's default applies."""
+
+    call_t: np.ndarray         # float64, per call
+    call_ids: np.ndarray       # object, per call
+    call_of: np.ndarray        # int64, per prompt: its call
+    prompt_index: np.ndarray   # int64, per prompt: its position in its call
+    task_names: tuple[str, ...]  # in order of first appearance
+    task_of: np.ndarray        # int64, per prompt: index into task_names
+    prompt_tokens: np.ndarray  # int64, -1: absent
+    max_tokens: np.ndarray     # int64, 0: absent
 
 
 @dataclass(frozen=True)
@@ -77,6 +95,26 @@ class Trace:
     def arrival_times(self) -> np.ndarray:
         """Arrival instants of the calls, in trace order."""
         return np.fromiter((c.t for c in self.calls), dtype=float, count=len(self.calls))
+
+    @cached_property
+    def columns(self) -> TraceColumns:
+        """The trace as :class:`TraceColumns` (computed once per trace object)."""
+        calls = self.calls
+        sizes = np.fromiter((len(c.prompts) for c in calls), dtype=np.int64, count=len(calls))
+        n = int(sizes.sum())
+        codes: dict[str, int] = {}
+        task_of = np.fromiter((codes.setdefault(p.task, len(codes)) for c in calls for p in c.prompts),
+                              dtype=np.int64, count=n)
+        prompt_tokens = np.fromiter((-1 if p.prompt_tokens is None else p.prompt_tokens
+                                     for c in calls for p in c.prompts), dtype=np.int64, count=n)
+        max_tokens = np.fromiter((p.max_tokens or 0 for c in calls for p in c.prompts), dtype=np.int64, count=n)
+        starts = np.cumsum(sizes) - sizes
+        return TraceColumns(
+            call_t=np.fromiter((c.t for c in calls), dtype=float, count=len(calls)),
+            call_ids=np.array([c.id for c in calls], dtype=object),
+            call_of=np.repeat(np.arange(len(calls), dtype=np.int64), sizes),
+            prompt_index=np.arange(n, dtype=np.int64) - np.repeat(starts, sizes),
+            task_names=tuple(codes), task_of=task_of, prompt_tokens=prompt_tokens, max_tokens=max_tokens)
 
     def scaled(self, rate_scale: float) -> "Trace":
         """The same calls with inter-arrival times scaled by ``1 / rate_scale``.

@@ -11,7 +11,7 @@ Axes are any of ``batch_size``, ``prompt_tokens`` and ``max_tokens``, each a str
 increasing list; ``seconds`` is nested in the order the axes are listed. A batch is looked
 up at its size and its largest prompt and output lengths (the longest row sets a batched
 generation's time). Between grid points the time is linear in each axis
-(``scipy.interpolate.RegularGridInterpolator``); outside the grid it is extrapolated
+(:func:`grid_mean`); outside the grid it is extrapolated
 linearly and floored at 1 % of the smallest measured time. The optional ``dist``/``cv`` add
 run-to-run noise around the interpolated mean.
 """
@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.interpolate import RegularGridInterpolator
 
 from simulator.profile.kinds import KINDS, BatchShape
 from simulator.profile.spec import Where, need_number
@@ -41,22 +40,22 @@ class TableService:
     dist: str = "deterministic"
     cv: float = 0.0
     kind: str = "table"
-    _interp: RegularGridInterpolator = field(init=False, repr=False, compare=False)
     _cache: dict = field(init=False, repr=False, compare=False, default_factory=dict)
 
-    def __post_init__(self) -> None:
-        interp = RegularGridInterpolator(
-            self.grid, self.seconds, method="linear", bounds_error=False, fill_value=None
-        )
-        object.__setattr__(self, "_interp", interp)
-        object.__setattr__(self, "_floor", 0.01 * float(np.min(self.seconds)))
+    @property
+    def floor(self) -> float:
+        """No batch is faster than 1 % of the fastest measured one."""
+        return 0.01 * float(np.min(self.seconds))
 
     def mean(self, shape: BatchShape) -> float:
         key = tuple(getattr(shape, "size" if a == "batch_size" else a) for a in self.axes)
         value = self._cache.get(key)
         if value is None:
             # Interpolation is costly next to a simulation step; batches repeat shapes.
-            value = max(float(self._interp(np.array([key], dtype=float))[0]), self._floor)  # type: ignore[attr-defined]
+            width = max(len(g) for g in self.grid)
+            grid = np.array([list(g) + [0.0] * (width - len(g)) for g in self.grid])
+            value = grid_mean(len(self.axes), grid, [len(g) for g in self.grid], self.seconds.ravel(),
+                              [float(k) for k in key], self.floor)
             self._cache[key] = value
         return value
 
@@ -82,6 +81,33 @@ class TableService:
         if self.dist != "deterministic":
             out["dist"], out["cv"] = self.dist, self.cv
         return out
+
+
+def grid_mean(dims, grid, lens, values, point, floor):
+    """Multilinear interpolation on a regular grid, extrapolated linearly beyond it, floored
+    at ``floor``: in each axis the cell is the one holding the point (the first or last cell
+    outside the grid); ``values`` is the grid flattened in C order. The compiled engine runs
+    this same function (:mod:`simulator.model.batch_kernel`), so both give the same floats."""
+    lower = [0] * dims
+    weight = [0.0] * dims
+    for a in range(dims):
+        n = lens[a]
+        x = point[a]
+        i = 0
+        while i < n - 2 and grid[a][i + 1] <= x:
+            i += 1
+        lower[a] = i
+        weight[a] = (x - grid[a][i]) / (grid[a][i + 1] - grid[a][i])
+    total = 0.0
+    for corner in range(1 << dims):
+        w = 1.0
+        flat = 0
+        for a in range(dims):
+            up = (corner >> (dims - 1 - a)) & 1
+            w *= weight[a] if up else 1.0 - weight[a]
+            flat = flat * lens[a] + lower[a] + up
+        total += w * values[flat]
+    return total if total > floor else floor
 
 
 @KINDS.register("table")

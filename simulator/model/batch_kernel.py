@@ -1,0 +1,617 @@
+"""The compiled event loop: the micro-batching model as integer-coded arrays, run by numba.
+
+It is the reference engine (:mod:`simulator.model.engine`) written again over arrays, for
+the configurations users sweep most (see :mod:`simulator.model.fast` for what it supports
+and how a scenario is lowered to its arrays). It must give the reference's event log
+exactly, so it copies the reference's order of operations, not just its rules:
+
+* events are ordered by (instant, priority, order scheduled), the same three keys as
+  :mod:`simulator.model.kernel` — ``COMPLETION`` < ``ARRIVAL`` < ``TIMER`` at one instant;
+* a queue polls, times out and dispatches as :class:`~simulator.model.queues.BatchQueue`;
+  a device starts and finishes batches as :class:`~simulator.model.resources.ServerPool`
+  (exclusive GPUs, CPU pools) and :class:`~simulator.model.resources.RetimedGpu`
+  (processor sharing), with the same floating-point operations in the same order;
+* service draws take the task's pre-drawn standard variates in batch-formation order,
+  which is the order the reference draws them from the task's stream (numpy's bulk draws
+  equal its one-by-one draws), and random dispatch draws from the run's dispatch stream.
+
+Policies, dispatch rules and topologies are integer codes (``POLICY``, ``RULE``, ``FRONT``
+in :mod:`simulator.model.fast`); a new one is added here and there, or the kernel refuses
+the scenario (never a silent fallback to another rule).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+import numpy as np
+from numba import njit
+
+from simulator.profile.kinds.table import grid_mean as _grid_mean_py
+
+#: The table kind's interpolation, compiled: the same function the reference engine calls.
+grid_mean = njit(cache=True)(_grid_mean_py)
+
+# Event priorities (as simulator.model.kernel) and kinds.
+COMPLETION, ARRIVAL, TIMER = 0, 1, 2
+EV_ARRIVE, EV_SEND, EV_TIMER, EV_POOL_DONE, EV_SHARED_DONE = 0, 1, 2, 3, 4
+
+# Codes shared with simulator.model.fast.
+P_OLDEST, P_PICKUP, P_ADAPTIVE, P_STATIC = 0, 1, 2, 3
+R_ROUND_ROBIN, R_LEAST_LOADED, R_RANDOM = 0, 1, 2
+U_PROMPTS, U_TOKENS, U_WAITING = 0, 1, 2
+F_SHARED, F_SPLIT, F_DIRECT = 0, 1, 2
+D_POOL, D_SHARED = 0, 1
+K_DETERMINISTIC, K_EXPONENTIAL, K_GAMMA, K_LOGNORMAL = 0, 1, 2, 3
+S_SERVED, S_AFTER_TIMEOUT, S_REJECTED, S_DROPPED = 0, 1, 2, 3
+
+# Columns of the queue state QI (ints) and QF (floats).
+QI_POLICY, QI_MAXB, QI_UNLIMITED, QI_DL0, QI_DL1, QI_RULE, QI_UNBOUND, QI_IDLE0, QI_IDLE1, \
+    QI_MAXQ, QI_STICKY, QI_TASK, QI_NAME, QI_HEAD, QI_TAIL, QI_WAITING, QI_IN_SERVICE, \
+    QI_TOKENS, QI_WHEAD, QI_WTAIL, QI_SHARE0, QI_SHARE1 = range(22)
+QF_FLUSH, QF_PICKUP, QF_TIMER, QF_TIMEOUT = range(4)
+# Columns of the front state FI.
+FI_KIND, FI_Q0, FI_Q1, FI_RULE, FI_PER_GROUP, FI_DL0, FI_DL1, FI_MAXB, FI_NAME, FI_TASK = range(10)
+# Columns of the device state DI and DF.
+DI_KIND, DI_SERVERS, DI_GPU, DI_BUSY, DI_OUT, DI_OUT_TOKENS, DI_LINE_ORDER, DI_VERSION, DI_RUN_HEAD, \
+    DI_RUN_TAIL, DI_RUN_COUNT = range(11)
+DF_UPDATED = 0
+# Columns of the batch table BI and BF.
+BI_TASK, BI_NAME, BI_OFF, BI_SIZE, BI_WORKER_ID, BI_WORKER, BI_DEVICE, BI_QUEUE, BI_TOKENS, BI_PRIO, \
+    BI_NEXT, BI_PREV, BI_ORDER = range(13)
+BF_FORMED, BF_STARTED, BF_WORK, BF_FIRST, BF_REMAINING = range(5)
+
+
+@njit(cache=True)
+def _mean(task, size, max_prompt, max_out, TK, TMEAN, GRID, GLEN, GVAL, GAXIS):
+    """The batch's mean service time: the distribution kind's table by size, or the table
+    kind's interpolation (:func:`grid_mean`)."""
+    if TK[task, 1] == 0:
+        return TMEAN[task, size]
+    point = np.zeros(3)
+    for a in range(TK[task, 2]):
+        code = GAXIS[task, a]
+        point[a] = size if code == 0 else (max_prompt if code == 1 else max_out)
+    return grid_mean(TK[task, 2], GRID[task], GLEN[task], GVAL[task], point, TMEAN[task, 0])
+
+
+@njit(cache=True)
+def _choose(rule, unit, places, n, loads_of_queue, QI, DI, RULES, rng):
+    """A dispatch rule's choice among ``places`` (queue or device indices)."""
+    code = RULES[rule, 0]
+    if code == R_ROUND_ROBIN:
+        index = RULES[rule, 1] % n
+        RULES[rule, 1] = index + 1
+        return index
+    if code == R_RANDOM:
+        return rng.integers(0, n)
+    best = 0
+    best_load = 0
+    for i in range(n):
+        p = places[i]
+        if loads_of_queue:
+            if unit == U_PROMPTS:
+                load = QI[p, QI_WAITING] + QI[p, QI_IN_SERVICE]
+            elif unit == U_TOKENS:
+                load = QI[p, QI_TOKENS]
+            else:
+                load = QI[p, QI_WAITING]
+        else:
+            load = DI[p, DI_OUT_TOKENS] if unit == U_TOKENS else DI[p, DI_OUT]
+        if i == 0 or load < best_load:
+            best, best_load = i, load
+    return best
+
+
+@njit(cache=True)
+def run_kernel(call_t, call_g0, g_start, g_front, order, arrived, ptok, mtok, FI, QI, QF, WDEV, WID,
+               DI, DF, DEVLIST, RULES, TK, TMEAN, TSCALE, NOISE, NOISE0, TPI, GRID, GLEN, GVAL, GAXIS,
+               cold_until, n_workers0, rng):
+    """Run to completion; returns the batch table and per-prompt outcome arrays."""
+    n_prompts = len(arrived)
+    n_calls = len(call_t)
+    nan = math.nan
+    batch_of = np.full(n_prompts, -1, dtype=np.int64)
+    done_at = np.full(n_prompts, nan)
+    first_at = np.full(n_prompts, nan)
+    status = np.zeros(n_prompts, dtype=np.int8)
+    nxt = np.full(n_prompts, -1, dtype=np.int64)      # the queue's next waiting prompt
+    bp = np.empty(n_prompts, dtype=np.int64)          # prompts of batch b: bp[off:off+size]
+    BI = np.empty((16, 13), dtype=np.int64)
+    BF = np.empty((16, 5))
+    W_NEXT = np.full(len(WDEV), -1, dtype=np.int64)   # next idle worker in its queue
+    noise_used = np.zeros(TK.shape[0], dtype=np.int64)
+    # Events: (instant, priority, order, kind, a, b).
+    heap = [(0.0, 0, 0, 0, 0, 0.0)]
+    heap.pop()
+    S = np.zeros(6, dtype=np.int64)  # 0 event order, 1 batches, 2 workers, 3 bp used, 4 input closed
+    S[2] = n_workers0
+    n_queues = QI.shape[0]
+
+    # initial idle workers: each queue's range of worker indices, in order
+    for q in range(n_queues):
+        QI[q, QI_HEAD] = -1
+        QI[q, QI_TAIL] = -1
+        QI[q, QI_WHEAD] = -1
+        QI[q, QI_WTAIL] = -1
+        QF[q, QF_PICKUP] = nan
+        QF[q, QF_TIMER] = nan
+        for w in range(QI[q, QI_IDLE0], QI[q, QI_IDLE1]):
+            _idle_push(q, w, QI, W_NEXT)
+    for d in range(DI.shape[0]):
+        DI[d, DI_RUN_HEAD] = -1
+        DI[d, DI_RUN_TAIL] = -1
+
+    if n_calls > 0:
+        heapq.heappush(heap, (call_t[0], ARRIVAL, S[0], EV_ARRIVE, 0, 0.0))
+        S[0] += 1
+    while heap:
+        now, _, _, kind, a, b = heapq.heappop(heap)
+        if kind == EV_ARRIVE:
+            _send(a, now, heap, S, call_g0, g_start, g_front, order, arrived, ptok, mtok, FI, QI, QF,
+                  WDEV, WID, W_NEXT, DI, DF, DEVLIST, RULES, TK, TMEAN, TSCALE, NOISE, NOISE0, noise_used,
+                  TPI, GRID, GLEN, GVAL, GAXIS, cold_until, n_calls, nxt, bp, BI, BF, batch_of, status, rng)
+            BI, BF, WDEV, WID, W_NEXT = _grown(S, BI, BF, WDEV, WID, W_NEXT)
+            if a + 1 < n_calls:
+                heapq.heappush(heap, (call_t[a + 1], ARRIVAL, S[0], EV_ARRIVE, a + 1, 0.0))
+                S[0] += 1
+        elif kind == EV_SEND:
+            _send(a, now, heap, S, call_g0, g_start, g_front, order, arrived, ptok, mtok, FI, QI, QF,
+                  WDEV, WID, W_NEXT, DI, DF, DEVLIST, RULES, TK, TMEAN, TSCALE, NOISE, NOISE0, noise_used,
+                  TPI, GRID, GLEN, GVAL, GAXIS, cold_until, n_calls, nxt, bp, BI, BF, batch_of, status, rng)
+        elif kind == EV_TIMER:
+            if not (b == QF[a, QF_TIMER]):
+                continue  # superseded: released earlier or the window moved
+            QF[a, QF_TIMER] = nan
+            _poll(a, now, heap, S, arrived, ptok, mtok, QI, QF, WDEV, WID, W_NEXT, DI, DF, DEVLIST, RULES,
+                  TK, TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS, nxt, bp, BI, BF,
+                  batch_of, rng)
+        elif kind == EV_POOL_DONE:
+            _pool_finish(a, now, heap, S, arrived, ptok, mtok, QI, QF, WDEV, WID, W_NEXT, DI, DF, DEVLIST,
+                         RULES, TK, TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS, nxt,
+                         bp, BI, BF, batch_of, done_at, first_at, rng)
+        else:  # EV_SHARED_DONE
+            if b != DI[a, DI_VERSION]:
+                continue
+            _shared_finish(a, now, heap, S, arrived, ptok, mtok, QI, QF, WDEV, WID, W_NEXT, DI, DF, DEVLIST,
+                           RULES, TK, TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS,
+                           nxt, bp, BI, BF, batch_of, done_at, first_at, rng)
+        BI, BF, WDEV, WID, W_NEXT = _grown(S, BI, BF, WDEV, WID, W_NEXT)
+    nb = S[1]
+    return BI[:nb].copy(), BF[:nb].copy(), WID, batch_of, done_at, first_at, status
+
+
+@njit(cache=True)
+def _grown(S, BI, BF, WDEV, WID, W_NEXT):
+    """Room for the batches and workers the next event may add (at most one per prompt, so
+    doubling whenever half full is enough for any event)."""
+    if 2 * S[1] + 64 > BI.shape[0]:
+        n = 2 * BI.shape[0] + 128
+        BI2 = np.empty((n, BI.shape[1]), dtype=np.int64)
+        BI2[:S[1]] = BI[:S[1]]
+        BF2 = np.empty((n, BF.shape[1]))
+        BF2[:S[1]] = BF[:S[1]]
+        BI, BF = BI2, BF2
+    if 2 * S[2] + 64 > len(WDEV):
+        n = 2 * len(WDEV) + 128
+        WDEV2 = np.full(n, -1, dtype=np.int64)
+        WDEV2[:S[2]] = WDEV[:S[2]]
+        WID2 = np.full(n, -1, dtype=np.int64)
+        WID2[:S[2]] = WID[:S[2]]
+        WN2 = np.full(n, -1, dtype=np.int64)
+        WN2[:S[2]] = W_NEXT[:S[2]]
+        WDEV, WID, W_NEXT = WDEV2, WID2, WN2
+    return BI, BF, WDEV, WID, W_NEXT
+
+
+@njit(cache=True)
+def _idle_push(q, w, QI, W_NEXT):
+    W_NEXT[w] = -1
+    if QI[q, QI_WTAIL] < 0:
+        QI[q, QI_WHEAD] = w
+    else:
+        W_NEXT[QI[q, QI_WTAIL]] = w
+    QI[q, QI_WTAIL] = w
+
+
+@njit(cache=True)
+def _send(ci, now, heap, S, call_g0, g_start, g_front, order, arrived, ptok, mtok, FI, QI, QF, WDEV, WID,
+          W_NEXT, DI, DF, DEVLIST, RULES, TK, TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL,
+          GAXIS, cold_until, n_calls, nxt, bp, BI, BF, batch_of, status, rng):
+    """A call is taken in: its groups go to their fronts (after the cold start)."""
+    if now < cold_until:
+        heapq.heappush(heap, (cold_until, ARRIVAL, S[0], EV_SEND, ci, 0.0))
+        S[0] += 1
+        return
+    for g in range(call_g0[ci], call_g0[ci + 1]):
+        f = g_front[g]
+        lo, hi = g_start[g], g_start[g + 1]
+        fk = FI[f, FI_KIND]
+        if fk == F_SHARED:
+            _add(FI[f, FI_Q0], order, lo, hi, now, heap, S, arrived, ptok, mtok, QI, QF, WDEV, WID, W_NEXT, DI,
+                 DF, DEVLIST, RULES, TK, TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS,
+                 nxt, bp, BI, BF, batch_of, status, rng)
+        elif fk == F_SPLIT:
+            q0, q1 = FI[f, FI_Q0], FI[f, FI_Q1]
+            places = np.arange(q0, q1)
+            rule = FI[f, FI_RULE]
+            if FI[f, FI_PER_GROUP]:
+                q = q0 + _choose(rule, RULES[rule, 2], places, q1 - q0, True, QI, DI, RULES, rng)
+                _add(q, order, lo, hi, now, heap, S, arrived, ptok, mtok, QI, QF, WDEV, WID, W_NEXT, DI, DF,
+                     DEVLIST, RULES, TK, TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS,
+                     nxt, bp, BI, BF, batch_of, status, rng)
+            else:
+                for k in range(lo, hi):
+                    q = q0 + _choose(rule, RULES[rule, 2], places, q1 - q0, True, QI, DI, RULES, rng)
+                    _add(q, order, k, k + 1, now, heap, S, arrived, ptok, mtok, QI, QF, WDEV, WID, W_NEXT, DI,
+                         DF, DEVLIST, RULES, TK, TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL,
+                         GAXIS, nxt, bp, BI, BF, batch_of, status, rng)
+        else:  # F_DIRECT: batches of at most max_batch, each to a device chosen now
+            size = FI[f, FI_MAXB]
+            dl0, dl1 = FI[f, FI_DL0], FI[f, FI_DL1]
+            for start in range(lo, hi, size):
+                stop = min(start + size, hi)
+                if dl1 - dl0 == 1:
+                    device = DEVLIST[dl0]
+                else:
+                    rule = FI[f, FI_RULE]
+                    device = DEVLIST[dl0 + _choose(rule, RULES[rule, 2], DEVLIST[dl0:dl1], dl1 - dl0, False,
+                                                   QI, DI, RULES, rng)]
+                for k in range(start, stop):
+                    bp[S[3] + k - start] = order[k]
+                b = _form(FI[f, FI_TASK], FI[f, FI_NAME], stop - start, -1, -1, -1, now, S, ptok, mtok, bp, BI,
+                          BF, batch_of, TK, TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS)
+                _submit(b, device, now, heap, S, DI, DF, BI, BF)
+    if ci == n_calls - 1:
+        S[4] = 1
+        for q in range(QI.shape[0]):
+            _poll(q, now, heap, S, arrived, ptok, mtok, QI, QF, WDEV, WID, W_NEXT, DI, DF, DEVLIST, RULES, TK,
+                  TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS, nxt, bp, BI, BF,
+                  batch_of, rng)
+
+
+@njit(cache=True)
+def _add(q, order, lo, hi, now, heap, S, arrived, ptok, mtok, QI, QF, WDEV, WID, W_NEXT, DI, DF, DEVLIST, RULES,
+         TK, TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS, nxt, bp, BI, BF, batch_of,
+         status, rng):
+    """Prompts ``order[lo:hi]`` join queue ``q`` now (as BatchQueue.add)."""
+    if QI[q, QI_MAXQ] >= 0:
+        room = max(QI[q, QI_MAXQ] - QI[q, QI_WAITING], 0)
+        if room < hi - lo:
+            for k in range(lo + room, hi):
+                status[order[k]] = S_REJECTED
+            hi = lo + room
+    if hi <= lo:
+        return
+    for k in range(lo, hi):
+        p = order[k]
+        if QI[q, QI_TAIL] < 0:
+            QI[q, QI_HEAD] = p
+        else:
+            nxt[QI[q, QI_TAIL]] = p
+        nxt[p] = -1
+        QI[q, QI_TAIL] = p
+        QI[q, QI_TOKENS] += ptok[p] + mtok[p]
+    QI[q, QI_WAITING] += hi - lo
+    _poll(q, now, heap, S, arrived, ptok, mtok, QI, QF, WDEV, WID, W_NEXT, DI, DF, DEVLIST, RULES, TK, TMEAN,
+          TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS, nxt, bp, BI, BF, batch_of, rng)
+
+
+@njit(cache=True)
+def _poll(q, now, heap, S, arrived, ptok, mtok, QI, QF, WDEV, WID, W_NEXT, DI, DF, DEVLIST, RULES, TK, TMEAN,
+          TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS, nxt, bp, BI, BF, batch_of, rng):
+    """Release batches while prompts wait, a worker is idle and the policy says so."""
+    while QI[q, QI_WAITING] > 0 and (QI[q, QI_WHEAD] >= 0 or QI[q, QI_UNLIMITED]):
+        if math.isnan(QF[q, QF_PICKUP]):
+            QF[q, QF_PICKUP] = now
+        worker = QI[q, QI_WHEAD]
+        waiting = QI[q, QI_WAITING]
+        maxb = QI[q, QI_MAXB]
+        flush = QF[q, QF_FLUSH]
+        policy = QI[q, QI_POLICY]
+        oldest = arrived[QI[q, QI_HEAD]]
+        if policy == P_OLDEST:
+            end = oldest + flush
+        elif policy == P_PICKUP:
+            end = QF[q, QF_PICKUP] + flush
+        elif policy == P_ADAPTIVE:
+            share = 0.0
+            if QI[q, QI_SHARE1] > QI[q, QI_SHARE0]:
+                share = _idle_share(q, -1 if worker < 0 else WDEV[worker], QI, DI, DEVLIST)
+            fill = min(waiting, maxb) / maxb
+            window = flush * (1.0 - fill) * (1.0 - share)
+            end = oldest + window
+        else:  # P_STATIC
+            end = oldest + flush if flush > 0 else math.inf
+        if waiting >= maxb:
+            count = maxb
+        elif now >= end:
+            count = waiting
+        else:
+            if end == math.inf and S[4]:
+                count = min(waiting, maxb)  # nothing more will arrive
+            else:
+                if end != QF[q, QF_TIMER] and end != math.inf:
+                    QF[q, QF_TIMER] = end
+                    heapq.heappush(heap, (end, TIMER, S[0], EV_TIMER, q, end))
+                    S[0] += 1
+                return
+        # release the first ``count`` waiting prompts
+        off = S[3]
+        p = QI[q, QI_HEAD]
+        for k in range(count):
+            bp[off + k] = p
+            p = nxt[p]
+        QI[q, QI_HEAD] = p
+        if p < 0:
+            QI[q, QI_TAIL] = -1
+        QI[q, QI_WAITING] -= count
+        QF[q, QF_PICKUP] = math.nan
+        QF[q, QF_TIMER] = math.nan
+        if worker >= 0:
+            QI[q, QI_WHEAD] = W_NEXT[worker]
+            if W_NEXT[worker] < 0:
+                QI[q, QI_WTAIL] = -1
+        else:  # a new worker of an unlimited queue
+            worker = S[2]  # worker indices are the reference's worker ids
+            S[2] += 1
+            WID[worker] = worker
+            WDEV[worker] = QI[q, QI_UNBOUND]
+        device = WDEV[worker]
+        if device < 0:
+            rule = QI[q, QI_RULE]
+            dl0, dl1 = QI[q, QI_DL0], QI[q, QI_DL1]
+            if dl1 - dl0 == 1:
+                device = DEVLIST[dl0]
+            else:
+                device = DEVLIST[dl0 + _choose(rule, RULES[rule, 2], DEVLIST[dl0:dl1], dl1 - dl0, False, QI, DI,
+                                               RULES, rng)]
+            if QI[q, QI_STICKY]:
+                WDEV[worker] = device
+        b = _form(QI[q, QI_TASK], QI[q, QI_NAME], count, WID[worker], worker, q, now, S, ptok, mtok, bp, BI, BF,
+                  batch_of, TK, TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS)
+        QI[q, QI_IN_SERVICE] += count
+        _submit(b, device, now, heap, S, DI, DF, BI, BF)
+
+
+@njit(cache=True)
+def _idle_share(q, chosen, QI, DI, DEVLIST):
+    """Share of the queue's GPUs other than ``chosen`` with nothing to run."""
+    others = 0
+    idle = 0
+    for k in range(QI[q, QI_SHARE0], QI[q, QI_SHARE1]):
+        d = DEVLIST[k]
+        if d == chosen:
+            continue
+        others += 1
+        if DI[d, DI_OUT] == 0:
+            idle += 1
+    if others == 0:
+        return 0.0
+    return idle / others
+
+
+@njit(cache=True)
+def _form(task, name, size, worker_id, worker, q, now, S, ptok, mtok, bp, BI, BF, batch_of, TK, TMEAN, TSCALE,
+          NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS):
+    """Make a batch of ``bp[S[3]:S[3]+size]`` now and draw its service time."""
+    b = S[1]
+    S[1] += 1
+    off = S[3]
+    S[3] += size
+    max_prompt = 0
+    max_out = 0
+    tokens = 0
+    for k in range(off, off + size):
+        p = bp[k]
+        batch_of[p] = b
+        if ptok[p] > max_prompt:
+            max_prompt = ptok[p]
+        if mtok[p] > max_out:
+            max_out = mtok[p]
+        tokens += ptok[p] + mtok[p]
+    mean = _mean(task, size, max_prompt, max_out, TK, TMEAN, GRID, GLEN, GVAL, GAXIS)
+    dist = TK[task, 0]
+    if dist == K_DETERMINISTIC:
+        work = mean
+    else:
+        z = NOISE[NOISE0[task] + noise_used[task]]
+        noise_used[task] += 1
+        if dist == K_EXPONENTIAL:
+            work = mean * z
+        elif dist == K_GAMMA:
+            work = (mean / TSCALE[task, 0]) * z
+        else:  # lognormal: exp(log(mean) - s2/2 + sigma z)
+            work = math.exp((math.log(mean) - TSCALE[task, 0] / 2.0) + TSCALE[task, 1] * z)
+    # first token: after the prefill and the first decoding iteration
+    iterations = math.ceil(max(max_out - 1, 0) / TPI[task]) + 1
+    BI[b, BI_TASK] = task
+    BI[b, BI_NAME] = name
+    BI[b, BI_OFF] = off
+    BI[b, BI_SIZE] = size
+    BI[b, BI_WORKER_ID] = worker_id
+    BI[b, BI_WORKER] = worker
+    BI[b, BI_DEVICE] = -1
+    BI[b, BI_QUEUE] = q
+    BI[b, BI_TOKENS] = tokens
+    BI[b, BI_PRIO] = TK[task, 3]
+    BF[b, BF_FORMED] = now
+    BF[b, BF_STARTED] = math.nan
+    BF[b, BF_WORK] = work
+    BF[b, BF_FIRST] = work * min(2, iterations) / iterations
+    return b
+
+
+@njit(cache=True)
+def _link_append(d, b, DI, BI):
+    """Append batch ``b`` to device ``d``'s list (its line, or its running batches)."""
+    BI[b, BI_NEXT] = -1
+    BI[b, BI_PREV] = DI[d, DI_RUN_TAIL]
+    if DI[d, DI_RUN_TAIL] < 0:
+        DI[d, DI_RUN_HEAD] = b
+    else:
+        BI[DI[d, DI_RUN_TAIL], BI_NEXT] = b
+    DI[d, DI_RUN_TAIL] = b
+    DI[d, DI_RUN_COUNT] += 1
+
+
+@njit(cache=True)
+def _link_remove(d, b, DI, BI):
+    prev, nxt = BI[b, BI_PREV], BI[b, BI_NEXT]
+    if prev < 0:
+        DI[d, DI_RUN_HEAD] = nxt
+    else:
+        BI[prev, BI_NEXT] = nxt
+    if nxt < 0:
+        DI[d, DI_RUN_TAIL] = prev
+    else:
+        BI[nxt, BI_PREV] = prev
+    DI[d, DI_RUN_COUNT] -= 1
+
+
+@njit(cache=True)
+def _submit(b, d, now, heap, S, DI, DF, BI, BF):
+    """Device ``d`` takes batch ``b`` now (ServerPool.submit / RetimedGpu.submit)."""
+    BI[b, BI_DEVICE] = d
+    DI[d, DI_OUT] += BI[b, BI_SIZE]
+    DI[d, DI_OUT_TOKENS] += BI[b, BI_TOKENS]
+    if DI[d, DI_KIND] == D_POOL:
+        if DI[d, DI_SERVERS] < 0 or DI[d, DI_BUSY] < DI[d, DI_SERVERS]:
+            _pool_start(b, d, now, heap, S, DI, BF)
+        else:
+            # the line: by priority (higher first), FIFO within one
+            BI[b, BI_ORDER] = DI[d, DI_LINE_ORDER]
+            DI[d, DI_LINE_ORDER] += 1
+            after = DI[d, DI_RUN_TAIL]
+            while after >= 0 and BI[after, BI_PRIO] < BI[b, BI_PRIO]:
+                after = BI[after, BI_PREV]
+            before = DI[d, DI_RUN_HEAD] if after < 0 else BI[after, BI_NEXT]
+            BI[b, BI_PREV] = after
+            BI[b, BI_NEXT] = before
+            if after < 0:
+                DI[d, DI_RUN_HEAD] = b
+            else:
+                BI[after, BI_NEXT] = b
+            if before < 0:
+                DI[d, DI_RUN_TAIL] = b
+            else:
+                BI[before, BI_PREV] = b
+            DI[d, DI_RUN_COUNT] += 1
+        return
+    _shared_advance(d, now, DI, DF, BI, BF)
+    BF[b, BF_STARTED] = now
+    BF[b, BF_REMAINING] = BF[b, BF_WORK]
+    _link_append(d, b, DI, BI)
+    _shared_reschedule(d, now, heap, S, DI, BI, BF)
+
+
+@njit(cache=True)
+def _pool_start(b, d, now, heap, S, DI, BF):
+    DI[d, DI_BUSY] += 1
+    BF[b, BF_STARTED] = now
+    heapq.heappush(heap, (now + BF[b, BF_WORK], COMPLETION, S[0], EV_POOL_DONE, b, 0.0))
+    S[0] += 1
+
+
+@njit(cache=True)
+def _shared_advance(d, now, DI, DF, BI, BF):
+    """Bring the remaining work of the device's running batches up to now."""
+    n = DI[d, DI_RUN_COUNT]
+    if n > 0:
+        done = (now - DF[d, DF_UPDATED]) * (1.0 / n)
+        b = DI[d, DI_RUN_HEAD]
+        while b >= 0:
+            BF[b, BF_REMAINING] -= done
+            b = BI[b, BI_NEXT]
+    DF[d, DF_UPDATED] = now
+
+
+@njit(cache=True)
+def _shared_least(d, DI, BI, BF):
+    b = DI[d, DI_RUN_HEAD]
+    least = BF[b, BF_REMAINING]
+    b = BI[b, BI_NEXT]
+    while b >= 0:
+        if BF[b, BF_REMAINING] < least:
+            least = BF[b, BF_REMAINING]
+        b = BI[b, BI_NEXT]
+    return least
+
+
+@njit(cache=True)
+def _shared_reschedule(d, now, heap, S, DI, BI, BF):
+    DI[d, DI_VERSION] += 1
+    n = DI[d, DI_RUN_COUNT]
+    if n > 0:
+        least = _shared_least(d, DI, BI, BF)
+        at = now + max(least, 0.0) / (1.0 / n)
+        heapq.heappush(heap, (at, COMPLETION, S[0], EV_SHARED_DONE, d, float(DI[d, DI_VERSION])))
+        S[0] += 1
+
+
+@njit(cache=True)
+def _batch_done(b, now, heap, S, arrived, ptok, mtok, QI, QF, WDEV, WID, W_NEXT, DI, DF, DEVLIST, RULES, TK,
+                TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS, nxt, bp, BI, BF, batch_of,
+                done_at, first_at, rng):
+    """A batch finished: its prompts are done; its worker goes back to its queue's idle line."""
+    start = BF[b, BF_STARTED]
+    work = BF[b, BF_WORK]
+    stretch = (now - start) / work if work > 0 else 1.0
+    first = start + BF[b, BF_FIRST] * stretch
+    off = BI[b, BI_OFF]
+    for k in range(off, off + BI[b, BI_SIZE]):
+        done_at[bp[k]] = now
+        first_at[bp[k]] = first
+    q = BI[b, BI_QUEUE]
+    if q < 0:
+        return
+    QI[q, QI_IN_SERVICE] -= BI[b, BI_SIZE]
+    QI[q, QI_TOKENS] -= BI[b, BI_TOKENS]
+    _idle_push(q, BI[b, BI_WORKER], QI, W_NEXT)
+    _poll(q, now, heap, S, arrived, ptok, mtok, QI, QF, WDEV, WID, W_NEXT, DI, DF, DEVLIST, RULES, TK, TMEAN,
+          TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS, nxt, bp, BI, BF, batch_of, rng)
+
+
+@njit(cache=True)
+def _pool_finish(b, now, heap, S, arrived, ptok, mtok, QI, QF, WDEV, WID, W_NEXT, DI, DF, DEVLIST, RULES, TK,
+                 TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS, nxt, bp, BI, BF, batch_of,
+                 done_at, first_at, rng):
+    d = BI[b, BI_DEVICE]
+    DI[d, DI_BUSY] -= 1
+    DI[d, DI_OUT] -= BI[b, BI_SIZE]
+    DI[d, DI_OUT_TOKENS] -= BI[b, BI_TOKENS]
+    # The next waiting batch starts before the finished batch's worker is told.
+    head = DI[d, DI_RUN_HEAD]
+    if head >= 0:
+        _link_remove(d, head, DI, BI)
+        _pool_start(head, d, now, heap, S, DI, BF)
+    _batch_done(b, now, heap, S, arrived, ptok, mtok, QI, QF, WDEV, WID, W_NEXT, DI, DF, DEVLIST, RULES, TK,
+                TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS, nxt, bp, BI, BF, batch_of,
+                done_at, first_at, rng)
+
+
+@njit(cache=True)
+def _shared_finish(d, now, heap, S, arrived, ptok, mtok, QI, QF, WDEV, WID, W_NEXT, DI, DF, DEVLIST, RULES, TK,
+                   TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS, nxt, bp, BI, BF,
+                   batch_of, done_at, first_at, rng):
+    _shared_advance(d, now, DI, DF, BI, BF)
+    least = _shared_least(d, DI, BI, BF)
+    tolerance = 1e-9 * max(1.0, abs(least))
+    finished = np.empty(DI[d, DI_RUN_COUNT], dtype=np.int64)
+    n = 0
+    b = DI[d, DI_RUN_HEAD]
+    while b >= 0:
+        following = BI[b, BI_NEXT]
+        if BF[b, BF_REMAINING] <= least + tolerance:
+            finished[n] = b
+            n += 1
+            _link_remove(d, b, DI, BI)
+            DI[d, DI_OUT] -= BI[b, BI_SIZE]
+            DI[d, DI_OUT_TOKENS] -= BI[b, BI_TOKENS]
+        b = following
+    _shared_reschedule(d, now, heap, S, DI, BI, BF)
+    for k in range(n):
+        _batch_done(finished[k], now, heap, S, arrived, ptok, mtok, QI, QF, WDEV, WID, W_NEXT, DI, DF, DEVLIST,
+                    RULES, TK, TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS, nxt, bp, BI,
+                    BF, batch_of, done_at, first_at, rng)

@@ -1,0 +1,297 @@
+"""The fast engine: a scenario lowered to integer-coded arrays and run by the compiled kernel
+(:mod:`simulator.model.batch_kernel`), giving the reference engine's event log exactly.
+
+What it runs: the ``shared``, ``split`` and ``direct`` topologies; every registered batching
+policy and dispatch rule; exclusive and processor-sharing GPUs; CPU pools; queue limits by
+``max_queue``; priorities; a cold start; the ``distribution`` and ``table`` service kinds
+(their draws made in bulk, before the run, from each task's own stream). Everything else —
+continuous batching, the host lock, closed-loop clients, queue timeouts, spec_decode and
+iteration kinds, and the behaviours of :class:`~simulator.scenario.TaskConfig` marked for
+real servers — runs on the reference engine; :func:`unsupported` names the first setting
+that needs it.
+
+Policies and dispatch rules are coded in :data:`POLICY_CODES` and :data:`RULE_CODES`; a name
+registered in the model but missing here makes :func:`unsupported` say so (and the contract
+test fail), so a new rule can never run as another.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from simulator.model.dispatch import DISPATCH_RULES
+from simulator.model.log import Outcome, PromptColumns, build_event_log
+from simulator.profile import Profile
+from simulator.scenario import Scenario
+from simulator.trace.model import Trace
+
+#: Batching policies the kernel implements (its integer codes).
+POLICY_CODES = {"oldest": 0, "pickup": 1, "adaptive": 2, "static": 3}
+#: Dispatch rules the kernel implements: kernel rule (0 round robin, 1 least by load,
+#: 2 random); the unit of load comes from the registered class.
+RULE_CODES = {"round-robin": 0, "least-loaded": 1, "jsq-tokens": 1, "shortest-waiting": 1, "random": 2}
+UNIT_CODES = {"prompts": 0, "tokens": 1, "waiting": 2}
+#: Topologies the kernel implements (its front codes); the others run on the reference engine.
+TOPOLOGY_CODES = {"shared": 0, "split": 1, "direct": 2}
+SHARING_CODES = {"exclusive": 0, "processor-sharing": 1}
+DIST_CODES = {"deterministic": 0, "exponential": 1, "gamma": 2, "lognormal": 3}
+TABLE_AXES = {"batch_size": 0, "prompt_tokens": 1, "max_tokens": 2}
+#: Task settings that only the reference engine models, with the value that means "off".
+REFERENCE_ONLY_TASK_SETTINGS = {"queue_timeout": None, "batch_forming": "eager", "rows_per_prompt": 1,
+                                "adaptive_lookahead": False}
+
+
+def task_key(task: str) -> int:
+    """A stable integer for a task name (Python's ``hash`` is salted per process)."""
+    return int.from_bytes(hashlib.sha256(task.encode()).digest()[:4], "little")
+
+
+def unsupported(trace: Trace, scenario: Scenario, profile: Profile) -> str | None:
+    """Why the kernel cannot run this scenario (the setting, as the user names it), or
+    ``None`` when it can."""
+    if scenario.host_lock:
+        return "run.host_lock"
+    if scenario.client != "open":
+        return "run.client (closed loop)"
+    if scenario.max_concurrent_groups is not None:
+        return "run.max_concurrent_groups"
+    if scenario.shared_rotation:
+        return "run.shared_rotation"
+    if scenario.gpu_sharing not in SHARING_CODES:
+        return f"run.gpu_sharing = {scenario.gpu_sharing!r}"
+    for task in trace.tasks:
+        cfg = scenario.for_task(task)
+        where = f"tasks.{task}"
+        if cfg.topology not in TOPOLOGY_CODES:
+            return f"{where}.topology = {cfg.topology!r}"
+        if cfg.topology != "direct" and cfg.policy not in POLICY_CODES:
+            return f"{where}.policy = {cfg.policy!r} (registered, but not in the compiled kernel)"
+        if cfg.dispatch not in RULE_CODES:
+            return f"{where}.dispatch = {cfg.dispatch!r} (registered, but not in the compiled kernel)"
+        for key, off in REFERENCE_ONLY_TASK_SETTINGS.items():
+            if getattr(cfg, key) != off:
+                return f"{where}.{key}"
+        own = scenario.tasks.get(task, {})
+        for key in ("acceptance", "lookahead", "discipline"):
+            if own.get(key) is not None:
+                return f"{where}.{key}"
+        task_profile = profile.tasks.get(task)
+        if task_profile is None:
+            return None  # the reference engine reports the missing task
+        kind = getattr(task_profile.service, "kind", "")
+        if kind not in ("distribution", "table"):
+            return f"the {kind} service model of task {task}"
+        resource = cfg.resource or task_profile.resource
+        if cfg.topology == "split" and resource == "cpu" and cfg.cpu_workers is None:
+            return f"{where}.cpu_workers"  # the reference engine reports what is missing
+    return None
+
+
+@dataclass
+class _Lowered:
+    """The arrays of one run, in the kernel's argument order."""
+
+    args: tuple
+    prompts: PromptColumns
+    queue_names: list[str]
+    gpu_of_device: np.ndarray
+
+
+def _rule_slot(rules: list[tuple[int, int, int]], name: str) -> int:
+    rules.append((RULE_CODES[name], 0, UNIT_CODES[DISPATCH_RULES.get(name).unit]))
+    return len(rules) - 1
+
+
+def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int) -> _Lowered:
+    """The kernel's arrays for a run (the scenario must be :func:`supported <unsupported>`)."""
+    cols = trace.columns
+    names = list(cols.task_names)
+    configs = [scenario.for_task(t) for t in names]
+    task_profiles = [profile.task(t) for t in names]  # fails early on a task the profile lacks
+    n_tasks = len(names)
+    task_of = cols.task_of
+    # Per-prompt token counts: the trace's, else the task's defaults; max tokens capped.
+    default_prompt = np.array([tp.prompt_tokens for tp in task_profiles], dtype=np.int64)
+    default_max = np.array([tp.max_tokens for tp in task_profiles], dtype=np.int64)
+    cap = np.array([c.max_tokens if c.max_tokens is not None else np.iinfo(np.int64).max for c in configs],
+                   dtype=np.int64)
+    ptok = np.where(cols.prompt_tokens < 0, default_prompt[task_of], cols.prompt_tokens) if n_tasks else cols.prompt_tokens
+    mtok = np.where(cols.max_tokens <= 0, default_max[task_of], cols.max_tokens) if n_tasks else cols.max_tokens
+    if n_tasks:
+        mtok = np.minimum(mtok, cap[task_of])
+    arrived = cols.call_t[cols.call_of]
+
+    # Groups: per call, the prompts of one task, in the scenario's group order, else in the
+    # order the tasks first appear in the call; prompts in call order within a group.
+    n = len(task_of)
+    position = np.arange(n, dtype=np.int64)
+    pair = cols.call_of * max(n_tasks, 1) + task_of
+    _, first_index, inverse = np.unique(pair, return_index=True, return_inverse=True)
+    first_pos = first_index[inverse]
+    rank_of = {t: r for r, t in enumerate(scenario.group_order)}
+    rank = np.array([rank_of.get(t, len(rank_of)) for t in names], dtype=np.int64)
+    order = np.lexsort((position, first_pos, rank[task_of] if n_tasks and rank_of else np.zeros(n, np.int64),
+                        cols.call_of))
+    sorted_pair = pair[order]
+    boundary = np.flatnonzero(np.diff(sorted_pair)) + 1 if n else np.zeros(0, np.int64)
+    g_start = np.concatenate([[0], boundary, [n]]).astype(np.int64)
+    g_front = task_of[order[g_start[:-1]]].astype(np.int64)
+    call_g0 = np.searchsorted(cols.call_of[order[g_start[:-1]]], np.arange(len(cols.call_t) + 1)).astype(np.int64)
+
+    # Devices: the GPUs, then a CPU pool per CPU task (built as the reference builds them).
+    gpus = scenario.gpus
+    sharing = SHARING_CODES[scenario.gpu_sharing]
+    devices: list[tuple[int, int, int]] = [(sharing, 1, g) for g in range(gpus)]  # kind, servers, gpu id
+    fronts, queues, workers, rules = [], [], [], []
+    devlist: list[int] = []
+    queue_names: list[str] = []
+
+    def device_list(ids: list[int]) -> tuple[int, int]:
+        devlist.extend(ids)
+        return len(devlist) - len(ids), len(devlist)
+
+    def new_queue(task: int, name: str, cfg, worker_devices: list[int] | None, picker: tuple[int, int],
+                  rule: int, unbound: int, share: tuple[int, int]) -> int:
+        w0 = len(workers)
+        workers.extend(worker_devices or [])
+        queue_names.append(name)
+        queues.append([POLICY_CODES[cfg.policy], cfg.max_batch, int(worker_devices is None), picker[0], picker[1],
+                       rule, unbound, w0, len(workers), -1 if cfg.max_queue is None else cfg.max_queue,
+                       int(cfg.sticky_gpu), task, len(queue_names) - 1, 0, 0, 0, 0, 0, 0, 0, share[0], share[1]])
+        return len(queues) - 1
+
+    for t, (task, cfg, tp) in enumerate(zip(names, configs, task_profiles)):
+        resource = cfg.resource or tp.resource
+        if resource == "gpu":
+            task_devices = list(range(gpus))
+        else:
+            devices.append((0, -1 if cfg.cpu_workers is None else cfg.cpu_workers, -1))
+            task_devices = [len(devices) - 1]
+        share = device_list(task_devices) if resource == "gpu" else (0, 0)
+        if cfg.topology == "shared":
+            n_workers = cfg.workers
+            if resource == "cpu" and n_workers is None:
+                n_workers = cfg.cpu_workers
+            elif n_workers is None:
+                n_workers = len(task_devices)
+            if n_workers is None:
+                bound = None
+            elif n_workers >= len(task_devices):
+                bound = [task_devices[i % len(task_devices)] for i in range(n_workers)]
+            else:
+                bound = [-1] * n_workers
+            picker = device_list(task_devices)
+            rule = _rule_slot(rules, cfg.dispatch)
+            q = new_queue(t, task, cfg, bound, picker, rule, task_devices[0] if len(task_devices) == 1 else -1, share)
+            fronts.append([0, q, q + 1, rule, 0, 0, 0, cfg.max_batch, 0, t])
+        elif cfg.topology == "split":
+            per_queue = task_devices if resource == "gpu" else task_devices * cfg.cpu_workers
+            share = device_list(per_queue) if resource == "gpu" else (0, 0)
+            q0 = len(queues)
+            for i, device in enumerate(per_queue):
+                new_queue(t, f"{task}@{i}", cfg, [device], device_list([device]), -1, -1, share)
+            rule = _rule_slot(rules, cfg.dispatch)
+            fronts.append([1, q0, len(queues), rule, int(cfg.dispatch_per == "group"), 0, 0, cfg.max_batch, 0, t])
+        else:  # direct
+            dl0, dl1 = device_list(task_devices)
+            rule = _rule_slot(rules, cfg.dispatch)
+            queue_names.append(f"{task}/direct")
+            fronts.append([2, -1, -1, rule, 0, dl0, dl1, cfg.max_batch, len(queue_names) - 1, t])
+
+    # Service: per task its kind, mean per batch size (or grid) and pre-drawn noise.
+    max_size = max([c.max_batch for c in configs] + [1])
+    TK = np.zeros((n_tasks, 4), dtype=np.int64)            # dist, table?, dims, priority
+    TMEAN = np.zeros((n_tasks, max_size + 1))
+    TSCALE = np.zeros((n_tasks, 2))
+    TPI = np.array([tp.tokens_per_iteration for tp in task_profiles], dtype=float)
+    GRID = np.zeros((n_tasks, 3, 1 + max([_grid_size(tp.service) for tp in task_profiles] + [1])))
+    GLEN = np.zeros((n_tasks, 3), dtype=np.int64)
+    GAXIS = np.zeros((n_tasks, 3), dtype=np.int64)
+    gvals: list[np.ndarray] = []
+    counts = np.bincount(task_of, minlength=n_tasks) if n_tasks else np.zeros(0, np.int64)
+    noise: list[np.ndarray] = []
+    for t, (task, cfg, tp) in enumerate(zip(names, configs, task_profiles)):
+        service = tp.service
+        dist = DIST_CODES[service.dist]
+        cv = service.cv
+        if service.kind == "table":
+            if cv == 0:
+                dist = 0
+            TK[t, 1], TK[t, 2] = 1, len(service.axes)
+            TMEAN[t, 0] = service.floor
+            for a, (axis, grid) in enumerate(zip(service.axes, service.grid)):
+                GAXIS[t, a] = TABLE_AXES[axis]
+                GLEN[t, a] = len(grid)
+                GRID[t, a, :len(grid)] = grid
+            gvals.append(np.ascontiguousarray(service.seconds, dtype=float).ravel())
+        else:
+            gvals.append(np.zeros(1))
+            for size in range(1, max_size + 1):
+                TMEAN[t, size] = service.batch_mean(size)
+        TK[t, 0], TK[t, 3] = dist, cfg.priority
+        rng = np.random.default_rng([seed, 1, task_key(task)])
+        if dist == 1:
+            noise.append(rng.standard_exponential(int(counts[t])))
+        elif dist == 2:
+            k = 1.0 / (cv * cv)
+            TSCALE[t, 0] = k
+            noise.append(rng.standard_gamma(k, int(counts[t])))
+        elif dist == 3:
+            s2 = math.log1p(cv * cv)
+            TSCALE[t] = (s2, math.sqrt(s2))
+            noise.append(rng.standard_normal(int(counts[t])))
+        else:
+            noise.append(np.zeros(0))
+    NOISE0 = np.concatenate([[0], np.cumsum([len(x) for x in noise])]).astype(np.int64)
+    GVAL = np.zeros((n_tasks, max([len(v) for v in gvals] + [1])))
+    for t, v in enumerate(gvals):
+        GVAL[t, :len(v)] = v
+
+    def int_table(rows: list, width: int) -> np.ndarray:
+        return np.array(rows, dtype=np.int64).reshape(len(rows), width)
+
+    QI = int_table(queues, 22)
+    QF = np.zeros((len(queues), 4))
+    QF[:, 0] = [configs[q[11]].flush for q in queues]
+    n_dev = len(devices)
+    DI = np.zeros((n_dev, 11), dtype=np.int64)
+    DI[:, :3] = np.array(devices, dtype=np.int64).reshape(n_dev, 3)
+    dispatch_rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
+    args = (
+        cols.call_t, call_g0, g_start, g_front, order.astype(np.int64), arrived, ptok.astype(np.int64),
+        mtok.astype(np.int64), int_table(fronts, 10), QI, QF, np.array(workers, dtype=np.int64),
+        np.arange(len(workers), dtype=np.int64), DI, np.zeros((n_dev, 1)), np.array(devlist, dtype=np.int64),
+        int_table(rules, 3), TK, TMEAN, TSCALE,
+        np.concatenate(noise) if noise else np.zeros(0), NOISE0, TPI, GRID, GLEN, GVAL, GAXIS,
+        float(scenario.cold_start), len(workers), dispatch_rng,
+    )
+    resources = [c.resource or tp.resource for c, tp in zip(configs, task_profiles)]
+    prompts = PromptColumns(call_ids=cols.call_ids, call_of=cols.call_of, prompt_index=cols.prompt_index,
+                            task_names=names, task_of=task_of, resources=resources, prompt_tokens=ptok,
+                            max_tokens=mtok, arrived_at=arrived)
+    return _Lowered(args, prompts, queue_names, DI[:, 2].copy())
+
+
+def _grid_size(service) -> int:
+    return max((len(g) for g in service.grid), default=1) if getattr(service, "kind", "") == "table" else 1
+
+
+def simulate_fast(trace: Trace, scenario: Scenario, profile: Profile, seed: int) -> pd.DataFrame:
+    """The event log of a supported scenario, computed by the compiled kernel."""
+    from simulator.model.batch_kernel import BF_FORMED, BF_STARTED, BI_DEVICE, BI_NAME, BI_SIZE, BI_WORKER_ID
+    from simulator.model.batch_kernel import run_kernel
+
+    lowered = lower(trace, scenario, profile, seed)
+    BI, BF, _, batch_of, done_at, first_at, status = run_kernel(*lowered.args)
+    outcome = Outcome(
+        batch_of=batch_of, done_at=done_at, first_token_at=first_at, status=status,
+        preemptions=np.zeros(len(batch_of), dtype=np.int64), batch_id=np.arange(len(BI), dtype=np.int64),
+        formed_at=BF[:, BF_FORMED], started_at=BF[:, BF_STARTED], device=lowered.gpu_of_device[BI[:, BI_DEVICE]],
+        worker=BI[:, BI_WORKER_ID], size=BI[:, BI_SIZE], queue=BI[:, BI_NAME], queue_names=lowered.queue_names,
+    )
+    return build_event_log(lowered.prompts, outcome)

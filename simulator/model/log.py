@@ -1,0 +1,109 @@
+"""The per-prompt event log, built from columns: what both engines hand back.
+
+An engine fills per-prompt arrays (its batch, finishing instants, status) and a batch table
+(one row per batch: formation and start instants, device, worker, size, queue); this module
+joins them into the DataFrame documented in :mod:`simulator.events`. Strings (task, queue,
+status, resource) travel as small integer codes into tables of names until this one join.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from simulator.events import EVENT_COLUMNS, SERVED, STATUSES
+
+#: Status codes: the index into :data:`simulator.events.STATUSES`.
+STATUS_CODE = {name: code for code, name in enumerate(STATUSES)}
+
+
+@dataclass
+class PromptColumns:
+    """What is known of every prompt before the run, in trace order."""
+
+    call_ids: np.ndarray       # object: the id of each call
+    call_of: np.ndarray        # int64: each prompt's call
+    prompt_index: np.ndarray   # int64: its position in its call
+    task_names: list[str]      # the tasks, by code
+    task_of: np.ndarray        # int: each prompt's task code
+    resources: list[str]       # per task code: gpu or cpu
+    prompt_tokens: np.ndarray  # int64
+    max_tokens: np.ndarray     # int64 (after the scenario's cap)
+    arrived_at: np.ndarray     # float64
+
+
+@dataclass
+class Outcome:
+    """What a run decided: per prompt, and per batch (``batch_of`` holds batch ids)."""
+
+    batch_of: np.ndarray        # int64, -1: never batched
+    done_at: np.ndarray         # float64
+    first_token_at: np.ndarray  # float64
+    status: np.ndarray          # int8 codes of STATUSES
+    preemptions: np.ndarray     # int64
+    batch_id: np.ndarray        # int64, one row per batch
+    formed_at: np.ndarray
+    started_at: np.ndarray
+    device: np.ndarray          # GPU index, -1 on a CPU
+    worker: np.ndarray
+    size: np.ndarray
+    queue: np.ndarray           # int codes into queue_names
+    queue_names: list[str]
+
+
+def build_event_log(prompts: PromptColumns, outcome: Outcome) -> pd.DataFrame:
+    """The event log DataFrame (columns in :data:`simulator.events.EVENT_COLUMNS` order)."""
+    bid = outcome.batch_of
+    status_names = np.array(STATUSES, dtype=object)
+    status = status_names[outcome.status]
+    served = outcome.status < len(SERVED)
+    if len(bid) and (bid[served] < 0).any():
+        raise RuntimeError("internal error: a prompt was never batched")
+    # Each prompt's row in the batch table; one extra row stands for "no batch".
+    n_batches = len(outcome.batch_id)
+    if n_batches and (outcome.batch_id == np.arange(n_batches)).all():
+        row = np.where(bid >= 0, bid, n_batches)
+    else:
+        order = np.argsort(outcome.batch_id, kind="stable")
+        found = np.searchsorted(outcome.batch_id, bid, sorter=order)
+        row = np.where(bid >= 0, order[np.minimum(found, max(n_batches - 1, 0))] if n_batches else 0, n_batches)
+
+    def column(values: np.ndarray, missing, dtype) -> np.ndarray:
+        return np.append(np.asarray(values, dtype=dtype), np.asarray([missing], dtype=dtype))[row]
+
+    nan = float("nan")
+    task_names = np.array(prompts.task_names, dtype=object)
+    task = task_names[prompts.task_of] if len(task_names) else np.zeros(0, dtype=object)
+    queue_names = np.array([*outcome.queue_names, ""], dtype=object)
+    queue_code = column(outcome.queue, len(outcome.queue_names), np.int64)
+    queue = queue_names[queue_code]
+    if len(queue) and not served.all():
+        queue[~served] = task[~served]
+    gpu = column(outcome.device, -1, np.int64)
+    resources = np.array(prompts.resources, dtype=object)
+    log = pd.DataFrame({
+        "call_id": prompts.call_ids[prompts.call_of] if len(prompts.call_of) else prompts.call_ids[:0],
+        "call_index": prompts.call_of.astype(np.int64, copy=False),
+        "prompt_index": prompts.prompt_index.astype(np.int64, copy=False),
+        "task": task,
+        "resource": resources[prompts.task_of] if len(resources) else np.zeros(0, dtype=object),
+        "prompt_tokens": prompts.prompt_tokens.astype(np.int64, copy=False),
+        "max_tokens": prompts.max_tokens.astype(np.int64, copy=False),
+        "queue": queue,
+        "status": status,
+        "arrived_at": prompts.arrived_at.astype(float, copy=False),
+        "batched_at": column(outcome.formed_at, nan, float),
+        "started_at": column(outcome.started_at, nan, float),
+        "first_token_at": outcome.first_token_at.astype(float, copy=False),
+        "done_at": outcome.done_at.astype(float, copy=False),
+        "gpu": pd.arrays.IntegerArray(gpu, mask=gpu < 0),
+        "worker": column(outcome.worker, -1, np.int64),
+        "batch_id": bid.astype(np.int64, copy=False),
+        "batch_size": column(outcome.size, 0, np.int64),
+        "preemptions": outcome.preemptions.astype(np.int64, copy=False),
+    })
+    for col in ("task", "resource", "queue", "call_id", "status"):
+        log[col] = log[col].astype(str)
+    return log[EVENT_COLUMNS]
