@@ -26,7 +26,8 @@ import heapq
 import math
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.experimental import structref
 
 from simulator.profile.kinds.table import grid_mean as _grid_mean_py
 
@@ -54,19 +55,41 @@ QF_FLUSH, QF_PICKUP, QF_TIMER, QF_TIMEOUT = range(4)
 # Columns of the front state FI.
 FI_KIND, FI_Q0, FI_Q1, FI_RULE, FI_PER_GROUP, FI_DL0, FI_DL1, FI_MAXB, FI_NAME, FI_TASK = range(10)
 # Columns of the device state DI and DF.
-DI_KIND, DI_SERVERS, DI_GPU, DI_BUSY, DI_OUT, DI_OUT_TOKENS, DI_LINE_ORDER, DI_VERSION, DI_RUN_HEAD, \
-    DI_RUN_TAIL, DI_RUN_COUNT = range(11)
+DI_KIND, DI_SERVERS, DI_GPU, DI_BUSY, DI_OUT, DI_OUT_TOKENS, DI_VERSION, DI_RUN_HEAD, DI_RUN_TAIL, \
+    DI_RUN_COUNT = range(10)
 DF_UPDATED = 0
 # Columns of the batch table BI and BF.
-BI_TASK, BI_NAME, BI_OFF, BI_SIZE, BI_WORKER_ID, BI_WORKER, BI_DEVICE, BI_QUEUE, BI_TOKENS, BI_PRIO, \
-    BI_NEXT, BI_PREV, BI_ORDER = range(13)
+BI_TASK, BI_NAME, BI_OFF, BI_SIZE, BI_WORKER_ID, BI_WORKER, BI_DEVICE, BI_QUEUE, BI_TOKENS, BI_NEXT, \
+    BI_PREV = range(11)
 BF_FORMED, BF_STARTED, BF_WORK, BF_FIRST, BF_REMAINING = range(5)
 
 
-@njit(cache=True)
-def _mean(task, size, max_prompt, max_out, TK, TMEAN, GRID, GLEN, GVAL, GAXIS):
+@structref.register
+class RunType(types.StructRef):
+    """The numba type of :class:`Run`."""
+
+    def preprocess_fields(self, fields):
+        return tuple((name, types.unliteral(typ)) for name, typ in fields)
+
+
+class Run(structref.StructRefProxy):
+    """The state of one kernel run, one object the kernel's functions share (passing it is
+    one reference where its forty arrays would each be counted at every call)."""
+
+
+#: Run's fields: the lowered scenario (see simulator.model.fast), then the run's state.
+RUN_FIELDS = ("heap", "S", "call_t", "call_g0", "g_start", "g_front", "order", "arrived", "ptok", "mtok", "FI",
+              "QI", "QF", "WDEV", "WID", "W_NEXT", "DI", "DF", "DEVLIST", "RULES", "TK", "TMEAN", "TSCALE",
+              "NOISE", "NOISE0", "noise_used", "TPI", "GRID", "GLEN", "GVAL", "GAXIS", "cold_until", "n_calls",
+              "nxt", "bp", "BI", "BF", "batch_of", "status", "done_at", "first_at", "rng")
+structref.define_proxy(Run, RunType, list(RUN_FIELDS))
+
+
+@njit(cache=True, inline="always")
+def _mean(st, task, size, max_prompt, max_out):
     """The batch's mean service time: the distribution kind's table by size, or the table
     kind's interpolation (:func:`grid_mean`)."""
+    TK, TMEAN, GRID, GLEN, GVAL, GAXIS = st.TK, st.TMEAN, st.GRID, st.GLEN, st.GVAL, st.GAXIS
     if TK[task, 1] == 0:
         return TMEAN[task, size]
     point = np.zeros(3)
@@ -76,9 +99,10 @@ def _mean(task, size, max_prompt, max_out, TK, TMEAN, GRID, GLEN, GVAL, GAXIS):
     return grid_mean(TK[task, 2], GRID[task], GLEN[task], GVAL[task], point, TMEAN[task, 0])
 
 
-@njit(cache=True)
-def _choose(rule, unit, places, n, loads_of_queue, QI, DI, RULES, rng):
+@njit(cache=True, inline="always")
+def _choose(st, rule, unit, places, n, loads_of_queue):
     """A dispatch rule's choice among ``places`` (queue or device indices)."""
+    QI, DI, RULES, rng = st.QI, st.DI, st.RULES, st.rng
     code = RULES[rule, 0]
     if code == R_ROUND_ROBIN:
         index = RULES[rule, 1] % n
@@ -118,8 +142,9 @@ def run_kernel(call_t, call_g0, g_start, g_front, order, arrived, ptok, mtok, FI
     status = np.zeros(n_prompts, dtype=np.int8)
     nxt = np.full(n_prompts, -1, dtype=np.int64)      # the queue's next waiting prompt
     bp = np.empty(n_prompts, dtype=np.int64)          # prompts of batch b: bp[off:off+size]
-    BI = np.empty((16, 13), dtype=np.int64)
-    BF = np.empty((16, 5))
+    # A batch holds at least one prompt: at most n_prompts batches (no growth needed).
+    BI = np.empty((max(n_prompts, 1), 11), dtype=np.int64)
+    BF = np.empty((max(n_prompts, 1), 5))
     W_NEXT = np.full(len(WDEV), -1, dtype=np.int64)   # next idle worker in its queue
     noise_used = np.zeros(TK.shape[0], dtype=np.int64)
     # Events: (instant, priority, order, kind, a, b).
@@ -128,6 +153,9 @@ def run_kernel(call_t, call_g0, g_start, g_front, order, arrived, ptok, mtok, FI
     S = np.zeros(6, dtype=np.int64)  # 0 event order, 1 batches, 2 workers, 3 bp used, 4 input closed
     S[2] = n_workers0
     n_queues = QI.shape[0]
+    st = Run(heap, S, call_t, call_g0, g_start, g_front, order, arrived, ptok, mtok, FI, QI, QF, WDEV, WID, W_NEXT,
+             DI, DF, DEVLIST, RULES, TK, TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS,
+             cold_until, n_calls, nxt, bp, BI, BF, batch_of, status, done_at, first_at, rng)
 
     # initial idle workers: each queue's range of worker indices, in order
     for q in range(n_queues):
@@ -138,7 +166,7 @@ def run_kernel(call_t, call_g0, g_start, g_front, order, arrived, ptok, mtok, FI
         QF[q, QF_PICKUP] = nan
         QF[q, QF_TIMER] = nan
         for w in range(QI[q, QI_IDLE0], QI[q, QI_IDLE1]):
-            _idle_push(q, w, QI, W_NEXT)
+            _idle_push(st, q, w)
     for d in range(DI.shape[0]):
         DI[d, DI_RUN_HEAD] = -1
         DI[d, DI_RUN_TAIL] = -1
@@ -149,64 +177,30 @@ def run_kernel(call_t, call_g0, g_start, g_front, order, arrived, ptok, mtok, FI
     while heap:
         now, _, _, kind, a, b = heapq.heappop(heap)
         if kind == EV_ARRIVE:
-            _send(a, now, heap, S, call_g0, g_start, g_front, order, arrived, ptok, mtok, FI, QI, QF,
-                  WDEV, WID, W_NEXT, DI, DF, DEVLIST, RULES, TK, TMEAN, TSCALE, NOISE, NOISE0, noise_used,
-                  TPI, GRID, GLEN, GVAL, GAXIS, cold_until, n_calls, nxt, bp, BI, BF, batch_of, status, rng)
-            BI, BF, WDEV, WID, W_NEXT = _grown(S, BI, BF, WDEV, WID, W_NEXT)
+            _send(st, a, now)
             if a + 1 < n_calls:
                 heapq.heappush(heap, (call_t[a + 1], ARRIVAL, S[0], EV_ARRIVE, a + 1, 0.0))
                 S[0] += 1
         elif kind == EV_SEND:
-            _send(a, now, heap, S, call_g0, g_start, g_front, order, arrived, ptok, mtok, FI, QI, QF,
-                  WDEV, WID, W_NEXT, DI, DF, DEVLIST, RULES, TK, TMEAN, TSCALE, NOISE, NOISE0, noise_used,
-                  TPI, GRID, GLEN, GVAL, GAXIS, cold_until, n_calls, nxt, bp, BI, BF, batch_of, status, rng)
+            _send(st, a, now)
         elif kind == EV_TIMER:
             if not (b == QF[a, QF_TIMER]):
                 continue  # superseded: released earlier or the window moved
             QF[a, QF_TIMER] = nan
-            _poll(a, now, heap, S, arrived, ptok, mtok, QI, QF, WDEV, WID, W_NEXT, DI, DF, DEVLIST, RULES,
-                  TK, TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS, nxt, bp, BI, BF,
-                  batch_of, rng)
+            _poll(st, a, now)
         elif kind == EV_POOL_DONE:
-            _pool_finish(a, now, heap, S, arrived, ptok, mtok, QI, QF, WDEV, WID, W_NEXT, DI, DF, DEVLIST,
-                         RULES, TK, TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS, nxt,
-                         bp, BI, BF, batch_of, done_at, first_at, rng)
+            _pool_finish(st, a, now)
         else:  # EV_SHARED_DONE
             if b != DI[a, DI_VERSION]:
                 continue
-            _shared_finish(a, now, heap, S, arrived, ptok, mtok, QI, QF, WDEV, WID, W_NEXT, DI, DF, DEVLIST,
-                           RULES, TK, TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS,
-                           nxt, bp, BI, BF, batch_of, done_at, first_at, rng)
-        BI, BF, WDEV, WID, W_NEXT = _grown(S, BI, BF, WDEV, WID, W_NEXT)
+            _shared_finish(st, a, now)
     nb = S[1]
     return BI[:nb].copy(), BF[:nb].copy(), WID, batch_of, done_at, first_at, status
 
 
-@njit(cache=True)
-def _grown(S, BI, BF, WDEV, WID, W_NEXT):
-    """Room for the batches and workers the next event may add (at most one per prompt, so
-    doubling whenever half full is enough for any event)."""
-    if 2 * S[1] + 64 > BI.shape[0]:
-        n = 2 * BI.shape[0] + 128
-        BI2 = np.empty((n, BI.shape[1]), dtype=np.int64)
-        BI2[:S[1]] = BI[:S[1]]
-        BF2 = np.empty((n, BF.shape[1]))
-        BF2[:S[1]] = BF[:S[1]]
-        BI, BF = BI2, BF2
-    if 2 * S[2] + 64 > len(WDEV):
-        n = 2 * len(WDEV) + 128
-        WDEV2 = np.full(n, -1, dtype=np.int64)
-        WDEV2[:S[2]] = WDEV[:S[2]]
-        WID2 = np.full(n, -1, dtype=np.int64)
-        WID2[:S[2]] = WID[:S[2]]
-        WN2 = np.full(n, -1, dtype=np.int64)
-        WN2[:S[2]] = W_NEXT[:S[2]]
-        WDEV, WID, W_NEXT = WDEV2, WID2, WN2
-    return BI, BF, WDEV, WID, W_NEXT
-
-
-@njit(cache=True)
-def _idle_push(q, w, QI, W_NEXT):
+@njit(cache=True, inline="always")
+def _idle_push(st, q, w):
+    QI, W_NEXT = st.QI, st.W_NEXT
     W_NEXT[w] = -1
     if QI[q, QI_WTAIL] < 0:
         QI[q, QI_WHEAD] = w
@@ -216,10 +210,11 @@ def _idle_push(q, w, QI, W_NEXT):
 
 
 @njit(cache=True)
-def _send(ci, now, heap, S, call_g0, g_start, g_front, order, arrived, ptok, mtok, FI, QI, QF, WDEV, WID,
-          W_NEXT, DI, DF, DEVLIST, RULES, TK, TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL,
-          GAXIS, cold_until, n_calls, nxt, bp, BI, BF, batch_of, status, rng):
+def _send(st, ci, now):
     """A call is taken in: its groups go to their fronts (after the cold start)."""
+    heap, S, call_g0, g_start, g_front, order = st.heap, st.S, st.call_g0, st.g_start, st.g_front, st.order
+    FI, QI, DEVLIST, RULES, cold_until, n_calls = st.FI, st.QI, st.DEVLIST, st.RULES, st.cold_until, st.n_calls
+    bp = st.bp
     if now < cold_until:
         heapq.heappush(heap, (cold_until, ARRIVAL, S[0], EV_SEND, ci, 0.0))
         S[0] += 1
@@ -229,24 +224,18 @@ def _send(ci, now, heap, S, call_g0, g_start, g_front, order, arrived, ptok, mto
         lo, hi = g_start[g], g_start[g + 1]
         fk = FI[f, FI_KIND]
         if fk == F_SHARED:
-            _add(FI[f, FI_Q0], order, lo, hi, now, heap, S, arrived, ptok, mtok, QI, QF, WDEV, WID, W_NEXT, DI,
-                 DF, DEVLIST, RULES, TK, TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS,
-                 nxt, bp, BI, BF, batch_of, status, rng)
+            _add(st, FI[f, FI_Q0], lo, hi, now)
         elif fk == F_SPLIT:
             q0, q1 = FI[f, FI_Q0], FI[f, FI_Q1]
             places = np.arange(q0, q1)
             rule = FI[f, FI_RULE]
             if FI[f, FI_PER_GROUP]:
-                q = q0 + _choose(rule, RULES[rule, 2], places, q1 - q0, True, QI, DI, RULES, rng)
-                _add(q, order, lo, hi, now, heap, S, arrived, ptok, mtok, QI, QF, WDEV, WID, W_NEXT, DI, DF,
-                     DEVLIST, RULES, TK, TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS,
-                     nxt, bp, BI, BF, batch_of, status, rng)
+                q = q0 + _choose(st, rule, RULES[rule, 2], places, q1 - q0, True)
+                _add(st, q, lo, hi, now)
             else:
                 for k in range(lo, hi):
-                    q = q0 + _choose(rule, RULES[rule, 2], places, q1 - q0, True, QI, DI, RULES, rng)
-                    _add(q, order, k, k + 1, now, heap, S, arrived, ptok, mtok, QI, QF, WDEV, WID, W_NEXT, DI,
-                         DF, DEVLIST, RULES, TK, TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL,
-                         GAXIS, nxt, bp, BI, BF, batch_of, status, rng)
+                    q = q0 + _choose(st, rule, RULES[rule, 2], places, q1 - q0, True)
+                    _add(st, q, k, k + 1, now)
         else:  # F_DIRECT: batches of at most max_batch, each to a device chosen now
             size = FI[f, FI_MAXB]
             dl0, dl1 = FI[f, FI_DL0], FI[f, FI_DL1]
@@ -256,26 +245,21 @@ def _send(ci, now, heap, S, call_g0, g_start, g_front, order, arrived, ptok, mto
                     device = DEVLIST[dl0]
                 else:
                     rule = FI[f, FI_RULE]
-                    device = DEVLIST[dl0 + _choose(rule, RULES[rule, 2], DEVLIST[dl0:dl1], dl1 - dl0, False,
-                                                   QI, DI, RULES, rng)]
+                    device = DEVLIST[dl0 + _choose(st, rule, RULES[rule, 2], DEVLIST[dl0:dl1], dl1 - dl0, False)]
                 for k in range(start, stop):
                     bp[S[3] + k - start] = order[k]
-                b = _form(FI[f, FI_TASK], FI[f, FI_NAME], stop - start, -1, -1, -1, now, S, ptok, mtok, bp, BI,
-                          BF, batch_of, TK, TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS)
-                _submit(b, device, now, heap, S, DI, DF, BI, BF)
+                b = _form(st, FI[f, FI_TASK], FI[f, FI_NAME], stop - start, -1, -1, -1, now)
+                _submit(st, b, device, now)
     if ci == n_calls - 1:
         S[4] = 1
         for q in range(QI.shape[0]):
-            _poll(q, now, heap, S, arrived, ptok, mtok, QI, QF, WDEV, WID, W_NEXT, DI, DF, DEVLIST, RULES, TK,
-                  TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS, nxt, bp, BI, BF,
-                  batch_of, rng)
+            _poll(st, q, now)
 
 
 @njit(cache=True)
-def _add(q, order, lo, hi, now, heap, S, arrived, ptok, mtok, QI, QF, WDEV, WID, W_NEXT, DI, DF, DEVLIST, RULES,
-         TK, TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS, nxt, bp, BI, BF, batch_of,
-         status, rng):
+def _add(st, q, lo, hi, now):
     """Prompts ``order[lo:hi]`` join queue ``q`` now (as BatchQueue.add)."""
+    order, ptok, mtok, QI, nxt, status = st.order, st.ptok, st.mtok, st.QI, st.nxt, st.status
     if QI[q, QI_MAXQ] >= 0:
         room = max(QI[q, QI_MAXQ] - QI[q, QI_WAITING], 0)
         if room < hi - lo:
@@ -294,14 +278,14 @@ def _add(q, order, lo, hi, now, heap, S, arrived, ptok, mtok, QI, QF, WDEV, WID,
         QI[q, QI_TAIL] = p
         QI[q, QI_TOKENS] += ptok[p] + mtok[p]
     QI[q, QI_WAITING] += hi - lo
-    _poll(q, now, heap, S, arrived, ptok, mtok, QI, QF, WDEV, WID, W_NEXT, DI, DF, DEVLIST, RULES, TK, TMEAN,
-          TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS, nxt, bp, BI, BF, batch_of, rng)
+    _poll(st, q, now)
 
 
 @njit(cache=True)
-def _poll(q, now, heap, S, arrived, ptok, mtok, QI, QF, WDEV, WID, W_NEXT, DI, DF, DEVLIST, RULES, TK, TMEAN,
-          TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS, nxt, bp, BI, BF, batch_of, rng):
+def _poll(st, q, now):
     """Release batches while prompts wait, a worker is idle and the policy says so."""
+    heap, S, arrived, QI, QF, WDEV = st.heap, st.S, st.arrived, st.QI, st.QF, st.WDEV
+    WID, W_NEXT, DEVLIST, RULES, nxt, bp = st.WID, st.W_NEXT, st.DEVLIST, st.RULES, st.nxt, st.bp
     while QI[q, QI_WAITING] > 0 and (QI[q, QI_WHEAD] >= 0 or QI[q, QI_UNLIMITED]):
         if math.isnan(QF[q, QF_PICKUP]):
             QF[q, QF_PICKUP] = now
@@ -318,7 +302,7 @@ def _poll(q, now, heap, S, arrived, ptok, mtok, QI, QF, WDEV, WID, W_NEXT, DI, D
         elif policy == P_ADAPTIVE:
             share = 0.0
             if QI[q, QI_SHARE1] > QI[q, QI_SHARE0]:
-                share = _idle_share(q, -1 if worker < 0 else WDEV[worker], QI, DI, DEVLIST)
+                share = _idle_share(st, q, -1 if worker < 0 else WDEV[worker])
             fill = min(waiting, maxb) / maxb
             window = flush * (1.0 - fill) * (1.0 - share)
             end = oldest + window
@@ -365,19 +349,18 @@ def _poll(q, now, heap, S, arrived, ptok, mtok, QI, QF, WDEV, WID, W_NEXT, DI, D
             if dl1 - dl0 == 1:
                 device = DEVLIST[dl0]
             else:
-                device = DEVLIST[dl0 + _choose(rule, RULES[rule, 2], DEVLIST[dl0:dl1], dl1 - dl0, False, QI, DI,
-                                               RULES, rng)]
+                device = DEVLIST[dl0 + _choose(st, rule, RULES[rule, 2], DEVLIST[dl0:dl1], dl1 - dl0, False)]
             if QI[q, QI_STICKY]:
                 WDEV[worker] = device
-        b = _form(QI[q, QI_TASK], QI[q, QI_NAME], count, WID[worker], worker, q, now, S, ptok, mtok, bp, BI, BF,
-                  batch_of, TK, TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS)
+        b = _form(st, QI[q, QI_TASK], QI[q, QI_NAME], count, WID[worker], worker, q, now)
         QI[q, QI_IN_SERVICE] += count
-        _submit(b, device, now, heap, S, DI, DF, BI, BF)
+        _submit(st, b, device, now)
 
 
-@njit(cache=True)
-def _idle_share(q, chosen, QI, DI, DEVLIST):
+@njit(cache=True, inline="always")
+def _idle_share(st, q, chosen):
     """Share of the queue's GPUs other than ``chosen`` with nothing to run."""
+    QI, DI, DEVLIST = st.QI, st.DI, st.DEVLIST
     others = 0
     idle = 0
     for k in range(QI[q, QI_SHARE0], QI[q, QI_SHARE1]):
@@ -392,10 +375,12 @@ def _idle_share(q, chosen, QI, DI, DEVLIST):
     return idle / others
 
 
-@njit(cache=True)
-def _form(task, name, size, worker_id, worker, q, now, S, ptok, mtok, bp, BI, BF, batch_of, TK, TMEAN, TSCALE,
-          NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS):
+@njit(cache=True, inline="always")
+def _form(st, task, name, size, worker_id, worker, q, now):
     """Make a batch of ``bp[S[3]:S[3]+size]`` now and draw its service time."""
+    S, ptok, mtok, bp, BI, BF = st.S, st.ptok, st.mtok, st.bp, st.BI, st.BF
+    batch_of, TK, TSCALE, NOISE, NOISE0, noise_used = st.batch_of, st.TK, st.TSCALE, st.NOISE, st.NOISE0, st.noise_used
+    TPI = st.TPI
     b = S[1]
     S[1] += 1
     off = S[3]
@@ -411,7 +396,7 @@ def _form(task, name, size, worker_id, worker, q, now, S, ptok, mtok, bp, BI, BF
         if mtok[p] > max_out:
             max_out = mtok[p]
         tokens += ptok[p] + mtok[p]
-    mean = _mean(task, size, max_prompt, max_out, TK, TMEAN, GRID, GLEN, GVAL, GAXIS)
+    mean = _mean(st, task, size, max_prompt, max_out)
     dist = TK[task, 0]
     if dist == K_DETERMINISTIC:
         work = mean
@@ -435,7 +420,6 @@ def _form(task, name, size, worker_id, worker, q, now, S, ptok, mtok, bp, BI, BF
     BI[b, BI_DEVICE] = -1
     BI[b, BI_QUEUE] = q
     BI[b, BI_TOKENS] = tokens
-    BI[b, BI_PRIO] = TK[task, 3]
     BF[b, BF_FORMED] = now
     BF[b, BF_STARTED] = math.nan
     BF[b, BF_WORK] = work
@@ -443,9 +427,10 @@ def _form(task, name, size, worker_id, worker, q, now, S, ptok, mtok, bp, BI, BF
     return b
 
 
-@njit(cache=True)
-def _link_append(d, b, DI, BI):
+@njit(cache=True, inline="always")
+def _link_append(st, d, b):
     """Append batch ``b`` to device ``d``'s list (its line, or its running batches)."""
+    DI, BI = st.DI, st.BI
     BI[b, BI_NEXT] = -1
     BI[b, BI_PREV] = DI[d, DI_RUN_TAIL]
     if DI[d, DI_RUN_TAIL] < 0:
@@ -456,8 +441,9 @@ def _link_append(d, b, DI, BI):
     DI[d, DI_RUN_COUNT] += 1
 
 
-@njit(cache=True)
-def _link_remove(d, b, DI, BI):
+@njit(cache=True, inline="always")
+def _link_remove(st, d, b):
+    DI, BI = st.DI, st.BI
     prev, nxt = BI[b, BI_PREV], BI[b, BI_NEXT]
     if prev < 0:
         DI[d, DI_RUN_HEAD] = nxt
@@ -470,21 +456,20 @@ def _link_remove(d, b, DI, BI):
     DI[d, DI_RUN_COUNT] -= 1
 
 
-@njit(cache=True)
-def _submit(b, d, now, heap, S, DI, DF, BI, BF):
+@njit(cache=True, inline="always")
+def _submit(st, b, d, now):
     """Device ``d`` takes batch ``b`` now (ServerPool.submit / RetimedGpu.submit)."""
+    DI, BI, BF, TK = st.DI, st.BI, st.BF, st.TK
     BI[b, BI_DEVICE] = d
     DI[d, DI_OUT] += BI[b, BI_SIZE]
     DI[d, DI_OUT_TOKENS] += BI[b, BI_TOKENS]
     if DI[d, DI_KIND] == D_POOL:
         if DI[d, DI_SERVERS] < 0 or DI[d, DI_BUSY] < DI[d, DI_SERVERS]:
-            _pool_start(b, d, now, heap, S, DI, BF)
+            _pool_start(st, b, d, now)
         else:
             # the line: by priority (higher first), FIFO within one
-            BI[b, BI_ORDER] = DI[d, DI_LINE_ORDER]
-            DI[d, DI_LINE_ORDER] += 1
             after = DI[d, DI_RUN_TAIL]
-            while after >= 0 and BI[after, BI_PRIO] < BI[b, BI_PRIO]:
+            while after >= 0 and TK[BI[after, BI_TASK], 3] < TK[BI[b, BI_TASK], 3]:
                 after = BI[after, BI_PREV]
             before = DI[d, DI_RUN_HEAD] if after < 0 else BI[after, BI_NEXT]
             BI[b, BI_PREV] = after
@@ -499,24 +484,26 @@ def _submit(b, d, now, heap, S, DI, DF, BI, BF):
                 BI[before, BI_PREV] = b
             DI[d, DI_RUN_COUNT] += 1
         return
-    _shared_advance(d, now, DI, DF, BI, BF)
+    _shared_advance(st, d, now)
     BF[b, BF_STARTED] = now
     BF[b, BF_REMAINING] = BF[b, BF_WORK]
-    _link_append(d, b, DI, BI)
-    _shared_reschedule(d, now, heap, S, DI, BI, BF)
+    _link_append(st, d, b)
+    _shared_reschedule(st, d, now)
 
 
-@njit(cache=True)
-def _pool_start(b, d, now, heap, S, DI, BF):
+@njit(cache=True, inline="always")
+def _pool_start(st, b, d, now):
+    heap, S, DI, BF = st.heap, st.S, st.DI, st.BF
     DI[d, DI_BUSY] += 1
     BF[b, BF_STARTED] = now
     heapq.heappush(heap, (now + BF[b, BF_WORK], COMPLETION, S[0], EV_POOL_DONE, b, 0.0))
     S[0] += 1
 
 
-@njit(cache=True)
-def _shared_advance(d, now, DI, DF, BI, BF):
+@njit(cache=True, inline="always")
+def _shared_advance(st, d, now):
     """Bring the remaining work of the device's running batches up to now."""
+    DI, DF, BI, BF = st.DI, st.DF, st.BI, st.BF
     n = DI[d, DI_RUN_COUNT]
     if n > 0:
         done = (now - DF[d, DF_UPDATED]) * (1.0 / n)
@@ -527,8 +514,9 @@ def _shared_advance(d, now, DI, DF, BI, BF):
     DF[d, DF_UPDATED] = now
 
 
-@njit(cache=True)
-def _shared_least(d, DI, BI, BF):
+@njit(cache=True, inline="always")
+def _shared_least(st, d):
+    DI, BI, BF = st.DI, st.BI, st.BF
     b = DI[d, DI_RUN_HEAD]
     least = BF[b, BF_REMAINING]
     b = BI[b, BI_NEXT]
@@ -539,22 +527,22 @@ def _shared_least(d, DI, BI, BF):
     return least
 
 
-@njit(cache=True)
-def _shared_reschedule(d, now, heap, S, DI, BI, BF):
+@njit(cache=True, inline="always")
+def _shared_reschedule(st, d, now):
+    heap, S, DI = st.heap, st.S, st.DI
     DI[d, DI_VERSION] += 1
     n = DI[d, DI_RUN_COUNT]
     if n > 0:
-        least = _shared_least(d, DI, BI, BF)
+        least = _shared_least(st, d)
         at = now + max(least, 0.0) / (1.0 / n)
         heapq.heappush(heap, (at, COMPLETION, S[0], EV_SHARED_DONE, d, float(DI[d, DI_VERSION])))
         S[0] += 1
 
 
 @njit(cache=True)
-def _batch_done(b, now, heap, S, arrived, ptok, mtok, QI, QF, WDEV, WID, W_NEXT, DI, DF, DEVLIST, RULES, TK,
-                TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS, nxt, bp, BI, BF, batch_of,
-                done_at, first_at, rng):
+def _batch_done(st, b, now):
     """A batch finished: its prompts are done; its worker goes back to its queue's idle line."""
+    QI, bp, BI, BF, done_at, first_at = st.QI, st.bp, st.BI, st.BF, st.done_at, st.first_at
     start = BF[b, BF_STARTED]
     work = BF[b, BF_WORK]
     stretch = (now - start) / work if work > 0 else 1.0
@@ -568,15 +556,13 @@ def _batch_done(b, now, heap, S, arrived, ptok, mtok, QI, QF, WDEV, WID, W_NEXT,
         return
     QI[q, QI_IN_SERVICE] -= BI[b, BI_SIZE]
     QI[q, QI_TOKENS] -= BI[b, BI_TOKENS]
-    _idle_push(q, BI[b, BI_WORKER], QI, W_NEXT)
-    _poll(q, now, heap, S, arrived, ptok, mtok, QI, QF, WDEV, WID, W_NEXT, DI, DF, DEVLIST, RULES, TK, TMEAN,
-          TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS, nxt, bp, BI, BF, batch_of, rng)
+    _idle_push(st, q, BI[b, BI_WORKER])
+    _poll(st, q, now)
 
 
 @njit(cache=True)
-def _pool_finish(b, now, heap, S, arrived, ptok, mtok, QI, QF, WDEV, WID, W_NEXT, DI, DF, DEVLIST, RULES, TK,
-                 TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS, nxt, bp, BI, BF, batch_of,
-                 done_at, first_at, rng):
+def _pool_finish(st, b, now):
+    DI, BI = st.DI, st.BI
     d = BI[b, BI_DEVICE]
     DI[d, DI_BUSY] -= 1
     DI[d, DI_OUT] -= BI[b, BI_SIZE]
@@ -584,19 +570,16 @@ def _pool_finish(b, now, heap, S, arrived, ptok, mtok, QI, QF, WDEV, WID, W_NEXT
     # The next waiting batch starts before the finished batch's worker is told.
     head = DI[d, DI_RUN_HEAD]
     if head >= 0:
-        _link_remove(d, head, DI, BI)
-        _pool_start(head, d, now, heap, S, DI, BF)
-    _batch_done(b, now, heap, S, arrived, ptok, mtok, QI, QF, WDEV, WID, W_NEXT, DI, DF, DEVLIST, RULES, TK,
-                TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS, nxt, bp, BI, BF, batch_of,
-                done_at, first_at, rng)
+        _link_remove(st, d, head)
+        _pool_start(st, head, d, now)
+    _batch_done(st, b, now)
 
 
 @njit(cache=True)
-def _shared_finish(d, now, heap, S, arrived, ptok, mtok, QI, QF, WDEV, WID, W_NEXT, DI, DF, DEVLIST, RULES, TK,
-                   TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS, nxt, bp, BI, BF,
-                   batch_of, done_at, first_at, rng):
-    _shared_advance(d, now, DI, DF, BI, BF)
-    least = _shared_least(d, DI, BI, BF)
+def _shared_finish(st, d, now):
+    DI, BI, BF = st.DI, st.BI, st.BF
+    _shared_advance(st, d, now)
+    least = _shared_least(st, d)
     tolerance = 1e-9 * max(1.0, abs(least))
     finished = np.empty(DI[d, DI_RUN_COUNT], dtype=np.int64)
     n = 0
@@ -606,12 +589,10 @@ def _shared_finish(d, now, heap, S, arrived, ptok, mtok, QI, QF, WDEV, WID, W_NE
         if BF[b, BF_REMAINING] <= least + tolerance:
             finished[n] = b
             n += 1
-            _link_remove(d, b, DI, BI)
+            _link_remove(st, d, b)
             DI[d, DI_OUT] -= BI[b, BI_SIZE]
             DI[d, DI_OUT_TOKENS] -= BI[b, BI_TOKENS]
         b = following
-    _shared_reschedule(d, now, heap, S, DI, BI, BF)
+    _shared_reschedule(st, d, now)
     for k in range(n):
-        _batch_done(finished[k], now, heap, S, arrived, ptok, mtok, QI, QF, WDEV, WID, W_NEXT, DI, DF, DEVLIST,
-                    RULES, TK, TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS, nxt, bp, BI,
-                    BF, batch_of, done_at, first_at, rng)
+        _batch_done(st, finished[k], now)

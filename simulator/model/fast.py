@@ -252,6 +252,11 @@ def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int) -> _Low
     for t, v in enumerate(gvals):
         GVAL[t, :len(v)] = v
 
+    # Workers: the scenario's, plus at most one new worker per prompt of an unlimited queue.
+    unlimited_prompts = sum(int(counts[q[11]]) for q in queues if q[2])
+    worker_device = np.full(len(workers) + unlimited_prompts, -1, dtype=np.int64)
+    worker_device[:len(workers)] = workers
+
     def int_table(rows: list, width: int) -> np.ndarray:
         return np.array(rows, dtype=np.int64).reshape(len(rows), width)
 
@@ -259,13 +264,13 @@ def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int) -> _Low
     QF = np.zeros((len(queues), 4))
     QF[:, 0] = [configs[q[11]].flush for q in queues]
     n_dev = len(devices)
-    DI = np.zeros((n_dev, 11), dtype=np.int64)
+    DI = np.zeros((n_dev, 10), dtype=np.int64)
     DI[:, :3] = np.array(devices, dtype=np.int64).reshape(n_dev, 3)
     dispatch_rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
     args = (
         cols.call_t, call_g0, g_start, g_front, order.astype(np.int64), arrived, ptok.astype(np.int64),
-        mtok.astype(np.int64), int_table(fronts, 10), QI, QF, np.array(workers, dtype=np.int64),
-        np.arange(len(workers), dtype=np.int64), DI, np.zeros((n_dev, 1)), np.array(devlist, dtype=np.int64),
+        mtok.astype(np.int64), int_table(fronts, 10), QI, QF, worker_device,
+        np.arange(len(worker_device), dtype=np.int64), DI, np.zeros((n_dev, 1)), np.array(devlist, dtype=np.int64),
         int_table(rules, 3), TK, TMEAN, TSCALE,
         np.concatenate(noise) if noise else np.zeros(0), NOISE0, TPI, GRID, GLEN, GVAL, GAXIS,
         float(scenario.cold_start), len(workers), dispatch_rng,
