@@ -1,0 +1,171 @@
+"""The fast engine (compiled kernel) against the reference engine (simpy): the same event log,
+prompt by prompt, for every configuration the kernel supports; and a loud refusal, never a
+silent fallback, for what it does not model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simulator import build_scenario, load_profile, load_trace
+from simulator.errors import ScenarioError
+from simulator.model import DISPATCH_RULES, GPU_SHARING, POLICIES, TOPOLOGIES, simulate
+from simulator.model.fast import POLICY_CODES, RULE_CODES, SHARING_CODES, TOPOLOGY_CODES, unsupported
+from simulator.profile import profile_from_dict
+from simulator.profile.kinds.table import TableService
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+TASKS = ("mmlu", "infobench", "graph")
+TRACE = load_trace("example")
+
+
+def _profiles() -> list:
+    seed = json.loads((Path(__file__).resolve().parents[1] / "profiles" / "seed-calibrated.json").read_text())
+    other = json.loads(json.dumps(seed))
+    other["tasks"]["mmlu"]["service"] = {
+        "kind": "table", "axes": {"batch_size": [1, 2, 4, 8], "max_tokens": [16, 64]},
+        "seconds": [[1.0, 2.0], [1.2, 2.6], [1.5, 3.1], [2.2, 4.0]], "dist": "gamma", "cv": 0.3}
+    other["tasks"]["infobench"]["service"] = {"kind": "distribution", "dist": "exponential",
+                                              "mean": {"base": 20.0, "per_prompt": 3.0}}
+    other["tasks"]["graph"]["service"] = {"kind": "table", "axes": {"prompt_tokens": [10, 100, 1000]},
+                                          "seconds": [0.1, 0.3, 0.9], "dist": "lognormal", "cv": 0.5}
+    other["tasks"]["graph"]["tokens_per_iteration"] = 3.0
+    return [load_profile("seed-calibrated"), profile_from_dict(other)]
+
+
+PROFILES = _profiles()
+
+
+def assert_same_log(trace, scenario, profile, seed) -> pd.DataFrame:
+    reference = simulate(trace, scenario, profile, seed, engine="reference")
+    fast = simulate(trace, scenario, profile, seed, engine="fast")
+    assert fast.attrs["engine"] == "fast" and reference.attrs["engine"] == "reference"
+    pd.testing.assert_frame_equal(reference, fast)
+    return fast
+
+
+task_settings = st.fixed_dictionaries(
+    {"topology": st.sampled_from(sorted(TOPOLOGY_CODES)), "policy": st.sampled_from(sorted(POLICY_CODES)),
+     "dispatch": st.sampled_from(sorted(RULE_CODES)), "flush": st.sampled_from([0.0, 0.1, 0.5, 2.0, 5.0]),
+     "max_batch": st.integers(1, 9)},
+    optional={"workers": st.integers(1, 5), "max_queue": st.integers(1, 12), "priority": st.integers(0, 2),
+              "sticky_gpu": st.booleans(), "dispatch_per": st.sampled_from(["prompt", "group"]),
+              "cpu_workers": st.integers(1, 4), "resource": st.sampled_from(["gpu", "cpu"]),
+              "max_tokens": st.sampled_from([8, 50, 300])})
+run_settings = st.fixed_dictionaries(
+    {"gpus": st.integers(1, 4), "gpu_sharing": st.sampled_from(sorted(SHARING_CODES))},
+    optional={"cold_start": st.sampled_from([30.0, 400.0]),
+              "group_order": st.permutations(list(TASKS)).map(lambda p: p[:2])})
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tasks=st.tuples(task_settings, task_settings, task_settings), run=run_settings,
+       profile=st.sampled_from(range(len(PROFILES))), seed=st.integers(0, 3), rate=st.sampled_from([1.0, 3.0]))
+def test_kernel_equals_reference_on_every_supported_configuration(tasks, run, profile, seed, rate):
+    overrides = {f"tasks.{t}.{k}": v for t, values in zip(TASKS, tasks) for k, v in values.items()}
+    overrides.update({f"run.{k}": v for k, v in run.items()})
+    scenario = build_scenario(path="design-notes", overrides=overrides)
+    trace = TRACE.scaled(rate)
+    reason = unsupported(trace, scenario, PROFILES[profile])
+    if reason is not None:  # a split CPU task without cpu_workers: the reference engine's error
+        assert "cpu_workers" in reason
+        with pytest.raises(ScenarioError, match="cpu_workers"):
+            simulate(trace, scenario, PROFILES[profile], seed)
+        return
+    assert_same_log(trace, scenario, PROFILES[profile], seed)
+
+
+@pytest.mark.parametrize("name", ["design-notes", "lminference-separate-queues"])
+def test_kernel_equals_reference_on_the_bundled_scenarios_and_traces(name):
+    scenario = build_scenario(path=name, run={"host_lock": False})
+    for trace_name in ("example", "lminference-4queues-lengths"):
+        trace = load_trace(trace_name)
+        profile = load_profile("seed-calibrated")
+        if unsupported(trace, scenario, profile) is None:
+            assert_same_log(trace, scenario, profile, 1)
+
+
+def test_kernel_equals_reference_on_a_real_public_trace():
+    path = SHARED / "traces" / "real" / "burstgpt"
+    files = sorted(path.glob("*.csv")) if path.is_dir() else []
+    if not files:
+        pytest.skip("../shared/traces/real/burstgpt is absent (the real public traces ship beside the repo)")
+    from simulator.trace.formats import load_trace as read
+
+    trace = read(files[0]).renamed({})
+    trace = type(trace)(calls=trace.calls[:3000], meta=trace.meta, source=trace.source)
+    task = trace.tasks[0]
+    profile = profile_from_dict({"tasks": {t: {"resource": "gpu", "service": {
+        "kind": "table", "axes": {"batch_size": [1, 8], "prompt_tokens": [64, 4096], "max_tokens": [16, 1024]},
+        "seconds": [[[0.2, 6.0], [0.9, 7.0]], [[0.4, 9.0], [2.5, 12.0]]], "dist": "gamma", "cv": 0.2}}
+        for t in trace.tasks}})
+    for topology, policy, dispatch in (("shared", "oldest", "round-robin"), ("split", "adaptive", "jsq-tokens"),
+                                       ("direct", "oldest", "least-loaded")):
+        scenario = build_scenario(run={"gpus": 3}, tasks={task: {"topology": topology, "policy": policy,
+                                                                "dispatch": dispatch, "flush": 0.2}})
+        assert_same_log(trace, scenario, profile, 0)
+
+
+def test_every_registered_policy_and_rule_is_in_the_kernel():
+    """A policy or rule added to the model and not to the kernel fails here (and the kernel
+    would refuse scenarios that name it, see below)."""
+    assert set(POLICIES) == set(POLICY_CODES)
+    assert set(DISPATCH_RULES) == set(RULE_CODES)
+    assert set(GPU_SHARING) == set(SHARING_CODES)
+    assert set(TOPOLOGY_CODES) <= set(TOPOLOGIES)
+
+
+def test_a_policy_missing_from_the_kernel_is_refused_not_replaced(monkeypatch):
+    from simulator.model.policies import OldestTimer
+
+    monkeypatch.setitem(POLICIES._entries, "newest", OldestTimer)
+    scenario = build_scenario(defaults={"policy": "newest"})
+    profile = load_profile("seed-calibrated")
+    with pytest.raises(ScenarioError, match="newest"):
+        simulate(TRACE, scenario, profile, 0, engine="fast")
+    log = simulate(TRACE, scenario, profile, 0)  # auto: the reference engine, saying why
+    assert log.attrs["engine"].startswith("reference") and "newest" in log.attrs["engine"]
+
+
+def test_auto_says_which_engine_ran():
+    profile = load_profile("seed-calibrated")
+    assert simulate(TRACE, build_scenario(path="design-notes"), profile).attrs["engine"] == "fast"
+    continuous = build_scenario(path="design-notes", overrides={"tasks.infobench.topology": "continuous"})
+    log = simulate(TRACE, continuous, profile)
+    assert log.attrs["engine"] == "reference (tasks.infobench.topology = 'continuous')"
+    with pytest.raises(ScenarioError, match="continuous"):
+        simulate(TRACE, continuous, profile, engine="fast")
+
+
+@pytest.mark.parametrize("setting", [{"run.host_lock": True}, {"run.client": "closed:4"},
+                                     {"tasks.mmlu.queue_timeout": 3.0}, {"tasks.mmlu.rows_per_prompt": 2},
+                                     {"run.max_concurrent_groups": 1}, {"run.shared_rotation": ["mmlu"]},
+                                     {"tasks.mmlu.batch_forming": "gpu-free"}])
+def test_settings_only_the_reference_engine_models_are_named(setting):
+    scenario = build_scenario(path="design-notes", overrides=setting)
+    reason = unsupported(TRACE, scenario, load_profile("seed-calibrated"))
+    assert reason is not None and next(iter(setting)).split(".")[-1] in reason
+
+
+def test_table_interpolation_matches_scipy():
+    """The table kind's own multilinear interpolation (run by both engines) is scipy's
+    RegularGridInterpolator with linear extrapolation, to rounding."""
+    from scipy.interpolate import RegularGridInterpolator
+
+    rng = np.random.default_rng(3)
+    grid = ((1.0, 2.0, 4.0, 8.0), (16.0, 64.0, 256.0), (10.0, 100.0))
+    seconds = rng.uniform(0.5, 9.0, size=(4, 3, 2))
+    table = TableService(axes=("batch_size", "max_tokens", "prompt_tokens"), grid=grid, seconds=seconds)
+    scipy = RegularGridInterpolator(grid, seconds, bounds_error=False, fill_value=None)
+    from simulator.profile.kinds import BatchShape
+
+    for size, out, prompt in zip(rng.integers(1, 12, 200), rng.integers(1, 400, 200), rng.integers(1, 150, 200)):
+        expected = max(float(scipy([[size, out, prompt]])[0]), table.floor)
+        got = table.mean(BatchShape(int(size), int(prompt), int(out)))
+        assert got == pytest.approx(expected, rel=1e-12, abs=1e-12)
