@@ -73,8 +73,11 @@ class RunType(types.StructRef):
 
 
 class Run(structref.StructRefProxy):
-    """The state of one kernel run, one object the kernel's functions share (passing it is
-    one reference where its forty arrays would each be counted at every call)."""
+    """The state of one kernel run, one object the kernel's functions share. Its arrays are
+    read as ``st.QI[...]`` where they are used, not bound to local names: numba then pairs
+    each reference count with its release in the same block and drops both (a local name
+    held through a function costs an atomic count and release per call, which was most of
+    the kernel's time)."""
 
 
 #: Run's fields: the lowered scenario (see simulator.model.fast), then the run's state.
@@ -89,40 +92,38 @@ structref.define_proxy(Run, RunType, list(RUN_FIELDS))
 def _mean(st, task, size, max_prompt, max_out):
     """The batch's mean service time: the distribution kind's table by size, or the table
     kind's interpolation (:func:`grid_mean`)."""
-    TK, TMEAN, GRID, GLEN, GVAL, GAXIS = st.TK, st.TMEAN, st.GRID, st.GLEN, st.GVAL, st.GAXIS
-    if TK[task, 1] == 0:
-        return TMEAN[task, size]
+    if st.TK[task, 1] == 0:
+        return st.TMEAN[task, size]
     point = np.zeros(3)
-    for a in range(TK[task, 2]):
-        code = GAXIS[task, a]
+    for a in range(st.TK[task, 2]):
+        code = st.GAXIS[task, a]
         point[a] = size if code == 0 else (max_prompt if code == 1 else max_out)
-    return grid_mean(TK[task, 2], GRID[task], GLEN[task], GVAL[task], point, TMEAN[task, 0])
+    return grid_mean(st.TK[task, 2], st.GRID[task], st.GLEN[task], st.GVAL[task], point, st.TMEAN[task, 0])
 
 
 @njit(cache=True, inline="always")
 def _choose(st, rule, unit, places, n, loads_of_queue):
     """A dispatch rule's choice among ``places`` (queue or device indices)."""
-    QI, DI, RULES, rng = st.QI, st.DI, st.RULES, st.rng
-    code = RULES[rule, 0]
+    code = st.RULES[rule, 0]
     if code == R_ROUND_ROBIN:
-        index = RULES[rule, 1] % n
-        RULES[rule, 1] = index + 1
+        index = st.RULES[rule, 1] % n
+        st.RULES[rule, 1] = index + 1
         return index
     if code == R_RANDOM:
-        return rng.integers(0, n)
+        return st.rng.integers(0, n)
     best = 0
     best_load = 0
     for i in range(n):
         p = places[i]
         if loads_of_queue:
             if unit == U_PROMPTS:
-                load = QI[p, QI_WAITING] + QI[p, QI_IN_SERVICE]
+                load = st.QI[p, QI_WAITING] + st.QI[p, QI_IN_SERVICE]
             elif unit == U_TOKENS:
-                load = QI[p, QI_TOKENS]
+                load = st.QI[p, QI_TOKENS]
             else:
-                load = QI[p, QI_WAITING]
+                load = st.QI[p, QI_WAITING]
         else:
-            load = DI[p, DI_OUT_TOKENS] if unit == U_TOKENS else DI[p, DI_OUT]
+            load = st.DI[p, DI_OUT_TOKENS] if unit == U_TOKENS else st.DI[p, DI_OUT]
         if i == 0 or load < best_load:
             best, best_load = i, load
     return best
@@ -200,109 +201,102 @@ def run_kernel(call_t, call_g0, g_start, g_front, order, arrived, ptok, mtok, FI
 
 @njit(cache=True, inline="always")
 def _idle_push(st, q, w):
-    QI, W_NEXT = st.QI, st.W_NEXT
-    W_NEXT[w] = -1
-    if QI[q, QI_WTAIL] < 0:
-        QI[q, QI_WHEAD] = w
+    st.W_NEXT[w] = -1
+    if st.QI[q, QI_WTAIL] < 0:
+        st.QI[q, QI_WHEAD] = w
     else:
-        W_NEXT[QI[q, QI_WTAIL]] = w
-    QI[q, QI_WTAIL] = w
+        st.W_NEXT[st.QI[q, QI_WTAIL]] = w
+    st.QI[q, QI_WTAIL] = w
 
 
 @njit(cache=True)
 def _send(st, ci, now):
     """A call is taken in: its groups go to their fronts (after the cold start)."""
-    heap, S, call_g0, g_start, g_front, order = st.heap, st.S, st.call_g0, st.g_start, st.g_front, st.order
-    FI, QI, DEVLIST, RULES, cold_until, n_calls = st.FI, st.QI, st.DEVLIST, st.RULES, st.cold_until, st.n_calls
-    bp = st.bp
-    if now < cold_until:
-        heapq.heappush(heap, (cold_until, ARRIVAL, S[0], EV_SEND, ci, 0.0))
-        S[0] += 1
+    if now < st.cold_until:
+        heapq.heappush(st.heap, (st.cold_until, ARRIVAL, st.S[0], EV_SEND, ci, 0.0))
+        st.S[0] += 1
         return
-    for g in range(call_g0[ci], call_g0[ci + 1]):
-        f = g_front[g]
-        lo, hi = g_start[g], g_start[g + 1]
-        fk = FI[f, FI_KIND]
+    for g in range(st.call_g0[ci], st.call_g0[ci + 1]):
+        f = st.g_front[g]
+        lo, hi = st.g_start[g], st.g_start[g + 1]
+        fk = st.FI[f, FI_KIND]
         if fk == F_SHARED:
-            _add(st, FI[f, FI_Q0], lo, hi, now)
+            _add(st, st.FI[f, FI_Q0], lo, hi, now)
         elif fk == F_SPLIT:
-            q0, q1 = FI[f, FI_Q0], FI[f, FI_Q1]
+            q0, q1 = st.FI[f, FI_Q0], st.FI[f, FI_Q1]
             places = np.arange(q0, q1)
-            rule = FI[f, FI_RULE]
-            if FI[f, FI_PER_GROUP]:
-                q = q0 + _choose(st, rule, RULES[rule, 2], places, q1 - q0, True)
+            rule = st.FI[f, FI_RULE]
+            if st.FI[f, FI_PER_GROUP]:
+                q = q0 + _choose(st, rule, st.RULES[rule, 2], places, q1 - q0, True)
                 _add(st, q, lo, hi, now)
             else:
                 for k in range(lo, hi):
-                    q = q0 + _choose(st, rule, RULES[rule, 2], places, q1 - q0, True)
+                    q = q0 + _choose(st, rule, st.RULES[rule, 2], places, q1 - q0, True)
                     _add(st, q, k, k + 1, now)
         else:  # F_DIRECT: batches of at most max_batch, each to a device chosen now
-            size = FI[f, FI_MAXB]
-            dl0, dl1 = FI[f, FI_DL0], FI[f, FI_DL1]
+            size = st.FI[f, FI_MAXB]
+            dl0, dl1 = st.FI[f, FI_DL0], st.FI[f, FI_DL1]
             for start in range(lo, hi, size):
                 stop = min(start + size, hi)
                 if dl1 - dl0 == 1:
-                    device = DEVLIST[dl0]
+                    device = st.DEVLIST[dl0]
                 else:
-                    rule = FI[f, FI_RULE]
-                    device = DEVLIST[dl0 + _choose(st, rule, RULES[rule, 2], DEVLIST[dl0:dl1], dl1 - dl0, False)]
+                    rule = st.FI[f, FI_RULE]
+                    device = st.DEVLIST[dl0 + _choose(st, rule, st.RULES[rule, 2], st.DEVLIST[dl0:dl1], dl1 - dl0, False)]
                 for k in range(start, stop):
-                    bp[S[3] + k - start] = order[k]
-                b = _form(st, FI[f, FI_TASK], FI[f, FI_NAME], stop - start, -1, -1, -1, now)
+                    st.bp[st.S[3] + k - start] = st.order[k]
+                b = _form(st, st.FI[f, FI_TASK], st.FI[f, FI_NAME], stop - start, -1, -1, -1, now)
                 _submit(st, b, device, now)
-    if ci == n_calls - 1:
-        S[4] = 1
-        for q in range(QI.shape[0]):
+    if ci == st.n_calls - 1:
+        st.S[4] = 1
+        for q in range(st.QI.shape[0]):
             _poll(st, q, now)
 
 
 @njit(cache=True)
 def _add(st, q, lo, hi, now):
     """Prompts ``order[lo:hi]`` join queue ``q`` now (as BatchQueue.add)."""
-    order, ptok, mtok, QI, nxt, status = st.order, st.ptok, st.mtok, st.QI, st.nxt, st.status
-    if QI[q, QI_MAXQ] >= 0:
-        room = max(QI[q, QI_MAXQ] - QI[q, QI_WAITING], 0)
+    if st.QI[q, QI_MAXQ] >= 0:
+        room = max(st.QI[q, QI_MAXQ] - st.QI[q, QI_WAITING], 0)
         if room < hi - lo:
             for k in range(lo + room, hi):
-                status[order[k]] = S_REJECTED
+                st.status[st.order[k]] = S_REJECTED
             hi = lo + room
     if hi <= lo:
         return
     for k in range(lo, hi):
-        p = order[k]
-        if QI[q, QI_TAIL] < 0:
-            QI[q, QI_HEAD] = p
+        p = st.order[k]
+        if st.QI[q, QI_TAIL] < 0:
+            st.QI[q, QI_HEAD] = p
         else:
-            nxt[QI[q, QI_TAIL]] = p
-        nxt[p] = -1
-        QI[q, QI_TAIL] = p
-        QI[q, QI_TOKENS] += ptok[p] + mtok[p]
-    QI[q, QI_WAITING] += hi - lo
+            st.nxt[st.QI[q, QI_TAIL]] = p
+        st.nxt[p] = -1
+        st.QI[q, QI_TAIL] = p
+        st.QI[q, QI_TOKENS] += st.ptok[p] + st.mtok[p]
+    st.QI[q, QI_WAITING] += hi - lo
     _poll(st, q, now)
 
 
 @njit(cache=True)
 def _poll(st, q, now):
     """Release batches while prompts wait, a worker is idle and the policy says so."""
-    heap, S, arrived, QI, QF, WDEV = st.heap, st.S, st.arrived, st.QI, st.QF, st.WDEV
-    WID, W_NEXT, DEVLIST, RULES, nxt, bp = st.WID, st.W_NEXT, st.DEVLIST, st.RULES, st.nxt, st.bp
-    while QI[q, QI_WAITING] > 0 and (QI[q, QI_WHEAD] >= 0 or QI[q, QI_UNLIMITED]):
-        if math.isnan(QF[q, QF_PICKUP]):
-            QF[q, QF_PICKUP] = now
-        worker = QI[q, QI_WHEAD]
-        waiting = QI[q, QI_WAITING]
-        maxb = QI[q, QI_MAXB]
-        flush = QF[q, QF_FLUSH]
-        policy = QI[q, QI_POLICY]
-        oldest = arrived[QI[q, QI_HEAD]]
+    while st.QI[q, QI_WAITING] > 0 and (st.QI[q, QI_WHEAD] >= 0 or st.QI[q, QI_UNLIMITED]):
+        if math.isnan(st.QF[q, QF_PICKUP]):
+            st.QF[q, QF_PICKUP] = now
+        worker = st.QI[q, QI_WHEAD]
+        waiting = st.QI[q, QI_WAITING]
+        maxb = st.QI[q, QI_MAXB]
+        flush = st.QF[q, QF_FLUSH]
+        policy = st.QI[q, QI_POLICY]
+        oldest = st.arrived[st.QI[q, QI_HEAD]]
         if policy == P_OLDEST:
             end = oldest + flush
         elif policy == P_PICKUP:
-            end = QF[q, QF_PICKUP] + flush
+            end = st.QF[q, QF_PICKUP] + flush
         elif policy == P_ADAPTIVE:
             share = 0.0
-            if QI[q, QI_SHARE1] > QI[q, QI_SHARE0]:
-                share = _idle_share(st, q, -1 if worker < 0 else WDEV[worker])
+            if st.QI[q, QI_SHARE1] > st.QI[q, QI_SHARE0]:
+                share = _idle_share(st, q, -1 if worker < 0 else st.WDEV[worker])
             fill = min(waiting, maxb) / maxb
             window = flush * (1.0 - fill) * (1.0 - share)
             end = oldest + window
@@ -313,62 +307,61 @@ def _poll(st, q, now):
         elif now >= end:
             count = waiting
         else:
-            if end == math.inf and S[4]:
+            if end == math.inf and st.S[4]:
                 count = min(waiting, maxb)  # nothing more will arrive
             else:
-                if end != QF[q, QF_TIMER] and end != math.inf:
-                    QF[q, QF_TIMER] = end
-                    heapq.heappush(heap, (end, TIMER, S[0], EV_TIMER, q, end))
-                    S[0] += 1
+                if end != st.QF[q, QF_TIMER] and end != math.inf:
+                    st.QF[q, QF_TIMER] = end
+                    heapq.heappush(st.heap, (end, TIMER, st.S[0], EV_TIMER, q, end))
+                    st.S[0] += 1
                 return
         # release the first ``count`` waiting prompts
-        off = S[3]
-        p = QI[q, QI_HEAD]
+        off = st.S[3]
+        p = st.QI[q, QI_HEAD]
         for k in range(count):
-            bp[off + k] = p
-            p = nxt[p]
-        QI[q, QI_HEAD] = p
+            st.bp[off + k] = p
+            p = st.nxt[p]
+        st.QI[q, QI_HEAD] = p
         if p < 0:
-            QI[q, QI_TAIL] = -1
-        QI[q, QI_WAITING] -= count
-        QF[q, QF_PICKUP] = math.nan
-        QF[q, QF_TIMER] = math.nan
+            st.QI[q, QI_TAIL] = -1
+        st.QI[q, QI_WAITING] -= count
+        st.QF[q, QF_PICKUP] = math.nan
+        st.QF[q, QF_TIMER] = math.nan
         if worker >= 0:
-            QI[q, QI_WHEAD] = W_NEXT[worker]
-            if W_NEXT[worker] < 0:
-                QI[q, QI_WTAIL] = -1
+            st.QI[q, QI_WHEAD] = st.W_NEXT[worker]
+            if st.W_NEXT[worker] < 0:
+                st.QI[q, QI_WTAIL] = -1
         else:  # a new worker of an unlimited queue
-            worker = S[2]  # worker indices are the reference's worker ids
-            S[2] += 1
-            WID[worker] = worker
-            WDEV[worker] = QI[q, QI_UNBOUND]
-        device = WDEV[worker]
+            worker = st.S[2]  # worker indices are the reference's worker ids
+            st.S[2] += 1
+            st.WID[worker] = worker
+            st.WDEV[worker] = st.QI[q, QI_UNBOUND]
+        device = st.WDEV[worker]
         if device < 0:
-            rule = QI[q, QI_RULE]
-            dl0, dl1 = QI[q, QI_DL0], QI[q, QI_DL1]
+            rule = st.QI[q, QI_RULE]
+            dl0, dl1 = st.QI[q, QI_DL0], st.QI[q, QI_DL1]
             if dl1 - dl0 == 1:
-                device = DEVLIST[dl0]
+                device = st.DEVLIST[dl0]
             else:
-                device = DEVLIST[dl0 + _choose(st, rule, RULES[rule, 2], DEVLIST[dl0:dl1], dl1 - dl0, False)]
-            if QI[q, QI_STICKY]:
-                WDEV[worker] = device
-        b = _form(st, QI[q, QI_TASK], QI[q, QI_NAME], count, WID[worker], worker, q, now)
-        QI[q, QI_IN_SERVICE] += count
+                device = st.DEVLIST[dl0 + _choose(st, rule, st.RULES[rule, 2], st.DEVLIST[dl0:dl1], dl1 - dl0, False)]
+            if st.QI[q, QI_STICKY]:
+                st.WDEV[worker] = device
+        b = _form(st, st.QI[q, QI_TASK], st.QI[q, QI_NAME], count, st.WID[worker], worker, q, now)
+        st.QI[q, QI_IN_SERVICE] += count
         _submit(st, b, device, now)
 
 
 @njit(cache=True, inline="always")
 def _idle_share(st, q, chosen):
     """Share of the queue's GPUs other than ``chosen`` with nothing to run."""
-    QI, DI, DEVLIST = st.QI, st.DI, st.DEVLIST
     others = 0
     idle = 0
-    for k in range(QI[q, QI_SHARE0], QI[q, QI_SHARE1]):
-        d = DEVLIST[k]
+    for k in range(st.QI[q, QI_SHARE0], st.QI[q, QI_SHARE1]):
+        d = st.DEVLIST[k]
         if d == chosen:
             continue
         others += 1
-        if DI[d, DI_OUT] == 0:
+        if st.DI[d, DI_OUT] == 0:
             idle += 1
     if others == 0:
         return 0.0
@@ -378,197 +371,185 @@ def _idle_share(st, q, chosen):
 @njit(cache=True, inline="always")
 def _form(st, task, name, size, worker_id, worker, q, now):
     """Make a batch of ``bp[S[3]:S[3]+size]`` now and draw its service time."""
-    S, ptok, mtok, bp, BI, BF = st.S, st.ptok, st.mtok, st.bp, st.BI, st.BF
-    batch_of, TK, TSCALE, NOISE, NOISE0, noise_used = st.batch_of, st.TK, st.TSCALE, st.NOISE, st.NOISE0, st.noise_used
-    TPI = st.TPI
-    b = S[1]
-    S[1] += 1
-    off = S[3]
-    S[3] += size
+    b = st.S[1]
+    st.S[1] += 1
+    off = st.S[3]
+    st.S[3] += size
     max_prompt = 0
     max_out = 0
     tokens = 0
     for k in range(off, off + size):
-        p = bp[k]
-        batch_of[p] = b
-        if ptok[p] > max_prompt:
-            max_prompt = ptok[p]
-        if mtok[p] > max_out:
-            max_out = mtok[p]
-        tokens += ptok[p] + mtok[p]
+        p = st.bp[k]
+        st.batch_of[p] = b
+        if st.ptok[p] > max_prompt:
+            max_prompt = st.ptok[p]
+        if st.mtok[p] > max_out:
+            max_out = st.mtok[p]
+        tokens += st.ptok[p] + st.mtok[p]
     mean = _mean(st, task, size, max_prompt, max_out)
-    dist = TK[task, 0]
+    dist = st.TK[task, 0]
     if dist == K_DETERMINISTIC:
         work = mean
     else:
-        z = NOISE[NOISE0[task] + noise_used[task]]
-        noise_used[task] += 1
+        z = st.NOISE[st.NOISE0[task] + st.noise_used[task]]
+        st.noise_used[task] += 1
         if dist == K_EXPONENTIAL:
             work = mean * z
         elif dist == K_GAMMA:
-            work = (mean / TSCALE[task, 0]) * z
+            work = (mean / st.TSCALE[task, 0]) * z
         else:  # lognormal: exp(log(mean) - s2/2 + sigma z)
-            work = math.exp((math.log(mean) - TSCALE[task, 0] / 2.0) + TSCALE[task, 1] * z)
+            work = math.exp((math.log(mean) - st.TSCALE[task, 0] / 2.0) + st.TSCALE[task, 1] * z)
     # first token: after the prefill and the first decoding iteration
-    iterations = math.ceil(max(max_out - 1, 0) / TPI[task]) + 1
-    BI[b, BI_TASK] = task
-    BI[b, BI_NAME] = name
-    BI[b, BI_OFF] = off
-    BI[b, BI_SIZE] = size
-    BI[b, BI_WORKER_ID] = worker_id
-    BI[b, BI_WORKER] = worker
-    BI[b, BI_DEVICE] = -1
-    BI[b, BI_QUEUE] = q
-    BI[b, BI_TOKENS] = tokens
-    BF[b, BF_FORMED] = now
-    BF[b, BF_STARTED] = math.nan
-    BF[b, BF_WORK] = work
-    BF[b, BF_FIRST] = work * min(2, iterations) / iterations
+    iterations = math.ceil(max(max_out - 1, 0) / st.TPI[task]) + 1
+    st.BI[b, BI_TASK] = task
+    st.BI[b, BI_NAME] = name
+    st.BI[b, BI_OFF] = off
+    st.BI[b, BI_SIZE] = size
+    st.BI[b, BI_WORKER_ID] = worker_id
+    st.BI[b, BI_WORKER] = worker
+    st.BI[b, BI_DEVICE] = -1
+    st.BI[b, BI_QUEUE] = q
+    st.BI[b, BI_TOKENS] = tokens
+    st.BF[b, BF_FORMED] = now
+    st.BF[b, BF_STARTED] = math.nan
+    st.BF[b, BF_WORK] = work
+    st.BF[b, BF_FIRST] = work * min(2, iterations) / iterations
     return b
 
 
 @njit(cache=True, inline="always")
 def _link_append(st, d, b):
     """Append batch ``b`` to device ``d``'s list (its line, or its running batches)."""
-    DI, BI = st.DI, st.BI
-    BI[b, BI_NEXT] = -1
-    BI[b, BI_PREV] = DI[d, DI_RUN_TAIL]
-    if DI[d, DI_RUN_TAIL] < 0:
-        DI[d, DI_RUN_HEAD] = b
+    st.BI[b, BI_NEXT] = -1
+    st.BI[b, BI_PREV] = st.DI[d, DI_RUN_TAIL]
+    if st.DI[d, DI_RUN_TAIL] < 0:
+        st.DI[d, DI_RUN_HEAD] = b
     else:
-        BI[DI[d, DI_RUN_TAIL], BI_NEXT] = b
-    DI[d, DI_RUN_TAIL] = b
-    DI[d, DI_RUN_COUNT] += 1
+        st.BI[st.DI[d, DI_RUN_TAIL], BI_NEXT] = b
+    st.DI[d, DI_RUN_TAIL] = b
+    st.DI[d, DI_RUN_COUNT] += 1
 
 
 @njit(cache=True, inline="always")
 def _link_remove(st, d, b):
-    DI, BI = st.DI, st.BI
-    prev, nxt = BI[b, BI_PREV], BI[b, BI_NEXT]
+    prev, nxt = st.BI[b, BI_PREV], st.BI[b, BI_NEXT]
     if prev < 0:
-        DI[d, DI_RUN_HEAD] = nxt
+        st.DI[d, DI_RUN_HEAD] = nxt
     else:
-        BI[prev, BI_NEXT] = nxt
+        st.BI[prev, BI_NEXT] = nxt
     if nxt < 0:
-        DI[d, DI_RUN_TAIL] = prev
+        st.DI[d, DI_RUN_TAIL] = prev
     else:
-        BI[nxt, BI_PREV] = prev
-    DI[d, DI_RUN_COUNT] -= 1
+        st.BI[nxt, BI_PREV] = prev
+    st.DI[d, DI_RUN_COUNT] -= 1
 
 
 @njit(cache=True, inline="always")
 def _submit(st, b, d, now):
     """Device ``d`` takes batch ``b`` now (ServerPool.submit / RetimedGpu.submit)."""
-    DI, BI, BF, TK = st.DI, st.BI, st.BF, st.TK
-    BI[b, BI_DEVICE] = d
-    DI[d, DI_OUT] += BI[b, BI_SIZE]
-    DI[d, DI_OUT_TOKENS] += BI[b, BI_TOKENS]
-    if DI[d, DI_KIND] == D_POOL:
-        if DI[d, DI_SERVERS] < 0 or DI[d, DI_BUSY] < DI[d, DI_SERVERS]:
+    st.BI[b, BI_DEVICE] = d
+    st.DI[d, DI_OUT] += st.BI[b, BI_SIZE]
+    st.DI[d, DI_OUT_TOKENS] += st.BI[b, BI_TOKENS]
+    if st.DI[d, DI_KIND] == D_POOL:
+        if st.DI[d, DI_SERVERS] < 0 or st.DI[d, DI_BUSY] < st.DI[d, DI_SERVERS]:
             _pool_start(st, b, d, now)
         else:
             # the line: by priority (higher first), FIFO within one
-            after = DI[d, DI_RUN_TAIL]
-            while after >= 0 and TK[BI[after, BI_TASK], 3] < TK[BI[b, BI_TASK], 3]:
-                after = BI[after, BI_PREV]
-            before = DI[d, DI_RUN_HEAD] if after < 0 else BI[after, BI_NEXT]
-            BI[b, BI_PREV] = after
-            BI[b, BI_NEXT] = before
+            after = st.DI[d, DI_RUN_TAIL]
+            while after >= 0 and st.TK[st.BI[after, BI_TASK], 3] < st.TK[st.BI[b, BI_TASK], 3]:
+                after = st.BI[after, BI_PREV]
+            before = st.DI[d, DI_RUN_HEAD] if after < 0 else st.BI[after, BI_NEXT]
+            st.BI[b, BI_PREV] = after
+            st.BI[b, BI_NEXT] = before
             if after < 0:
-                DI[d, DI_RUN_HEAD] = b
+                st.DI[d, DI_RUN_HEAD] = b
             else:
-                BI[after, BI_NEXT] = b
+                st.BI[after, BI_NEXT] = b
             if before < 0:
-                DI[d, DI_RUN_TAIL] = b
+                st.DI[d, DI_RUN_TAIL] = b
             else:
-                BI[before, BI_PREV] = b
-            DI[d, DI_RUN_COUNT] += 1
+                st.BI[before, BI_PREV] = b
+            st.DI[d, DI_RUN_COUNT] += 1
         return
     _shared_advance(st, d, now)
-    BF[b, BF_STARTED] = now
-    BF[b, BF_REMAINING] = BF[b, BF_WORK]
+    st.BF[b, BF_STARTED] = now
+    st.BF[b, BF_REMAINING] = st.BF[b, BF_WORK]
     _link_append(st, d, b)
     _shared_reschedule(st, d, now)
 
 
 @njit(cache=True, inline="always")
 def _pool_start(st, b, d, now):
-    heap, S, DI, BF = st.heap, st.S, st.DI, st.BF
-    DI[d, DI_BUSY] += 1
-    BF[b, BF_STARTED] = now
-    heapq.heappush(heap, (now + BF[b, BF_WORK], COMPLETION, S[0], EV_POOL_DONE, b, 0.0))
-    S[0] += 1
+    st.DI[d, DI_BUSY] += 1
+    st.BF[b, BF_STARTED] = now
+    heapq.heappush(st.heap, (now + st.BF[b, BF_WORK], COMPLETION, st.S[0], EV_POOL_DONE, b, 0.0))
+    st.S[0] += 1
 
 
 @njit(cache=True, inline="always")
 def _shared_advance(st, d, now):
     """Bring the remaining work of the device's running batches up to now."""
-    DI, DF, BI, BF = st.DI, st.DF, st.BI, st.BF
-    n = DI[d, DI_RUN_COUNT]
+    n = st.DI[d, DI_RUN_COUNT]
     if n > 0:
-        done = (now - DF[d, DF_UPDATED]) * (1.0 / n)
-        b = DI[d, DI_RUN_HEAD]
+        done = (now - st.DF[d, DF_UPDATED]) * (1.0 / n)
+        b = st.DI[d, DI_RUN_HEAD]
         while b >= 0:
-            BF[b, BF_REMAINING] -= done
-            b = BI[b, BI_NEXT]
-    DF[d, DF_UPDATED] = now
+            st.BF[b, BF_REMAINING] -= done
+            b = st.BI[b, BI_NEXT]
+    st.DF[d, DF_UPDATED] = now
 
 
 @njit(cache=True, inline="always")
 def _shared_least(st, d):
-    DI, BI, BF = st.DI, st.BI, st.BF
-    b = DI[d, DI_RUN_HEAD]
-    least = BF[b, BF_REMAINING]
-    b = BI[b, BI_NEXT]
+    b = st.DI[d, DI_RUN_HEAD]
+    least = st.BF[b, BF_REMAINING]
+    b = st.BI[b, BI_NEXT]
     while b >= 0:
-        if BF[b, BF_REMAINING] < least:
-            least = BF[b, BF_REMAINING]
-        b = BI[b, BI_NEXT]
+        if st.BF[b, BF_REMAINING] < least:
+            least = st.BF[b, BF_REMAINING]
+        b = st.BI[b, BI_NEXT]
     return least
 
 
 @njit(cache=True, inline="always")
 def _shared_reschedule(st, d, now):
-    heap, S, DI = st.heap, st.S, st.DI
-    DI[d, DI_VERSION] += 1
-    n = DI[d, DI_RUN_COUNT]
+    st.DI[d, DI_VERSION] += 1
+    n = st.DI[d, DI_RUN_COUNT]
     if n > 0:
         least = _shared_least(st, d)
         at = now + max(least, 0.0) / (1.0 / n)
-        heapq.heappush(heap, (at, COMPLETION, S[0], EV_SHARED_DONE, d, float(DI[d, DI_VERSION])))
-        S[0] += 1
+        heapq.heappush(st.heap, (at, COMPLETION, st.S[0], EV_SHARED_DONE, d, float(st.DI[d, DI_VERSION])))
+        st.S[0] += 1
 
 
 @njit(cache=True)
 def _batch_done(st, b, now):
     """A batch finished: its prompts are done; its worker goes back to its queue's idle line."""
-    QI, bp, BI, BF, done_at, first_at = st.QI, st.bp, st.BI, st.BF, st.done_at, st.first_at
-    start = BF[b, BF_STARTED]
-    work = BF[b, BF_WORK]
+    start = st.BF[b, BF_STARTED]
+    work = st.BF[b, BF_WORK]
     stretch = (now - start) / work if work > 0 else 1.0
-    first = start + BF[b, BF_FIRST] * stretch
-    off = BI[b, BI_OFF]
-    for k in range(off, off + BI[b, BI_SIZE]):
-        done_at[bp[k]] = now
-        first_at[bp[k]] = first
-    q = BI[b, BI_QUEUE]
+    first = start + st.BF[b, BF_FIRST] * stretch
+    off = st.BI[b, BI_OFF]
+    for k in range(off, off + st.BI[b, BI_SIZE]):
+        st.done_at[st.bp[k]] = now
+        st.first_at[st.bp[k]] = first
+    q = st.BI[b, BI_QUEUE]
     if q < 0:
         return
-    QI[q, QI_IN_SERVICE] -= BI[b, BI_SIZE]
-    QI[q, QI_TOKENS] -= BI[b, BI_TOKENS]
-    _idle_push(st, q, BI[b, BI_WORKER])
+    st.QI[q, QI_IN_SERVICE] -= st.BI[b, BI_SIZE]
+    st.QI[q, QI_TOKENS] -= st.BI[b, BI_TOKENS]
+    _idle_push(st, q, st.BI[b, BI_WORKER])
     _poll(st, q, now)
 
 
 @njit(cache=True)
 def _pool_finish(st, b, now):
-    DI, BI = st.DI, st.BI
-    d = BI[b, BI_DEVICE]
-    DI[d, DI_BUSY] -= 1
-    DI[d, DI_OUT] -= BI[b, BI_SIZE]
-    DI[d, DI_OUT_TOKENS] -= BI[b, BI_TOKENS]
+    d = st.BI[b, BI_DEVICE]
+    st.DI[d, DI_BUSY] -= 1
+    st.DI[d, DI_OUT] -= st.BI[b, BI_SIZE]
+    st.DI[d, DI_OUT_TOKENS] -= st.BI[b, BI_TOKENS]
     # The next waiting batch starts before the finished batch's worker is told.
-    head = DI[d, DI_RUN_HEAD]
+    head = st.DI[d, DI_RUN_HEAD]
     if head >= 0:
         _link_remove(st, d, head)
         _pool_start(st, head, d, now)
@@ -577,21 +558,20 @@ def _pool_finish(st, b, now):
 
 @njit(cache=True)
 def _shared_finish(st, d, now):
-    DI, BI, BF = st.DI, st.BI, st.BF
     _shared_advance(st, d, now)
     least = _shared_least(st, d)
     tolerance = 1e-9 * max(1.0, abs(least))
-    finished = np.empty(DI[d, DI_RUN_COUNT], dtype=np.int64)
+    finished = np.empty(st.DI[d, DI_RUN_COUNT], dtype=np.int64)
     n = 0
-    b = DI[d, DI_RUN_HEAD]
+    b = st.DI[d, DI_RUN_HEAD]
     while b >= 0:
-        following = BI[b, BI_NEXT]
-        if BF[b, BF_REMAINING] <= least + tolerance:
+        following = st.BI[b, BI_NEXT]
+        if st.BF[b, BF_REMAINING] <= least + tolerance:
             finished[n] = b
             n += 1
             _link_remove(st, d, b)
-            DI[d, DI_OUT] -= BI[b, BI_SIZE]
-            DI[d, DI_OUT_TOKENS] -= BI[b, BI_TOKENS]
+            st.DI[d, DI_OUT] -= st.BI[b, BI_SIZE]
+            st.DI[d, DI_OUT_TOKENS] -= st.BI[b, BI_TOKENS]
         b = following
     _shared_reschedule(st, d, now)
     for k in range(n):

@@ -82,11 +82,7 @@ class Trace:
     @property
     def tasks(self) -> list[str]:
         """Task names in order of first appearance."""
-        seen: dict[str, None] = {}
-        for call in self.calls:
-            for p in call.prompts:
-                seen.setdefault(p.task, None)
-        return list(seen)
+        return list(self.columns.task_names)
 
     def task_counts(self) -> Counter[str]:
         """Number of prompts per task."""
