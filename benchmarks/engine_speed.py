@@ -114,6 +114,29 @@ print(json.dumps({{"run": (peak - before) / trace.n_prompts, "columns": (before 
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def cli_prompts_per_second(calls: int, seed: int) -> tuple[float, float]:
+    """Prompts per second of ``simctl replay`` on a design-notes trace file, end to end (start,
+    parsing, the run, the summary, writing it), and of the same command's parsing alone."""
+    import tempfile
+
+    from simulator import save_trace
+
+    trace, _, _ = design_case(calls, seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.json"
+        save_trace(trace, path)
+        command = [sys.executable, "-c", "from simulator.cli import main; main()", "replay", str(path),
+                   "-c", "design-notes", "--json", str(Path(tmp) / "summary.json")]
+        t0 = time.perf_counter()
+        subprocess.run(command, check=True, capture_output=True, cwd=ROOT)
+        whole = time.perf_counter() - t0
+        parse = [sys.executable, "-c", f"from simulator import load_trace; load_trace({str(path)!r}).columns"]
+        t0 = time.perf_counter()
+        subprocess.run(parse, check=True, capture_output=True, cwd=ROOT)
+        parsing = time.perf_counter() - t0
+    return trace.n_prompts / whole, trace.n_prompts / parsing
+
+
 def run(calls: int, reference_calls: int, repeat: int, seed: int, memory: bool) -> dict:
     from simpy_baseline import simpy_customers_per_second
     from simulator.model import simulate
@@ -137,6 +160,8 @@ def run(calls: int, reference_calls: int, repeat: int, seed: int, memory: bool) 
     result = {"simpy_customers_per_s": baseline, "rows": rows, "python": platform.python_version(),
               "machine": platform.machine(), "repeat": repeat, "seed": seed,
               "reference_calls": reference_calls}
+    result["cli_calls"] = min(calls, 200_000)
+    result["cli_prompts_per_s"], result["parse_prompts_per_s"] = cli_prompts_per_second(result["cli_calls"], seed)
     if memory and Path("/proc/self/clear_refs").exists():
         result["bytes_per_prompt"] = memory_per_prompt(calls, seed)
         result["memory_calls"] = calls
@@ -154,6 +179,9 @@ def table(result: dict) -> str:
     lines.append(f"Yardstick: idiomatic simpy M/M/4, {result['simpy_customers_per_s']:,.0f} customers/s in the same "
                  f"run. The reference engine ran {result['reference_calls']:,} calls of each case. Best of "
                  f"{result['repeat']}, one core, Python {result['python']} on {result['machine']}.")
+    lines.append(f"Through the CLI, end to end (`simctl replay TRACE -c design-notes --json F` on a "
+                 f"{result['cli_calls']:,}-call trace file): **{result['cli_prompts_per_s']:,.0f} prompts/s**; "
+                 f"reading the file alone runs at {result['parse_prompts_per_s']:,.0f} prompts/s.")
     if "bytes_per_prompt" in result:
         memory = result["bytes_per_prompt"]
         lines.append(f"Peak memory of a fast replay of the design-notes case at {result['memory_calls']:,} calls: "
