@@ -367,7 +367,7 @@ class RunSettings:
         sweepable=True, cli=REPLAY_SWEEP)
     client: str = setting(
         "open", "open (replay arrival times) or closed:N[:THINK] (N calls outstanding, the next sent THINK s "
-        "after one ends)", grammar=parse_client, cli=REPLAY)
+        "after one ends)", grammar=parse_client, noun="open or closed:N[:THINK]", cli=REPLAY)
     client_timeout: float | None = setting(
         None, "A call not done this many seconds after it was sent failed (the server still serves it)",
         min=0, finite=True, noun="a number of seconds", unset="none")
