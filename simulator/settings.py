@@ -451,9 +451,9 @@ def reference_table() -> str:
     rows = ["| setting | scope | value | default | read by | sweep | flag | what it sets |",
             "|---|---|---|---|---|---|---|---|"]
     for s in SETTINGS:
-        names = s.names()
-        value = (f"{registry(s.registry).what}: " if s.registry else "") + ", ".join(f"`{n}`" for n in names) \
-            if names else s.expected().removeprefix("an ").removeprefix("a ")
+        value = ", ".join(f"`{n}`" for n in s.names()) or s.expected().removeprefix("an ").removeprefix("a ")
+        if s.registry:
+            value = f"{registry(s.registry).what}: {value}"
         flag = f"`{s.flag}` ({', '.join(s.cli)})" if s.cli else ""
         rows.append(f"| `{s.name}` | {s.scope} | {value} | {s.default_text()} | {s.readers()} | "
                     f"{'yes' if s.sweepable else ''} | {flag} | {s.help} |")

@@ -58,6 +58,7 @@ def test_names_of_topologies_and_kinds_are_registered():
         assert set(spec.read_by) <= set(topologies), spec.name
         assert set(spec.kinds) <= set(kinds), spec.name
         assert set(spec.cli) <= {"replay", "sweep", "plan"}, spec.name
+        assert not spec.cli or spec.value_type in (int, float, str, bool), spec.name   # one typed option
         assert not spec.registry or spec.names(), spec.name
         if spec.scope == "run":
             assert not spec.read_by and not spec.kinds, spec.name
