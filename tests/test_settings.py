@@ -147,7 +147,7 @@ def test_set_reaches_run_and_task_settings_by_their_dotted_names():
 
 @pytest.mark.parametrize("command", ["replay", "sweep", "plan"])
 def test_each_command_has_a_flag_for_each_setting_it_takes(command):
-    text = runner.invoke(app, [command, "--help"], env={"COLUMNS": "400"}).stdout
+    text = runner.invoke(app, [command, "--help"]).stdout
     flags = set(re.findall(r"(--[a-z][a-z-]*)", text))
     assert {s.flag for s in for_command(command)} <= flags
     assert "--engine" in flags

@@ -159,7 +159,8 @@ def setting_options(command: str, axis_help: Callable[[settings.Setting], str] |
         generated = [
             inspect.Parameter(s.name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
                               annotation=str | None if s.name in axes else s.value_type | None,
-                              default=typer.Option(None, s.flag, help=_option_help(command, s, axis_help, s.name in axes)))
+                              default=typer.Option(None, s.flag,
+                                                   help=_option_help(command, s, axis_help, s.name in axes)))
             for s in chosen
         ]
         params = []

@@ -23,8 +23,9 @@ from simulator.trace.formats import load_trace
 
 
 def _axis_help(setting: Setting) -> str:
-    default = DEFAULT_AXES.get(setting.name)
-    searched = f" (default {','.join(f'{v:g}' if isinstance(v, float) else str(v) for v in default)})" if default else ""
+    default = DEFAULT_AXES.get(setting.name, ())
+    shown = ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in default)
+    searched = f" (default {shown})" if default else ""
     return f"Values to search, comma-separated{searched}; restricts or fixes the search."
 
 
@@ -36,7 +37,8 @@ def plan_cli(
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="Base scenario: TOML file or bundled name "
                                           "(searched settings override it)."),
     profile: str = typer.Option(DEFAULT_PROFILE, "--profile", "-p", help="Profile file or bundled name."),
-    task: Optional[str] = typer.Option(None, "--task", help="Search settings of this task only (default: every GPU task)."),
+    task: Optional[str] = typer.Option(None, "--task", help="Search settings of this task only "
+                                       "(default: every GPU task)."),
     max_gpus: int = typer.Option(8, "--max-gpus", help="Largest GPU count to consider."),
     flags: Flags = GENERATED,  # one option per setting (simulator.settings): axes and run settings
     seeds: int = typer.Option(1, "--seeds", help="Seeds per configuration; figures are their mean."),

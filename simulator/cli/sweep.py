@@ -27,7 +27,8 @@ def sweep_cli(
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="Base scenario: TOML file or bundled name "
                                           "(settings not swept; axes override it)."),
     profile: str = typer.Option(DEFAULT_PROFILE, "--profile", "-p", help="Profile file or bundled name."),
-    task: Optional[str] = typer.Option(None, "--task", help="Apply task axes to this task only (default: every GPU task)."),
+    task: Optional[str] = typer.Option(None, "--task", help="Apply task axes to this task only "
+                                       "(default: every GPU task)."),
     flags: Flags = GENERATED,  # one option per setting (simulator.settings): axes and run settings
     seeds: int = typer.Option(1, "--seeds", help="Seeds per configuration (0..N-1); figures get 95 % CIs."),
     set_values: list[str] = typer.Option([], "--set", help="Override any field of the base scenario: KEY=VALUE with a "
