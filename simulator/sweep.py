@@ -41,14 +41,13 @@ from simulator.errors import ScenarioError, SimctlError
 from simulator.metrics import FigureError, figure_key, summarize
 from simulator.model import simulate
 from simulator.profile import Profile
-from simulator.scenario import Scenario, build_scenario
+from simulator.scenario import Scenario
+from simulator.settings import AXES, RUN_AXES, SETTINGS, TASK_AXES, ignored_by
 from simulator.trace.model import Trace
 
-TASK_AXES = ("policy", "topology", "flush", "max_batch", "workers", "dispatch", "max_tokens",
-             "acceptance", "lookahead", "discipline", "max_num_seqs", "max_batched_tokens", "kv_blocks")
-RUN_AXES = ("gpus", "gpu_sharing", "rate_scale")
-AXES = TASK_AXES + RUN_AXES
 META_KEY = b"simctl.sweep"
+#: Every setting a sweep may vary, by name: its type parses an axis's values, its check checks them.
+_SETTING = {s.name: s for s in SETTINGS if s.sweepable}
 
 
 class SweepError(SimctlError):
@@ -80,19 +79,18 @@ class SweepSpec:
     def configurations(self) -> list[dict[str, Any]]:
         """The cross product, in axis order (the last axis varies fastest).
 
-        An axis the configuration's topology never reads (``Topology.ignores``: the flush
-        window of ``continuous``, say) is left out of that configuration, and the
+        An axis the configuration's topology never reads (:func:`simulator.settings.ignored_by`:
+        the flush window of ``continuous``, say) is left out of that configuration, and the
         configurations this makes equal are kept once, so no replay is spent on a value that
         cannot change the result."""
-        from simulator.model import TOPOLOGIES
-
         names = list(self.axes)
         seen: dict[str, dict[str, Any]] = {}
         for values in itertools.product(*self.axes.values()):
             config = dict(zip(names, values))
             topology = config.get("topology")
-            if isinstance(topology, str) and topology in TOPOLOGIES:
-                config = {k: v for k, v in config.items() if k not in TOPOLOGIES.get(topology).ignores}
+            if isinstance(topology, str):
+                ignored = ignored_by(topology)
+                config = {k: v for k, v in config.items() if k not in ignored}
             seen.setdefault(config_key(config), config)
         return list(seen.values())
 
@@ -153,10 +151,7 @@ def validate(spec: SweepSpec, base: Base) -> None:
     for name, values in spec.axes.items():
         for value in values:
             try:
-                if name in TASK_AXES:
-                    build_scenario(defaults={name: value})
-                else:
-                    build_scenario(run={name: value})
+                _SETTING[name].check(value)
             except ScenarioError as exc:
                 raise SweepError(None, None, name, exc.message) from None
 
@@ -462,23 +457,19 @@ def aggregate(frame: pd.DataFrame, metric: str, by: Sequence[str]) -> pd.DataFra
 
 
 def parse_axis_values(name: str, text: str) -> tuple[Any, ...]:
-    """``"0,0.5,1"`` for axis ``name`` -> typed values; :class:`SweepError` naming the option."""
+    """``"0,0.5,1"`` for axis ``name`` -> values of the setting's type (checked later, by
+    :func:`validate`); :class:`SweepError` naming the option."""
+    setting = _SETTING.get(name)
+    if setting is None:
+        raise SweepError(None, None, name, f"unknown sweep axis; valid: {', '.join(AXES)}")
     parts = [p.strip() for p in text.split(",") if p.strip()]
     if not parts:
-        raise SweepError(None, None, None, f"--{name.replace('_', '-')}: needs at least one value")
-    conv: Callable[[str], Any]
-    if name in ("flush", "acceptance", "rate_scale"):
-        conv = float
-    elif name in ("max_batch", "workers", "gpus", "max_tokens", "lookahead", "max_num_seqs",
-                  "max_batched_tokens", "kv_blocks"):
-        conv = int
-    else:
-        conv = str
+        raise SweepError(None, None, None, f"{setting.flag}: needs at least one value")
     try:
-        return tuple(conv(p) for p in parts)
+        return tuple(setting.parse(p) for p in parts)
     except ValueError:
-        raise SweepError(None, None, None, f"--{name.replace('_', '-')}: expected comma-separated "
-                         f"{'numbers' if conv is float else 'integers'}, got {text!r}") from None
+        what = {int: "integers", float: "numbers", bool: "true or false"}.get(setting.value_type, "values")
+        raise SweepError(None, None, None, f"{setting.flag}: expected comma-separated {what}, got {text!r}") from None
 
 
 def axes_from_options(options: Mapping[str, str | None]) -> dict[str, tuple[Any, ...]]:

@@ -34,8 +34,8 @@ def fixed_profile(**seconds: Any) -> Profile:
 def run(trace: Trace, profile: Profile, seed: int = 0, tasks: dict | None = None,
         **settings: Any) -> pd.DataFrame:
     """Simulate with task ``settings`` for every task and ``gpus``/``gpu_sharing`` for the run."""
-    run_keys = {"gpus", "gpu_sharing", "deadline", "rate_scale", "client", "cold_start",
-                "client_timeout", "max_concurrent_groups", "group_order", "host_lock", "shared_rotation"}
+    from simulator.settings import RUN as run_keys
+
     scenario = build_scenario(
         defaults={k: v for k, v in settings.items() if k not in run_keys},
         run={k: v for k, v in settings.items() if k in run_keys},

@@ -1,18 +1,24 @@
-"""What every command shares: turning library errors into one line and exit status 2."""
+"""What every command shares: turning library errors into one line and exit status 2, and
+the options generated from the settings schema."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import sys
 import warnings
-from typing import Iterator
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from simulator.errors import SimctlError, SimctlWarning
+from simulator import settings
+from simulator.errors import ScenarioError, SimctlError, SimctlWarning
 
 #: Tables and progress go to stdout; errors and warnings to stderr.
 console = Console()
@@ -97,3 +103,96 @@ def print_table(table: Table, out: Console | None = None) -> None:
         for r in range(table.row_count):
             part.add_row(*(table.columns[i]._cells[r] for i in [0, *chunk]))
         out.print(part)
+
+
+# -- options generated from the settings ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Flags:
+    """The setting flags of one command line: setting name -> what was given (``None``: the
+    flag was not given). Axis flags (sweep, plan) hold their text (``"0,0.5"``)."""
+
+    given: Mapping[str, Any]
+    axes: frozenset[str] = frozenset()
+
+    def values(self, scope: str) -> dict[str, Any]:
+        """The single-valued flags given of ``scope`` (``task`` or ``run``), checked;
+        :class:`ScenarioError` naming the flag (``--max-batch: must be ...``)."""
+        out = {}
+        for name, value in self.given.items():
+            setting = settings.SCOPES[scope].get(name)
+            if setting is None or value is None or name in self.axes:
+                continue
+            try:
+                out[name] = setting.check(value)
+            except ScenarioError as exc:
+                raise ScenarioError(None, None, None, f"{setting.flag}: {exc.message}") from None
+        return out
+
+    def axis_values(self) -> dict[str, tuple[Any, ...]]:
+        """The axis flags given, parsed by their settings' types (``{"flush": (0.0, 0.5)}``)."""
+        from simulator.sweep import axes_from_options
+
+        return axes_from_options({name: self.given[name] for name in self.axes})
+
+
+#: The default of a command's ``flags`` parameter, which :func:`setting_options` replaces by
+#: the generated options.
+GENERATED = Flags({})
+
+
+def setting_options(command: str, axis_help: Callable[[settings.Setting], str] | None = None
+                    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Give ``command`` one option per setting that it takes as a flag (``Setting.cli``), in
+    place of its parameter ``flags``, which receives them all as one :class:`Flags`.
+
+    Each option is the setting's flag, its help the setting's (with the valid names and the
+    default). With ``axis_help`` (sweep, plan) a sweepable setting's option takes
+    comma-separated values, its help ending with ``axis_help(setting)``; every other option
+    takes one value of the setting's type."""
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(func, eval_str=True)
+        chosen = settings.for_command(command)
+        axes = frozenset(s.name for s in chosen if axis_help is not None and s.sweepable)
+        generated = [
+            inspect.Parameter(s.name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                              annotation=str | None if s.name in axes else s.value_type | None,
+                              default=typer.Option(None, s.flag,
+                                                   help=_option_help(command, s, axis_help, s.name in axes)))
+            for s in chosen
+        ]
+        params = []
+        for param in signature.parameters.values():
+            params.extend(generated if param.name == "flags" else [param])
+
+        @functools.wraps(func)
+        def command_with_settings(**kwargs: Any) -> Any:
+            given = {s.name: kwargs.pop(s.name) for s in chosen}
+            return func(**kwargs, flags=Flags(given, axes))
+
+        command_with_settings.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+        command_with_settings.__annotations__ = {p.name: p.annotation for p in params}
+        return command_with_settings
+
+    return decorate
+
+
+def _option_help(command: str, setting: settings.Setting, axis_help: Callable[[settings.Setting], str] | None,
+                 axis: bool) -> str:
+    """A setting's help as ``command`` shows it: what it sets (for every GPU task, in replay),
+    the valid names where the help does not list them, who reads it where not everyone does,
+    then how to give a list (an axis) or the default."""
+    text = setting.help
+    if setting.scope == "task" and command == "replay":
+        text += ", every GPU task"
+    names = setting.names()
+    if names and not all(n in setting.help for n in names):
+        text += ": " + ", ".join(names)
+    text += "."
+    if setting.read_by or setting.kinds:
+        text += f" Read by {setting.readers()}."
+    if axis and axis_help is not None:
+        return f"{text} {axis_help(setting)}"
+    return f"{text} [default: {setting.default_text()}]"

@@ -11,38 +11,39 @@ import typer
 from rich.table import Table
 
 from simulator.cli import app
-from simulator.cli._common import console, user_errors
+from simulator.cli._common import GENERATED, Flags, console, setting_options, user_errors
 from simulator.metrics import json_ready
 from simulator.outputs import check_writable, open_output
-from simulator.plan import Evaluator, group_of, load_points, parse_slo, plan
+from simulator.plan import DEFAULT_AXES, Evaluator, group_of, load_points, parse_slo, plan
 from simulator.profile import DEFAULT_PROFILE, load_profile
 from simulator.scenario import build_scenario, parse_set
-from simulator.sweep import Base, axes_from_options
+from simulator.settings import Setting
+from simulator.sweep import Base
 from simulator.trace.formats import load_trace
 
 
-def _axis(flag: str, what: str):
-    return typer.Option(None, flag, help=f"{what} to search (comma-separated); restricts or fixes the search.")
+def _axis_help(setting: Setting) -> str:
+    default = DEFAULT_AXES.get(setting.name, ())
+    shown = ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in default)
+    searched = f" (default {shown})" if default else ""
+    return f"Values to search, comma-separated{searched}; restricts or fixes the search."
 
 
 @app.command("plan")
+@setting_options("plan", axis_help=_axis_help)
 def plan_cli(
     trace: Path = typer.Argument(..., help="Trace file, or a bundled trace by name ('example')."),
     slo: list[str] = typer.Option(..., "--slo", help='Objective, e.g. "infobench.latency.p95<=60" (repeatable).'),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Base scenario: TOML file or bundled name (searched settings override it)."),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Base scenario: TOML file or bundled name "
+                                          "(searched settings override it)."),
     profile: str = typer.Option(DEFAULT_PROFILE, "--profile", "-p", help="Profile file or bundled name."),
-    task: Optional[str] = typer.Option(None, "--task", help="Search settings of this task only (default: every GPU task)."),
+    task: Optional[str] = typer.Option(None, "--task", help="Search settings of this task only "
+                                       "(default: every GPU task)."),
     max_gpus: int = typer.Option(8, "--max-gpus", help="Largest GPU count to consider."),
-    deadline: Optional[float] = typer.Option(None, "--deadline", help="Seconds from trace start; later prompts time out."),
-    flush: Optional[str] = _axis("--flush", "Flush windows (default 0,0.1,0.5,1,2,5)"),
-    topology: Optional[str] = _axis("--topology", "Topologies (default shared,split,direct,continuous)"),
-    max_batch: Optional[str] = _axis("--max-batch", "Max batch sizes (default 1,2,4,8,10)"),
-    policy: Optional[str] = _axis("--policy", "Batching policies"),
-    workers: Optional[str] = _axis("--workers", "Workers per shared queue"),
-    dispatch: Optional[str] = _axis("--dispatch", "Dispatch rules"),
-    gpu_sharing: Optional[str] = _axis("--gpu-sharing", "GPU sharing modes"),
+    flags: Flags = GENERATED,  # one option per setting (simulator.settings): axes and run settings
     seeds: int = typer.Option(1, "--seeds", help="Seeds per configuration; figures are their mean."),
-    set_values: list[str] = typer.Option([], "--set", help="Override any field of the base scenario: KEY=VALUE with a dotted KEY, e.g. tasks.graph.cpu_workers=4 (repeatable)."),
+    set_values: list[str] = typer.Option([], "--set", help="Override any field of the base scenario: KEY=VALUE with a "
+                                         "dotted KEY, e.g. tasks.graph.cpu_workers=4 (repeatable)."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Local processes (default: all cores)."),
     json_out: Optional[str] = typer.Option(None, "--json", help="Write the recommendation as JSON (FILE or '-')."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Draw the SLO figures against load (PNG)."),
@@ -58,10 +59,9 @@ def plan_cli(
                 check_writable(out, force=force, inputs=(trace,))
         loaded = load_trace(trace)
         slos = [parse_slo(s, loaded.tasks) for s in slo]
-        axes = axes_from_options(dict(flush=flush, topology=topology, max_batch=max_batch, policy=policy,
-                                      workers=workers, dispatch=dispatch, gpu_sharing=gpu_sharing))
+        axes = flags.axis_values()
         base = Base(loaded, load_profile(profile),
-                    build_scenario(path=config, run={"deadline": deadline}, overrides=parse_set(set_values)))
+                    build_scenario(path=config, run=flags.values("run"), overrides=parse_set(set_values)))
         with console.status("planning") as status:
             result = plan(base, slos, axes, max_gpus=max_gpus, seeds=tuple(range(max(1, seeds))),
                           task=task, workers=jobs, progress=lambda m: status.update(f"planning: {m}"))

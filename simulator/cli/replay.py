@@ -13,64 +13,31 @@ from rich import box
 from rich.table import Table
 
 from simulator.cli import app
-from simulator.cli._common import console, print_table, user_errors
-from simulator.model import DISPATCH_RULES, GPU_SHARING, POLICIES, TOPOLOGIES
-from simulator.outputs import check_writable, open_output
-from simulator.profile import DEFAULT_PROFILE, load_profile
-from simulator.replay import ReplayResult, replay
+from simulator.cli._common import GENERATED, Flags, console, print_table, setting_options, user_errors
 from simulator.errors import ScenarioError
 from simulator.events import event_log_suffix, write_event_log
 from simulator.metrics import json_ready
+from simulator.outputs import check_writable, open_output
+from simulator.profile import DEFAULT_PROFILE, load_profile
+from simulator.replay import ReplayResult, replay
 from simulator.scenario import build_scenario, parse_set
+from simulator.settings import TASK
 from simulator.sweep import Base
 
 
-def _names(registry) -> str:
-    return ", ".join(registry.names())
-
-
-def _default(field: str) -> str:
-    """A task setting's built-in default, for the help text (the option itself defaults to
-    'not given', so that an explicit flag can be told from the default)."""
-    from dataclasses import fields
-
-    from simulator.scenario import TaskConfig
-
-    value = next(f.default for f in fields(TaskConfig) if f.name == field)
-    return f" [default: {'per GPU' if value is None and field == 'workers' else value}]"
-
-
 @app.command("replay")
+@setting_options("replay")
 def replay_cli(
     trace: Path = typer.Argument(..., help="Trace file (users' batch_arrivals.json, simctl-trace/1, or a production "
                                  "trace), or a bundled trace by name ('example')."),
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="Scenario: TOML file or bundled name "
                                           "('design-notes'). Flags and --set override it."),
     profile: str = typer.Option(DEFAULT_PROFILE, "--profile", "-p", help="Profile JSON file or bundled profile name."),
-    flush: Optional[float] = typer.Option(None, "--flush", help="Flush window in seconds (0 = no waiting), every GPU task." + _default("flush")),
-    max_batch: Optional[int] = typer.Option(None, "--max-batch", help="Max prompts per batch, every GPU task." + _default("max_batch")),
-    policy: Optional[str] = typer.Option(None, "--policy", help=f"When a queue releases a batch: {_names(POLICIES)}." + _default("policy")),
-    topology: Optional[str] = typer.Option(None, "--topology", help=f"Queue topology, every GPU task: {_names(TOPOLOGIES)}." + _default("topology")),
-    workers: Optional[int] = typer.Option(None, "--workers", help="Workers per shared queue." + _default("workers")),
-    dispatch: Optional[str] = typer.Option(None, "--dispatch", help=f"Dispatch rule to queues/GPUs: {_names(DISPATCH_RULES)}." + _default("dispatch")),
-    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Cap on every prompt's max tokens [default: the trace's, else the profile's]."),
-    lookahead: Optional[int] = typer.Option(None, "--lookahead", help="Drafts per speculative iteration (spec_decode profiles) [default: the profile's]."),
-    acceptance: Optional[float] = typer.Option(None, "--acceptance", help="Draft acceptance rate alpha (spec_decode profiles) [default: the profile's]."),
-    discipline: Optional[str] = typer.Option(None, "--discipline", help="Speculative batch discipline: ragged or lockstep [default: the profile's]."),
-    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Rows in a running batch (continuous topology)." + _default("max_num_seqs")),
-    max_batched_tokens: Optional[int] = typer.Option(None, "--max-batched-tokens", help="Token budget per iteration (continuous)." + _default("max_batched_tokens")),
-    kv_blocks: Optional[int] = typer.Option(None, "--kv-blocks", help="KV-cache blocks per engine (continuous) [default: the profile's, else unlimited]."),
-    block_size: Optional[int] = typer.Option(None, "--block-size", help="Tokens per KV-cache block (continuous)." + _default("block_size")),
-    max_queue: Optional[int] = typer.Option(None, "--max-queue", help="Waiting prompts a queue holds; more are rejected [default: unlimited]."),
-    queue_timeout: Optional[float] = typer.Option(None, "--queue-timeout", help="Seconds a prompt may wait in a queue [default: unlimited]."),
-    timeout_action: Optional[str] = typer.Option(None, "--timeout-action", help="At the queue timeout: drop the prompt, or send it anyway (drop, send)." + _default("timeout_action")),
-    client: Optional[str] = typer.Option(None, "--client", help="open (replay arrival times) or closed:N[:THINK] (N calls outstanding) [default: open]."),
-    gpus: Optional[int] = typer.Option(None, "--gpus", help="Number of GPUs [default: 2]."),
-    gpu_sharing: Optional[str] = typer.Option(None, "--gpu-sharing", help=f"How concurrent batches share a GPU: {_names(GPU_SHARING)} [default: exclusive]."),
-    deadline: Optional[float] = typer.Option(None, "--deadline", help="Seconds from trace start; prompts not done by then time out [default: none]."),
-    rate_scale: Optional[float] = typer.Option(None, "--rate-scale", help="Scale the arrival rate (inter-arrival times / X) [default: 1]."),
-    set_values: list[str] = typer.Option([], "--set", help="Override any scenario field: KEY=VALUE with a dotted KEY, e.g. tasks.infobench.flush=0.1 (repeatable; wins over flags and file)."),
-    task_map: Optional[str] = typer.Option(None, "--task-map", help="Rename the trace's tasks to the profile's: SOURCE=TASK,... (e.g. azure=infobench)."),
+    flags: Flags = GENERATED,  # one option per setting (simulator.settings)
+    set_values: list[str] = typer.Option([], "--set", help="Override any scenario field: KEY=VALUE with a dotted KEY, "
+                                         "e.g. tasks.infobench.flush=0.1 (repeatable; wins over flags and file)."),
+    task_map: Optional[str] = typer.Option(None, "--task-map", help="Rename the trace's tasks to the profile's: "
+                                           "SOURCE=TASK,... (e.g. azure=infobench)."),
     seed: int = typer.Option(0, "--seed", help="Random seed, >= 0 (same seed, same result)."),
     json_out: Optional[str] = typer.Option(None, "--json", help="Write the summary JSON to FILE ('-' for stdout)."),
     events: Optional[str] = typer.Option(None, "--events", help="Write the per-prompt event log (.parquet or .csv)."),
@@ -98,13 +65,7 @@ def replay_cli(
             check_writable(out, force=force, inputs=inputs)
         if events:
             event_log_suffix(events)
-        task_flags = {k: v for k, v in dict(
-            policy=policy, topology=topology, flush=flush, max_batch=max_batch, workers=workers,
-            dispatch=dispatch, max_tokens=max_tokens, lookahead=lookahead, acceptance=acceptance,
-            discipline=discipline, max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
-            kv_blocks=kv_blocks, block_size=block_size, max_queue=max_queue, queue_timeout=queue_timeout,
-            timeout_action=timeout_action).items() if v is not None}
-        run_flags = dict(gpus=gpus, gpu_sharing=gpu_sharing, deadline=deadline, rate_scale=rate_scale, client=client)
+        task_flags, run_flags = flags.values("task"), flags.values("run")
         overrides = parse_set(set_values)
         mapping = parse_task_map(task_map)
         loaded = load_trace(trace, options=ImportOptions(task_map=mapping)).renamed(mapping)
@@ -115,12 +76,12 @@ def replay_cli(
                                 f"task(s) {', '.join(missing)} are not in the profile {prof.name} (it has: "
                                 f"{', '.join(prof.tasks)}); map them with --task-map "
                                 + ",".join(f"{t}={next(iter(prof.tasks))}" for t in missing))
-        scenario = scenario_from_options(config, run_flags, overrides)
+        scenario = build_scenario(path=config, run=run_flags, overrides=overrides)
         if task_flags:
             # Task flags apply to the trace's GPU tasks, as sweep and plan axes do.
-            _check_flags(task_flags)
             gpu_tasks = Base(loaded, prof, scenario).swept_tasks(None)
-            scenario = scenario_from_options(config, run_flags, overrides, {t: task_flags for t in gpu_tasks})
+            scenario = build_scenario(path=config, run=run_flags, tasks={t: task_flags for t in gpu_tasks},
+                                      overrides=overrides)
         result = replay(loaded, scenario, prof, seed=seed)
         if events:
             write_event_log(result.log, events, force=force)
@@ -140,27 +101,6 @@ def replay_cli(
         print_summary(result, source=str(trace))
 
 
-def _check_flags(task_flags: dict[str, Any]) -> None:
-    """Check task flag values on their own, so an error names the flag (``--max-batch: ...``)."""
-    try:
-        build_scenario(defaults=task_flags)
-    except ScenarioError as exc:
-        if exc.field:
-            raise ScenarioError(None, None, None, f"--{exc.field.replace('_', '-')}: {exc.message}") from None
-        raise
-
-
-def scenario_from_options(config: Optional[Path], run: dict, overrides: dict,
-                          tasks: Optional[dict] = None):
-    """The scenario; an invalid run option is reported by its flag (``--gpus: ...``)."""
-    try:
-        return build_scenario(path=config, run=run, tasks=tasks, overrides=overrides)
-    except ScenarioError as exc:
-        if exc.path is None and exc.record == "option" and exc.field:
-            raise ScenarioError(None, None, None, f"--{exc.field.replace('_', '-')}: {exc.message}") from None
-        raise
-
-
 def _fmt(x: Any, digits: int = 2) -> str:
     if x is None:
         return "–"
@@ -176,22 +116,19 @@ def _label(name: str) -> str:
 
 
 def _knobs(task: str, cfg: dict[str, Any], profile) -> list[str]:
-    """The settings that shaped one task's service, as short ``name=value`` cells."""
-    from simulator.model import TOPOLOGIES
-
-    ignored = TOPOLOGIES.get(cfg["topology"]).ignores if cfg["topology"] in TOPOLOGIES else frozenset()
+    """The settings that shaped one task's service, as short ``name=value`` cells (never one
+    its topology or its profile's kind does not read)."""
+    kind = getattr(getattr(profile.tasks.get(task), "service", None), "kind", None) or ""
+    ignored = {k for k, s in TASK.items() if not s.reads(cfg["topology"], kind)}
     shown = {
         "policy": cfg["policy"], "flush": f"{cfg['flush']:g} s", "max_batch": cfg["max_batch"],
         "workers": "1 per GPU" if cfg["workers"] is None else cfg["workers"], "dispatch": cfg["dispatch"],
         "max_tokens": "trace's" if cfg["max_tokens"] is None else cfg["max_tokens"],
+        "max_num_seqs": cfg["max_num_seqs"], "max_batched_tokens": cfg["max_batched_tokens"],
+        "kv_blocks": "profile's" if cfg["kv_blocks"] is None else cfg["kv_blocks"],
     }
-    if cfg["topology"] == "continuous":
-        shown.update(max_num_seqs=cfg["max_num_seqs"], max_batched_tokens=cfg["max_batched_tokens"],
-                     kv_blocks="profile's" if cfg["kv_blocks"] is None else cfg["kv_blocks"])
-    kind = getattr(profile.tasks.get(task), "service", None)
-    if getattr(kind, "kind", None) == "spec_decode":
-        for key in ("lookahead", "acceptance", "discipline"):
-            shown[key] = "profile's" if cfg[key] is None else cfg[key]
+    for key in ("lookahead", "acceptance", "discipline"):
+        shown[key] = "profile's" if cfg[key] is None else cfg[key]
     for key in ("max_queue", "queue_timeout", "cpu_workers"):
         if cfg.get(key) is not None:
             shown[key] = cfg[key]

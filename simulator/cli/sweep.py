@@ -10,48 +10,29 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from simulator.cli import app
-from simulator.cli._common import console, user_errors
-from simulator.profile import DEFAULT_PROFILE, load_profile
-from simulator.scenario import build_scenario, parse_set
-from simulator.sweep import (Base, SweepSpec, aggregate, axes_from_options, axes_of, metric_column, run_sweep,
-                             seeds_from, show_axis_value)
+from simulator.cli._common import GENERATED, Flags, console, setting_options, user_errors
 from simulator.metrics import figure_key
 from simulator.plan import slo_figures
+from simulator.profile import DEFAULT_PROFILE, load_profile
+from simulator.scenario import build_scenario, parse_set
+from simulator.sweep import Base, SweepSpec, aggregate, axes_of, metric_column, run_sweep, seeds_from, show_axis_value
 from simulator.trace.formats import load_trace
-
-AXIS_HELP = "Comma-separated values to sweep."
-
-
-def axis_option(flag: str, what: str):
-    return typer.Option(None, flag, help=f"{what}: {AXIS_HELP}")
 
 
 @app.command("sweep")
+@setting_options("sweep", axis_help=lambda s: "Comma-separated values to sweep.")
 def sweep_cli(
     trace: Path = typer.Argument(..., help="Trace file, or a bundled trace by name ('example')."),
     out: Path = typer.Option(..., "--out", "-o", help="Results file (.parquet); re-running resumes it."),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Base scenario: TOML file or bundled name (settings not swept; axes override it)."),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Base scenario: TOML file or bundled name "
+                                          "(settings not swept; axes override it)."),
     profile: str = typer.Option(DEFAULT_PROFILE, "--profile", "-p", help="Profile file or bundled name."),
-    task: Optional[str] = typer.Option(None, "--task", help="Apply task axes to this task only (default: every GPU task)."),
-    flush: Optional[str] = axis_option("--flush", "Flush windows (s)"),
-    topology: Optional[str] = axis_option("--topology", "Topologies"),
-    max_batch: Optional[str] = axis_option("--max-batch", "Max batch sizes"),
-    policy: Optional[str] = axis_option("--policy", "Batching policies"),
-    workers: Optional[str] = axis_option("--workers", "Workers per shared queue"),
-    dispatch: Optional[str] = axis_option("--dispatch", "Dispatch rules"),
-    max_tokens: Optional[str] = axis_option("--max-tokens", "Max-token caps"),
-    acceptance: Optional[str] = axis_option("--acceptance", "Acceptance rates (spec_decode)"),
-    lookahead: Optional[str] = axis_option("--lookahead", "Lookaheads (spec_decode)"),
-    discipline: Optional[str] = axis_option("--discipline", "Disciplines (spec_decode)"),
-    max_num_seqs: Optional[str] = axis_option("--max-num-seqs", "Running-batch row limits (continuous)"),
-    max_batched_tokens: Optional[str] = axis_option("--max-batched-tokens", "Tokens per iteration (continuous)"),
-    kv_blocks: Optional[str] = axis_option("--kv-blocks", "KV-cache blocks per engine (continuous)"),
-    gpus: Optional[str] = axis_option("--gpus", "GPU counts"),
-    gpu_sharing: Optional[str] = axis_option("--gpu-sharing", "GPU sharing modes"),
-    rate_scale: Optional[str] = axis_option("--rate-scale", "Load multipliers"),
+    task: Optional[str] = typer.Option(None, "--task", help="Apply task axes to this task only "
+                                       "(default: every GPU task)."),
+    flags: Flags = GENERATED,  # one option per setting (simulator.settings): axes and run settings
     seeds: int = typer.Option(1, "--seeds", help="Seeds per configuration (0..N-1); figures get 95 % CIs."),
-    set_values: list[str] = typer.Option([], "--set", help="Override any field of the base scenario: KEY=VALUE with a dotted KEY, e.g. tasks.graph.cpu_workers=4 (repeatable)."),
-    deadline: Optional[float] = typer.Option(None, "--deadline", help="Seconds from trace start; later prompts time out."),
+    set_values: list[str] = typer.Option([], "--set", help="Override any field of the base scenario: KEY=VALUE with a "
+                                         "dotted KEY, e.g. tasks.graph.cpu_workers=4 (repeatable)."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Local processes (default: all cores)."),
     cluster: Optional[str] = typer.Option(None, "--cluster", help="Run on a Dask cluster, e.g. tcp://HOST:8786."),
     metric: str = typer.Option("overall.latency.p95", "--metric", help="Figure to rank configurations by at the end."),
@@ -63,16 +44,13 @@ def sweep_cli(
     same command again resumes it.
     """
     with user_errors():
-        axes = axes_from_options(dict(
-            flush=flush, topology=topology, max_batch=max_batch, policy=policy, workers=workers,
-            dispatch=dispatch, max_tokens=max_tokens, acceptance=acceptance, lookahead=lookahead,
-            discipline=discipline, max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
-            kv_blocks=kv_blocks, gpus=gpus, gpu_sharing=gpu_sharing, rate_scale=rate_scale))
+        axes = flags.axis_values()
+        run = flags.values("run")
         spec = SweepSpec(axes, seeds_from(seeds), task)
         loaded = load_trace(trace)
         figure_key(metric, slo_figures(loaded.tasks), "--metric")
         base = Base(loaded, load_profile(profile),
-                    build_scenario(path=config, run={"deadline": deadline}, overrides=parse_set(set_values)))
+                    build_scenario(path=config, run=run, overrides=parse_set(set_values)))
         columns = [TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    TextColumn("eta"), TimeRemainingColumn()]
         with Progress(*columns, console=console, transient=True) as bar:

@@ -1,0 +1,482 @@
+"""The scenario's settings, each declared once.
+
+Every setting is one field of :class:`TaskConfig` (how one task's prompts are queued, batched
+and served) or of :class:`RunSettings` (the whole run; :class:`simulator.scenario.Scenario`
+extends it), declared with :func:`setting`. The field gives the setting's name, type and
+default; the keywords of :func:`setting` give the rest: its range or choices (or the registry
+whose names are valid), its help, whether a sweep may vary it, which topologies and profile
+kinds read it, and which commands take it as a flag. From these declarations, never written
+again anywhere:
+
+* the check of every value, from a scenario file, a flag, a sweep axis or ``--set``
+  (:meth:`Setting.check`, :func:`check_values`), its error naming file, record and field;
+* the flags of ``replay``, ``sweep`` and ``plan`` (``simulator.cli._common.setting_options``);
+* sweep and plan axes (:data:`AXES`) and the parsing of their values (:meth:`Setting.parse`);
+* the ``--set`` keys (``run.NAME``, ``defaults.NAME``, ``tasks.TASK.NAME``);
+* the settings a topology never reads (:func:`ignored_by`: a sweep does not expand them);
+* the scenario reference in ``docs/model.md`` (:func:`reference_table`).
+
+Registries (batching policies, topologies, dispatch rules, GPU sharing modes) are named by
+import path and looked up when a value is checked or listed, so importing this module (or
+:mod:`simulator.scenario`) imports nothing of the model.
+
+Adding a setting is one field here, plus the code that reads it (``docs/model.md``, "Adding a
+setting").
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import math
+import types
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, TypeVar
+
+from simulator.errors import ScenarioError
+from simulator.registry import Registry, UnknownName
+
+T = TypeVar("T")
+
+#: The commands whose flags come from the settings.
+COMMANDS = ("replay", "sweep", "plan")
+#: Where a registry lives, as ``module:NAME``.
+POLICIES = "simulator.model:POLICIES"
+TOPOLOGIES = "simulator.model:TOPOLOGIES"
+DISPATCH_RULES = "simulator.model:DISPATCH_RULES"
+GPU_SHARING = "simulator.model:GPU_SHARING"
+PROFILE_KINDS = "simulator.profile.kinds:KINDS"
+
+# Who reads a setting, in the topologies' names.
+QUEUED = ("shared", "split")                  # a micro-batch queue released by a batching policy
+BATCHED = ("shared", "split", "direct")       # whole batches, formed once and served
+WAITING_LINE = ("shared", "split", "continuous")   # prompts wait in a line (queue limits)
+CONTINUOUS = ("continuous",)
+SPEC_DECODE = ("spec_decode",)                # profile kinds
+ALL = COMMANDS
+REPLAY = ("replay",)
+REPLAY_SWEEP = ("replay", "sweep")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: the field it is (name, scope, type, default) and what it accepts.
+
+    A number lies in ``[min, max]`` (``min`` excluded when ``above``; never infinite when
+    ``finite``). A name is one of ``choices``, or of the registry at ``registry``. ``grammar``
+    parses a text value further (``client``), raising :class:`ValueError` with the reason.
+    ``noun`` is how an error and the docs call a valid value (``a number of seconds``);
+    ``unset`` what the default ``None`` means (``per GPU``). ``read_by``: the topologies that
+    read it (empty: every one); ``kinds``: the profile kinds (empty: every one). ``cli``: the
+    commands that take it as a flag; ``sweepable``: a sweep may vary it (an axis).
+    """
+
+    help: str
+    min: float | None = None
+    max: float | None = None
+    above: bool = False
+    finite: bool = False
+    choices: tuple[str, ...] = ()
+    registry: str = ""
+    grammar: Callable[[str], object] | None = None
+    noun: str = ""
+    unset: str = ""
+    read_by: tuple[str, ...] = ()
+    kinds: tuple[str, ...] = ()
+    cli: tuple[str, ...] = ()
+    sweepable: bool = False
+    # From the field (filled in by :func:`_declared`).
+    name: str = ""
+    scope: str = ""
+    value_type: type = object
+    optional: bool = False
+    default: Any = None
+
+    @property
+    def flag(self) -> str:
+        """The command-line flag: ``--max-batch`` for ``max_batch``."""
+        return "--" + self.name.replace("_", "-")
+
+    # -- what it accepts ------------------------------------------------------------------
+
+    def names(self) -> list[str]:
+        """The valid names of a name setting (its choices or its registry's names), else []."""
+        return list(self.choices) or (registry(self.registry).names() if self.registry else [])
+
+    def bounds(self) -> str:
+        """The range as text: `` >= 0``, `` > 0``, `` in [0, 1]`` (empty without one)."""
+        if self.min is not None and self.max is not None:
+            return f" in [{self.min:g}, {self.max:g}]"
+        if self.min is not None:
+            return f" {'>' if self.above else '>='} {self.min:g}"
+        return ""
+
+    def expected(self) -> str:
+        """What a valid value is, as an error says it after ``must be``."""
+        if self.noun:
+            return self.noun + self.bounds()
+        if self.value_type is bool:
+            return "true or false"
+        if self.choices:
+            return _either(self.choices)
+        if self.registry:
+            return "a name"
+        kind = {int: "an integer", float: "a number", str: "a string", tuple: "a list of task names"}
+        return kind[self.value_type] + self.bounds()
+
+    def check(self, value: Any, where: str | None = None, record: str | None = None) -> Any:
+        """``value`` as the setting holds it (an integer given for a number becomes a float,
+        a list a tuple); :class:`ScenarioError` naming ``where``, ``record`` and this setting
+        otherwise."""
+        if value is None and self.optional:
+            return None
+        if self.registry:
+            if not isinstance(value, str) or not value:
+                raise ScenarioError(where, record, self.name, f"must be a name, got {value!r}")
+            names = registry(self.registry)
+            if value not in names:
+                raise ScenarioError(where, record, self.name, str(UnknownName(names.what, value, names.names())))
+            return value
+        ok: bool
+        if self.value_type is bool:
+            ok = isinstance(value, bool)
+        elif self.choices:
+            ok = isinstance(value, str) and value in self.choices
+        elif self.value_type is tuple:
+            ok = isinstance(value, (list, tuple)) and all(isinstance(t, str) and t for t in value)
+            value = tuple(value) if ok else value
+        elif self.value_type is str:
+            ok = isinstance(value, str)
+        elif self.value_type in (int, float):
+            ok = (not isinstance(value, bool) and isinstance(value, int if self.value_type is int else (int, float))
+                  and self._in_range(value))
+            value = float(value) if ok and self.value_type is float else value
+        else:  # pragma: no cover - a declaration error, caught by the tests
+            raise TypeError(f"setting {self.name}: no check for type {self.value_type}")
+        if not ok:
+            raise ScenarioError(where, record, self.name, f"must be {self.expected()}, got {value!r}")
+        if self.grammar is not None:
+            try:
+                self.grammar(value)
+            except ValueError as exc:
+                raise ScenarioError(where, record, self.name, str(exc)) from None
+        return value
+
+    def _in_range(self, value: float) -> bool:
+        if self.min is not None and not (value > self.min if self.above else value >= self.min):
+            return False
+        if self.max is not None and not value <= self.max:
+            return False
+        return not self.finite or math.isfinite(value)
+
+    def parse(self, text: str) -> Any:
+        """One value from command-line text, by the setting's type (not yet checked);
+        :class:`ValueError` when the text is not of that type."""
+        if self.value_type is int:
+            return int(text)
+        if self.value_type is float:
+            return float(text)
+        if self.value_type is bool:
+            if text.lower() not in ("true", "false"):
+                raise ValueError(text)
+            return text.lower() == "true"
+        return text
+
+    # -- how it is shown ------------------------------------------------------------------
+
+    def default_text(self) -> str:
+        """The default as help and docs show it (``per GPU`` for an unset default)."""
+        value = self.default
+        if value is None:
+            return self.unset or "none"
+        if isinstance(value, bool):
+            return str(value).lower()
+        if isinstance(value, tuple):
+            return "[" + ", ".join(value) + "]"
+        return str(value)
+
+    def readers(self) -> str:
+        """Who reads it, as the docs say it."""
+        if self.scope == "run":
+            return "the run"
+        who = [", ".join(self.read_by)] if self.read_by else []
+        who += [f"{', '.join(self.kinds)} profiles"] if self.kinds else []
+        return "; ".join(who) or "every topology"
+
+    def reads(self, topology: str, kind: str | None = None) -> bool:
+        """Whether a task of ``topology`` whose profile kind is ``kind`` reads this setting."""
+        return ((not self.read_by or topology in self.read_by)
+                and (not self.kinds or kind is None or kind in self.kinds))
+
+
+def _either(names: Iterable[str]) -> str:
+    """``a or b``, ``a, b or c``."""
+    names = list(names)
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+@functools.cache
+def registry(path: str) -> Registry[Any]:
+    """The registry at ``module:NAME``, imported on first use."""
+    module, _, name = path.partition(":")
+    found = getattr(importlib.import_module(module), name)
+    assert isinstance(found, Registry), path
+    return found
+
+
+def setting(default: T, help: str, **spec: Any) -> T:
+    """A settings field: ``default``, with ``help`` and the rest of ``spec`` (the keywords of
+    :class:`Setting`) kept as its metadata. Typed as its default, so that the dataclass's
+    field type is the setting's."""
+    return typing.cast(T, field(default=default, metadata={"setting": Setting(help=help, **spec)}))
+
+
+# -- the client grammar (a run setting's value) ------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClosedLoop:
+    """``closed:N[:THINK]``: N calls outstanding; a call's successor (the next call of the
+    trace, in order) is sent THINK seconds after it ends. Arrival times are not used."""
+
+    calls: int
+    think: float = 0.0
+
+
+def parse_client(text: str) -> ClosedLoop | None:
+    """``None`` for ``open`` (replay the arrival times), a :class:`ClosedLoop` for
+    ``closed:N[:THINK]``; ``ValueError`` with the reason otherwise."""
+    if text == "open":
+        return None
+    parts = text.split(":")
+    if parts[0] != "closed" or len(parts) not in (2, 3):
+        raise ValueError(f"must be 'open' or 'closed:N[:THINK]', got {text!r}")
+    try:
+        calls = int(parts[1])
+        think = float(parts[2]) if len(parts) == 3 else 0.0
+    except ValueError:
+        raise ValueError(f"must be 'open' or 'closed:N[:THINK]' with N an integer and THINK seconds, "
+                         f"got {text!r}") from None
+    if calls < 1 or not (think >= 0 and math.isfinite(think)):
+        raise ValueError(f"closed loop needs N >= 1 and THINK >= 0, got {text!r}")
+    return ClosedLoop(calls, think)
+
+
+#: How a run is computed (``run.engine``); every engine gives the same event log.
+ENGINES = ("auto", "reference", "fast")
+
+
+# -- the settings -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """How one task's prompts are queued, batched and served: one field per task setting.
+
+    A scenario's ``[defaults]`` and ``[tasks.NAME]`` set these; ``Scenario.for_task`` gives a
+    task's complete configuration. What each setting means is its ``help`` below (and the
+    table in docs/model.md, made from it).
+    """
+
+    policy: str = setting(
+        "oldest", "When a queue releases a batch", registry=POLICIES, read_by=QUEUED, sweepable=True, cli=ALL)
+    topology: str = setting(
+        "shared", "Queue topology", registry=TOPOLOGIES, sweepable=True, cli=ALL)
+    flush: float = setting(
+        0.0, "Flush window in seconds (0 = no waiting)", min=0, noun="a number of seconds", read_by=QUEUED,
+        sweepable=True, cli=ALL)
+    max_batch: int = setting(
+        8, "Max prompts per batch", min=1, read_by=BATCHED, sweepable=True, cli=ALL)
+    workers: int | None = setting(
+        None, "Workers per shared queue (fewer than the GPUs: each takes a GPU per batch by the dispatch rule)",
+        min=1, unset="per GPU", read_by=("shared",), sweepable=True, cli=ALL)
+    dispatch: str = setting(
+        "round-robin", "Dispatch rule to queues/GPUs", registry=DISPATCH_RULES, sweepable=True, cli=ALL)
+    max_tokens: int | None = setting(
+        None, "Cap on every prompt's max tokens", min=1, unset="the trace's, else the profile's",
+        sweepable=True, cli=REPLAY_SWEEP)
+    resource: str | None = setting(
+        None, "Where the task runs", choices=("gpu", "cpu"), unset="the profile's")
+    cpu_workers: int | None = setting(
+        None, "Size of the CPU pool of a task on the CPU", min=1, unset="unlimited, a thread per request")
+    acceptance: float | None = setting(
+        None, "Draft acceptance rate alpha", min=0, max=1, noun="a probability", unset="the profile's",
+        kinds=SPEC_DECODE, sweepable=True, cli=REPLAY_SWEEP)
+    lookahead: int | None = setting(
+        None, "Drafts per speculative iteration", min=1, unset="the profile's", kinds=SPEC_DECODE,
+        sweepable=True, cli=REPLAY_SWEEP)
+    discipline: str | None = setting(
+        None, "Speculative batch discipline", choices=("ragged", "lockstep"), unset="the profile's",
+        kinds=SPEC_DECODE, sweepable=True, cli=REPLAY_SWEEP)
+    priority: int = setting(
+        0, "The task's class where work of several tasks waits for one device: higher first, FIFO within a "
+        "class, never preempting a running batch", noun="an integer (higher is served first)")
+    max_queue: int | None = setting(
+        None, "Waiting prompts a queue holds; more are rejected", min=1, unset="unlimited",
+        read_by=WAITING_LINE, cli=REPLAY)
+    queue_timeout: float | None = setting(
+        None, "Seconds a prompt may wait in a queue", min=0, above=True, noun="a number of seconds",
+        unset="unlimited", read_by=WAITING_LINE, cli=REPLAY)
+    timeout_action: str = setting(
+        "drop", "At the queue timeout: drop the prompt, or send it anyway (served, counted as timed out)",
+        choices=("drop", "send"), read_by=WAITING_LINE, cli=REPLAY)
+    max_num_seqs: int = setting(
+        256, "Rows in a running batch", min=1, read_by=CONTINUOUS, sweepable=True, cli=REPLAY_SWEEP)
+    max_batched_tokens: int = setting(
+        8192, "Token budget per iteration (a prefill counts its prompt, a decode row one)", min=1,
+        read_by=CONTINUOUS, sweepable=True, cli=REPLAY_SWEEP)
+    kv_blocks: int | None = setting(
+        None, "KV-cache blocks per engine", min=1, unset="the profile's kv_cache, else unlimited",
+        read_by=CONTINUOUS, sweepable=True, cli=REPLAY_SWEEP)
+    block_size: int = setting(
+        16, "Tokens per KV-cache block", min=1, read_by=CONTINUOUS, cli=REPLAY)
+    sticky_gpu: bool = setting(
+        False, "A worker that takes a GPU per batch keeps the GPU of its first batch", read_by=("shared",))
+    dispatch_per: str = setting(
+        "prompt", "What split sends to a queue: each prompt, or a call's whole group of the task",
+        choices=("prompt", "group"), read_by=("split",))
+    batch_forming: str = setting(
+        "eager", "eager: a free worker forms its batch, then waits for its GPU (a per-GPU lock taken after "
+        "dequeuing); gpu-free: it forms one only when its GPU is free", choices=("eager", "gpu-free"),
+        read_by=QUEUED)
+    rows_per_prompt: int = setting(
+        1, "Rows a prompt occupies in a batch (best-of-n sampling: n)", min=1, read_by=BATCHED)
+    single_prompt: str = setting(
+        "batched", "A batch of one prompt is served batched like any other, or sequential: its rows one "
+        "generation after another", choices=("batched", "sequential"), read_by=BATCHED)
+    adaptive_lookahead: bool = setting(
+        False, "Speculative decoding picks each batch's lookahead from the GPU's recent acceptance history",
+        read_by=BATCHED, kinds=SPEC_DECODE)
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """The system-wide settings of a run (a scenario's ``[run]``): one field per run setting."""
+
+    gpus: int = setting(
+        2, "Number of GPUs", min=1, sweepable=True, cli=REPLAY_SWEEP)
+    gpu_sharing: str = setting(
+        "exclusive", "How concurrent batches share a GPU", registry=GPU_SHARING, sweepable=True, cli=ALL)
+    deadline: float | None = setting(
+        None, "Seconds from trace start; prompts not done by then time out", min=0, above=True, finite=True,
+        noun="a number of seconds", unset="none", cli=ALL)
+    rate_scale: float = setting(
+        1.0, "Scale the arrival rate (inter-arrival times / X)", min=0, above=True, finite=True,
+        sweepable=True, cli=REPLAY_SWEEP)
+    client: str = setting(
+        "open", "open (replay arrival times) or closed:N[:THINK] (N calls outstanding, the next sent THINK s "
+        "after one ends)", grammar=parse_client, noun="open or closed:N[:THINK]", cli=REPLAY)
+    client_timeout: float | None = setting(
+        None, "A call not done this many seconds after it was sent failed (the server still serves it)",
+        min=0, finite=True, noun="a number of seconds", unset="none")
+    cold_start: float = setting(
+        0.0, "Nothing is served before this many seconds", min=0, finite=True, noun="a number of seconds")
+    host_lock: bool = setting(
+        False, "One process (one interpreter lock) drives every GPU: running GPU batches slow down together")
+    shared_rotation: tuple[str, ...] = setting(
+        (), "Tasks whose groups all advance one round-robin counter; their round-robin dispatch takes from it")
+    max_concurrent_groups: int | None = setting(
+        None, "A call's task groups run at most this many at a time", min=1, unset="unlimited")
+    group_order: tuple[str, ...] = setting(
+        (), "The order a call's task groups start in (tasks it does not list keep their order, after)")
+    engine: str = setting(
+        "auto", "How the run is computed: auto (the compiled kernel where it supports the scenario), "
+        "reference (simpy) or fast (the kernel, or an error naming what it lacks); results are identical",
+        choices=ENGINES, cli=ALL)
+
+
+def _declared(cls: type, scope: str) -> dict[str, Setting]:
+    """The settings of ``cls``'s fields, completed from each field's name, type and default."""
+    hints = typing.get_type_hints(cls)
+    out: dict[str, Setting] = {}
+    for f in fields(cls):
+        spec = f.metadata.get("setting")
+        if spec is None:
+            continue
+        hint = hints[f.name]
+        args = typing.get_args(hint)
+        optional = isinstance(hint, types.UnionType) and type(None) in args
+        base = next(a for a in args if a is not type(None)) if optional else hint
+        out[f.name] = replace(spec, name=f.name, scope=scope, value_type=typing.get_origin(base) or base,
+                              optional=optional, default=f.default)
+    return out
+
+
+#: Task settings and run settings by name, in declaration order.
+TASK: dict[str, Setting] = _declared(TaskConfig, "task")
+RUN: dict[str, Setting] = _declared(RunSettings, "run")
+SETTINGS: tuple[Setting, ...] = (*TASK.values(), *RUN.values())
+#: The settings a sweep may vary, task settings first (the order of a results file's columns).
+AXES: tuple[str, ...] = tuple(s.name for s in SETTINGS if s.sweepable)
+TASK_AXES: tuple[str, ...] = tuple(a for a in AXES if a in TASK)
+RUN_AXES: tuple[str, ...] = tuple(a for a in AXES if a in RUN)
+SCOPES: dict[str, dict[str, Setting]] = {"task": TASK, "run": RUN}
+
+
+def check_values(scope: str, values: Mapping[str, Any], where: str | None, record: str | None) -> dict[str, Any]:
+    """Check ``values`` (setting name -> value) of one scope (``task`` or ``run``); the values
+    as the settings hold them. :class:`ScenarioError` names ``where``, ``record`` and the
+    setting at fault (an unknown name lists the valid ones)."""
+    known = SCOPES[scope]
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        spec = known.get(key)
+        if spec is None:
+            other = "run" if scope == "task" else "task"
+            hint = (f"'{key}' is a {other} setting" if key in SCOPES[other]
+                    else f"valid: {', '.join(sorted(known))}")
+            raise ScenarioError(where, record, key, f"unknown setting; {hint}")
+        out[key] = spec.check(value, where, record)
+    return out
+
+
+def ignored_by(topology: str) -> frozenset[str]:
+    """The task settings ``topology`` never reads: a sweep or plan does not expand them for it
+    (their values could not change a result), and the run's header does not print them. Empty
+    for a name that is not a registered topology."""
+    if topology not in registry(TOPOLOGIES):
+        return frozenset()
+    return frozenset(s.name for s in TASK.values() if not s.reads(topology))
+
+
+def for_command(command: str) -> list[Setting]:
+    """The settings ``command`` takes as flags, in declaration order."""
+    return [s for s in SETTINGS if command in s.cli]
+
+
+def reference_table() -> str:
+    """The scenario reference: a Markdown table of every setting (docs/model.md holds it)."""
+    rows = ["| setting | scope | value | default | read by | sweep | flag | what it sets |",
+            "|---|---|---|---|---|---|---|---|"]
+    for s in SETTINGS:
+        value = ", ".join(f"`{n}`" for n in s.names()) or s.expected().removeprefix("an ").removeprefix("a ")
+        if s.registry:
+            value = f"{registry(s.registry).what}: {value}"
+        flag = f"`{s.flag}` ({', '.join(s.cli)})" if s.cli else ""
+        rows.append(f"| `{s.name}` | {s.scope} | {value} | {s.default_text()} | {s.readers()} | "
+                    f"{'yes' if s.sweepable else ''} | {flag} | {s.help} |")
+    return "\n".join(rows) + "\n"
+
+
+__all__ = [
+    "AXES",
+    "ENGINES",
+    "RUN",
+    "RUN_AXES",
+    "SETTINGS",
+    "TASK",
+    "TASK_AXES",
+    "ClosedLoop",
+    "RunSettings",
+    "Setting",
+    "TaskConfig",
+    "check_values",
+    "for_command",
+    "ignored_by",
+    "parse_client",
+    "reference_table",
+    "registry",
+    "setting",
+]
