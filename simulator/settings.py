@@ -432,6 +432,12 @@ def check_values(scope: str, values: Mapping[str, Any], where: str | None, recor
     return out
 
 
+def service_overrides() -> tuple[str, ...]:
+    """The task settings that override a speculative-decoding service model's own values
+    (those read by ``spec_decode`` profiles only and set on its ``with_overrides``)."""
+    return tuple(s.name for s in TASK.values() if s.kinds == SPEC_DECODE and s.name != "adaptive_lookahead")
+
+
 def ignored_by(topology: str) -> frozenset[str]:
     """The task settings ``topology`` never reads: a sweep or plan does not expand them for it
     (their values could not change a result), and the run's header does not print them. Empty

@@ -141,7 +141,8 @@ def print_summary(result: ReplayResult, source: str | None = None) -> None:
     sc = result.scenario
     run = [f"profile={result.profile.name}", f"scenario={sc.name}", f"gpus={sc.gpus}",
            f"sharing={sc.gpu_sharing}", f"seed={result.seed}", f"rate_scale={sc.rate_scale:g}",
-           f"client={sc.client}", f"deadline={'none' if sc.deadline is None else f'{sc.deadline:g} s'}"]
+           f"client={sc.client}", f"deadline={'none' if sc.deadline is None else f'{sc.deadline:g} s'}",
+           f"engine={result.log.attrs.get('engine', sc.engine)}"]
     if sc.client_timeout is not None:
         run.append(f"client_timeout={sc.client_timeout:g} s")
     console.print(f"[bold]replay[/bold] {source or ''}", highlight=False)

@@ -37,6 +37,7 @@ from simulator.profile import Profile
 from simulator.profile.iteration import first_token_seconds
 from simulator.profile.kinds import BatchShape
 from simulator.scenario import Scenario, TaskConfig
+from simulator.settings import service_overrides
 from simulator.trace.model import Trace
 
 
@@ -205,7 +206,7 @@ class System:
         if service is None:
             service = self.profile.tasks[task].service
             cfg = self.scenario.for_task(task)
-            overrides = {k: getattr(cfg, k) for k in ("acceptance", "lookahead", "discipline")
+            overrides = {k: getattr(cfg, k) for k in service_overrides()
                          if getattr(cfg, k) is not None}
             if overrides and not hasattr(service, "with_overrides"):
                 # Defaults (CLI flags, [defaults]) apply where they can; a task's own setting
@@ -469,7 +470,7 @@ def simulate(trace: Trace, scenario: Scenario, profile: Profile, seed: int = 0,
     engine = engine or scenario.engine
     reason = None if engine == "reference" else unsupported(trace, scenario, profile)
     if engine == "fast" and reason is not None:
-        raise ScenarioError(scenario.source, "run", "engine",
+        raise ScenarioError(None, "run", "engine",
                             f"the fast engine does not model {reason}; use engine = \"auto\" or \"reference\"")
     if engine != "reference" and reason is None:
         log = simulate_fast(trace, scenario, profile, seed)

@@ -28,6 +28,7 @@ from simulator.model.dispatch import DISPATCH_RULES
 from simulator.model.log import Outcome, PromptColumns, build_event_log
 from simulator.profile import Profile
 from simulator.scenario import Scenario
+from simulator.settings import service_overrides
 from simulator.trace.model import Trace
 
 #: Batching policies the kernel implements (its integer codes).
@@ -77,7 +78,7 @@ def unsupported(trace: Trace, scenario: Scenario, profile: Profile) -> str | Non
             if getattr(cfg, key) != off:
                 return f"{where}.{key}"
         own = scenario.tasks.get(task, {})
-        for key in ("acceptance", "lookahead", "discipline"):
+        for key in service_overrides():
             if own.get(key) is not None:
                 return f"{where}.{key}"
         task_profile = profile.tasks.get(task)

@@ -21,9 +21,8 @@ class Topology(ABC):
     """Base class: the front end of one task inside the modeled system."""
 
     name = ""
-    #: Task settings this topology never reads: a sweep or plan does not expand them for it
-    #: (their values could not change a result) and a recommendation does not print them.
-    ignores: frozenset[str] = frozenset()
+    # Which task settings a topology reads is declared with the settings
+    # (simulator.settings: read_by, and ignored_by(topology) for what it never reads).
 
     def __init__(self, system: System, task: str, config: TaskConfig) -> None:
         self.system = system

@@ -236,7 +236,6 @@ class Continuous(Topology):
     """An engine per device; prompts dispatched to engines by outstanding tokens."""
 
     name = "continuous"
-    ignores = frozenset({"policy", "flush", "max_batch", "workers"})
 
     def __init__(self, system: System, task: str, config: TaskConfig) -> None:
         super().__init__(system, task, config)

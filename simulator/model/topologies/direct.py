@@ -18,7 +18,6 @@ class Direct(Topology):
     """Batches formed from each call's group on arrival, dispatched straight to devices."""
 
     name = "direct"
-    ignores = frozenset({"policy", "flush", "workers", "max_num_seqs", "max_batched_tokens", "kv_blocks"})
 
     def __init__(self, system: System, task: str, config: TaskConfig) -> None:
         super().__init__(system, task, config)

@@ -23,7 +23,6 @@ class SharedQueue(Topology):
     """One queue per task; workers bound to GPUs, or choosing one per batch."""
 
     name = "shared"
-    ignores = frozenset({"max_num_seqs", "max_batched_tokens", "kv_blocks"})
 
     def __init__(self, system: System, task: str, config: TaskConfig) -> None:
         super().__init__(system, task, config)

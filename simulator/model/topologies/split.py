@@ -25,7 +25,6 @@ class SplitQueues(Topology):
     """A queue per GPU; prompts dispatched to queues one by one on arrival."""
 
     name = "split"
-    ignores = frozenset({"workers", "max_num_seqs", "max_batched_tokens", "kv_blocks"})
 
     def __init__(self, system: System, task: str, config: TaskConfig) -> None:
         super().__init__(system, task, config)
