@@ -146,7 +146,7 @@ def _set(data: dict, task: str, path: str, value: float) -> None:
 
 def _with_values(data: dict, params: list[FreeParameter], values: np.ndarray) -> dict:
     out = copy.deepcopy(data)
-    for p, v in zip(params, values):
+    for p, v in zip(params, values, strict=True):
         _set(out, p.task, p.path, float(v))
         for task, path, factor in p.ties:
             _set(out, task, path, float(v) * factor)
@@ -309,10 +309,10 @@ def calibrate(observed: ObservedRun, trace: Trace, scenario: Scenario, start: di
     fitted = ensemble[0]
     profile = profile_from_dict(fitted, where)
     return CalibrationResult(
-        profile=fitted, values={p.name: float(v) for p, v in zip(params, np.exp(fit.x))},
-        relative_se={p.name: float(s) for p, s in zip(params, se)}, correlation=corr,
+        profile=fitted, values={p.name: float(v) for p, v in zip(params, np.exp(fit.x), strict=True)},
+        relative_se={p.name: float(s) for p, s in zip(params, se, strict=True)}, correlation=corr,
         errors=predict(observed, trace, scenario, profile), cost=float(fit.cost), evaluations=count[0],
-        ensemble=ensemble, ensemble_values=[{p.name: float(v) for p, v in zip(params, np.exp(f.x))}
+        ensemble=ensemble, ensemble_values=[{p.name: float(v) for p, v in zip(params, np.exp(f.x), strict=True)}
                                             for f in fits if f.cost - fit.cost <= limit],
         seeds=tuple(seeds))
 

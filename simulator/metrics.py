@@ -33,14 +33,14 @@ over the calls that contain that task.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from simulator.errors import SimctlError
 from simulator.scenario import Compositions
-
 
 STAT_KEYS = ("mean", "p50", "p90", "p95", "p99", "max")
 
@@ -208,7 +208,7 @@ def busy_time(starts: np.ndarray, ends: np.ndarray) -> float:
     order = np.argsort(starts, kind="stable")
     s, e = starts[order], ends[order]
     total, cur_s, cur_e = 0.0, s[0], e[0]
-    for a, b in zip(s[1:], e[1:]):
+    for a, b in zip(s[1:], e[1:], strict=True):
         if a > cur_e:
             total += cur_e - cur_s
             cur_s, cur_e = a, b

@@ -75,7 +75,7 @@ class ObservedRun:
     def figures(self) -> dict[str, Any]:
         return call_figures(self.calls, self.timeout)
 
-    def classified(self, compositions: Compositions) -> "ObservedRun":
+    def classified(self, compositions: Compositions) -> ObservedRun:
         """The same run with its calls classed by ``compositions`` (a scenario's rules)."""
         sets = self.calls["tasks"].str.split("+").map(frozenset)
         return replace(self, calls=self.calls.assign(composition=sets.map(compositions.classify)))

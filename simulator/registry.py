@@ -7,7 +7,8 @@ change of behaviour gets a new name rather than a silent change under an old one
 
 from __future__ import annotations
 
-from typing import Callable, Generic, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
 

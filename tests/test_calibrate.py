@@ -156,7 +156,7 @@ def test_at_most_two_groups_of_a_call_run_at_once_in_the_given_order():
     scen = build_scenario(run={"gpus": 2, "max_concurrent_groups": 2, "group_order": ["cpu_graph", "mmlu", "infobench"]},
                           defaults={"topology": "direct", "dispatch": "least-loaded"})
     log = simulate(trace, scen, profile, 0)
-    done = dict(zip(log["task"], log["done_at"]))
+    done = dict(zip(log["task"], log["done_at"], strict=True))
     assert done == {"infobench": 4.0, "mmlu": 2.0, "cpu_graph": 1.0}
 
 

@@ -31,7 +31,7 @@ def test_page_examples_run_and_print_what_the_page_shows(page):
     for block in blocks:
         if block.mode == "skip":
             continue
-        for command, expected, actual, status in zip(block.commands, block.expected, block.actual, block.status):
+        for command, expected, actual, status in zip(block.commands, block.expected, block.actual, block.status, strict=True):
             assert status == 0, f"{page.name}: $ {command} exited {status}:\n{actual}"
             if block.mode == "run":  # "no-compare" and "python" blocks: the exit status alone
                 assert runner.matches(expected, actual), (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import warnings
-from typing import Iterator
+from collections.abc import Iterator
 
 import typer
 from rich.console import Console
@@ -71,7 +71,7 @@ def print_table(table: Table, out: Console | None = None) -> None:
     """
     out = out or console
     widths = [max([_cell_width(c.header)] + [_cell_width(x) for x in c._cells]) for c in table.columns]
-    for column, width in zip(table.columns, widths):
+    for column, width in zip(table.columns, widths, strict=True):
         column.min_width = width
         column.no_wrap = True
     pad = 3  # a column's padding and its border

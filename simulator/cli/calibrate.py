@@ -46,8 +46,8 @@ def calibrate_cli(
     """
     with user_errors():
         from simulator.calibrate import OBJECTIVES, calibrate, identified, predict_ensemble
-        from simulator.profile import profile_from_dict
         from simulator.observed import ObservedError
+        from simulator.profile import profile_from_dict
         from simulator.trace.formats import load_trace
 
         also, also_scenario = list(also or []), list(also_scenario or [])
@@ -69,7 +69,7 @@ def calibrate_cli(
         # (read_observed has refused a run without an arrival file: trace is set here.) The
         # joint runs replay the same workload.
         joint = [(read_observed(d, trace, CLIENT_TIMEOUT), trace, build_scenario(path=sp))
-                 for d, sp in zip(also, also_scenario)]
+                 for d, sp in zip(also, also_scenario, strict=True)]
         with Progress(SpinnerColumn(), TextColumn("calibrating: {task.fields[info]}"), TimeElapsedColumn(),
                       console=console, transient=True) as bar:
             job = bar.add_task("fit", total=None, info="starting")

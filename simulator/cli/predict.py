@@ -116,7 +116,7 @@ def _check_same_calls(trace: Any, run: Any, name: Path) -> None:
     from simulator.observed import ObservedError
 
     ours = {str(c.id): len(c.prompts) for c in trace.calls}
-    theirs = dict(zip(run.calls["call_id"].astype(str), run.calls["prompts"].astype(int)))
+    theirs = dict(zip(run.calls["call_id"].astype(str), run.calls["prompts"].astype(int), strict=True))
     if ours.keys() != theirs.keys():
         odd = min(ours.keys() ^ theirs.keys())
         raise ObservedError(run.path, None, None,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -18,7 +17,7 @@ class HarnessInputError(SimctlError):
     kind = "harness"
 
 
-def _ints(text: Optional[str], option: str) -> Optional[tuple[int, ...]]:
+def _ints(text: str | None, option: str) -> tuple[int, ...] | None:
     if text is None:
         return None
     try:
@@ -30,7 +29,7 @@ def _ints(text: Optional[str], option: str) -> Optional[tuple[int, ...]]:
     return values
 
 
-def _floats(text: Optional[str], option: str) -> Optional[tuple[float, ...]]:
+def _floats(text: str | None, option: str) -> tuple[float, ...] | None:
     if text is None:
         return None
     try:
@@ -50,30 +49,37 @@ def _user_dir() -> str:
 
 @app.command("profile")
 def profile_cli(
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="A CUDA device index to measure on (0, 1, ...), or a GPU whose measured per-op tables ship with simctl (a100-sxm, h100-sxm) to compose the profile from."),
-    device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda or cuda:N (default: --gpu, else cpu)."),
-    target: Optional[str] = typer.Option(None, "--target", "--model", help="Target model preset (default qwen2.5-7b; with a named GPU it is required, and may be the path of a Hugging Face config.json)."),
-    draft: Optional[str] = typer.Option(None, "--draft", help="Draft model preset (default qwen2.5-0.5b; with a named GPU, tasks are decoded speculatively only when given)."),
+    gpu: str | None = typer.Option(None, "--gpu", help="A CUDA device index to measure on (0, 1, ...), or a GPU whose "
+                                   "measured per-op tables ship with simctl (a100-sxm, h100-sxm) to compose the profile from."),
+    device: str | None = typer.Option(None, "--device", help="cpu, cuda or cuda:N (default: --gpu, else cpu)."),
+    target: str | None = typer.Option(None, "--target", "--model", help="Target model preset (default qwen2.5-7b; with a "
+                                      "named GPU it is required, and may be the path of a Hugging Face config.json)."),
+    draft: str | None = typer.Option(None, "--draft", help="Draft model preset (default qwen2.5-0.5b; with a named GPU, tasks are decoded speculatively only when given)."),
     engine: str = typer.Option("cuda-graph", "--engine", help="With a named GPU: the serving engine, cuda-graph (vLLM / TensorRT-LLM-like) or hf-eager (Hugging Face generate without graphs)."),
-    backend: Optional[str] = typer.Option(None, "--backend", help="With a named GPU: which of its measured tables (a100-sxm: vllm-0.14.0; h100-sxm: vllm-0.24.0, trtllm-1.3.0rc20)."),
+    backend: str | None = typer.Option(None, "--backend", help="With a named GPU: which of its measured tables (a100-sxm: vllm-0.14.0; h100-sxm: vllm-0.24.0, trtllm-1.3.0rc20)."),
     like: str = typer.Option("seed-calibrated", "--like", help="With a named GPU: the profile whose tasks (lengths, CPU tasks) the composed profile keeps."),
-    spec_task: Optional[List[str]] = typer.Option(None, "--spec-task", help="With a named GPU and --draft: a task decoded speculatively (repeat; default every GPU task)."),
+    spec_task: list[str] | None = typer.Option(None, "--spec-task", help="With a named GPU and --draft: a task decoded speculatively (repeat; default every GPU task)."),
     no_kv_cache: bool = typer.Option(False, "--no-kv-cache", help="With a named GPU and --draft: the speculative decoder keeps no KV cache (every pass over the whole sequence)."),
     max_rows: int = typer.Option(32, "--max-rows", help="With a named GPU: the most rows a batch holds (the fit covers 1..this)."),
-    batch: Optional[str] = typer.Option(None, "--batch", help="Batch sizes, e.g. 1,2,4,8,16."),
-    lookahead: Optional[str] = typer.Option(None, "--lookahead", help="Lookaheads k, e.g. 1,3,5 (with a named GPU: one value, default 3)."),
-    acceptance: Optional[str] = typer.Option(None, "--acceptance", help="Injected acceptance rates, e.g. 0.5,0.7,0.9 (with a named GPU: one value, default 0.7)."),
-    prompt_tokens: Optional[str] = typer.Option(None, "--prompt-tokens", help="Prompt lengths, e.g. 128,512,2048."),
-    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Tokens generated per row (default 512)."),
-    repeats: Optional[int] = typer.Option(None, "--repeats", help="Timed repeats per step (median, p10, p90)."),
+    batch: str | None = typer.Option(None, "--batch", help="Batch sizes, e.g. 1,2,4,8,16."),
+    lookahead: str | None = typer.Option(None, "--lookahead", help="Lookaheads k, e.g. 1,3,5 (with a named GPU: one value, default 3)."),
+    acceptance: str | None = typer.Option(None, "--acceptance", help="Injected acceptance rates, e.g. 0.5,0.7,0.9 (with a named GPU: one value, default 0.7)."),
+    prompt_tokens: str | None = typer.Option(None, "--prompt-tokens", help="Prompt lengths, e.g. 128,512,2048."),
+    max_tokens: int | None = typer.Option(None, "--max-tokens", help="Tokens generated per row (default 512)."),
+    repeats: int | None = typer.Option(None, "--repeats", help="Timed repeats per step (median, p10, p90)."),
     quick: bool = typer.Option(False, "--quick", help="A small grid on the tiny preset (under a minute on a CPU)."),
     no_graphs: bool = typer.Option(False, "--no-graphs", help="Do not capture CUDA graphs (GPU only)."),
     compile_: bool = typer.Option(False, "--compile", help="Run the model forwards through torch.compile."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help=f"Profile to write [default: {_user_dir()}/<device>__<target>__<draft>.json, found by name with -p]."),
+    output: Path | None = typer.Option(None, "--output", "-o", help=f"Profile to write [default: {_user_dir()}/<device>__<target>__<draft>.json, found by name with -p]."),
     threads: int = typer.Option(1, "--threads", help="Intra-op threads torch may use while measuring (pinned, so other work on the machine moves the timings less)."),
     strict: bool = typer.Option(False, "--strict", help="Exit with status 1 when the fitted costs miss the held-out generations (the profile is still written)."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing profile."),
-    measure_ops: Path | None = typer.Option(None, "--measure-ops", metavar="DIR", help="Instead of a profile, measure this device's per-op tables (GEMMs, decode/verify/prefill attention, elementwise ops, timed with the harness's own torch ops) for the shapes of --model (a preset or a config.json; default llama-68m, tiny with --quick) and --draft, into DIR; load_gpu(DIR) and the composition's harness style read them. Uses --device or --gpu N, --threads, --quick and --force."),  # noqa: B008
+    measure_ops: Path | None = typer.Option(
+        None, "--measure-ops", metavar="DIR",
+        help="Instead of a profile, measure this device's per-op tables (GEMMs, decode/verify/prefill attention, "
+             "elementwise ops, timed with the harness's own torch ops) for the shapes of --model (a preset or a "
+             "config.json; default llama-68m, tiny with --quick) and --draft, into DIR; load_gpu(DIR) and the "
+             "composition's harness style read them. Uses --device or --gpu N, --threads, --quick and --force."),
 ) -> None:
     """Write a profile: measured by the harness on a device, or composed from a GPU's per-op tables.
 
@@ -102,7 +108,14 @@ def profile_cli(
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         from simulator.harness.presets import UnknownPreset, get_preset
-        from simulator.harness.profiler import Grid, HarnessError, default_output, resolve_device, run_profile, with_overrides
+        from simulator.harness.profiler import (
+            Grid,
+            HarnessError,
+            default_output,
+            resolve_device,
+            run_profile,
+            with_overrides,
+        )
 
         base = Grid.quick() if quick else Grid()
         grid = with_overrides(
@@ -197,9 +210,9 @@ def print_profile(profile: dict, path: Path) -> None:
         console.print(f"[yellow]{err['op']} B={err['batch']}: {err['error']}[/yellow]")
 
 
-def composed_profile(gpu: str, target: Optional[str], draft: Optional[str], engine: str, backend: Optional[str],
-                     like: str, spec_tasks: Optional[List[str]], no_kv_cache: bool, max_rows: int,
-                     lookahead: Optional[str], acceptance: Optional[str], output: Optional[Path], force: bool) -> None:
+def composed_profile(gpu: str, target: str | None, draft: str | None, engine: str, backend: str | None,
+                     like: str, spec_tasks: list[str] | None, no_kv_cache: bool, max_rows: int,
+                     lookahead: str | None, acceptance: str | None, output: Path | None, force: bool) -> None:
     """``simctl profile --gpu NAME``: compose a profile from the GPU's tables (no torch)."""
     from simulator.hardware import load_gpu
     from simulator.hardware.engines import get_engine

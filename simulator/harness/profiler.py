@@ -22,8 +22,9 @@ from __future__ import annotations
 import datetime as _dt
 import platform
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -67,7 +68,7 @@ class Grid:
     seed: int = 0
 
     @classmethod
-    def quick(cls) -> "Grid":
+    def quick(cls) -> Grid:
         return cls(target="tiny", draft="tiny", batch=(1, 2, 4), lookahead=(1, 3),
                    acceptance=(0.5, 0.8), prompt_tokens=(16, 64), max_tokens=24, repeats=3,
                    warmup=1, view_step=16)
@@ -189,12 +190,12 @@ def run_profile(grid: Grid, dev: torch.device,
     for model, op, kv in ((target, "prefill_target", kv_target), (draft, "prefill_draft", kv_draft)):
         for B in grid.batch:
             for P in grid.prompt_tokens:
-                def run(model=model, B=B, P=P):
+                def prefill(model: Decoder = model, B: int = B, P: int = P) -> Timing:
                     cache = model.new_cache(B, P + 1)
                     toks = tokens(B, P)
                     view = _bucket(P, grid.view_step, P + 1)
                     return time_call(lambda: model(toks, cache, view), dev, grid.warmup, grid.repeats)
-                measure(op, B, {"prompt_tokens": P}, run, model.weight_bytes() + B * P * kv)
+                measure(op, B, {"prompt_tokens": P}, prefill, model.weight_bytes() + B * P * kv)
 
     # 2. single steps at fixed contexts (through CUDA graphs on a GPU, as in generation)
     k_max = max(grid.lookahead)
@@ -203,7 +204,7 @@ def run_profile(grid: Grid, dev: torch.device,
     for B in grid.batch:
         for ctx in grid.contexts():
             for op, model, kv, T in step_ops:
-                def run(model=model, B=B, ctx=ctx, T=T):
+                def single_step(model: Decoder = model, B: int = B, ctx: int = ctx, T: int = T) -> Timing:
                     s_max = ctx + 2 * (k_max + 1)
                     cache = model.new_cache(B, s_max)
                     cache.pos.fill_(ctx)
@@ -212,7 +213,7 @@ def run_profile(grid: Grid, dev: torch.device,
                     toks = tokens(B, T)
                     return time_call(lambda: step(toks, view), dev, grid.warmup, grid.repeats)
                 view = _bucket(ctx + T, grid.view_step, ctx + 2 * (k_max + 1))
-                measure(op, B, {"context": ctx, "tokens": T, "view": view}, run,
+                measure(op, B, {"context": ctx, "tokens": T, "view": view}, single_step,
                         model.weight_bytes() + B * view * kv)
 
     # 3. whole generations with injected acceptance
@@ -232,13 +233,14 @@ def run_profile(grid: Grid, dev: torch.device,
                                          graphs=grid.graphs, view_step=grid.view_step, seed=grid.seed)
                         result: dict[str, Any] = {}
 
-                        def reseed(sd=sd):
+                        def reseed(sd: SpecDecoder = sd) -> None:
                             sd.generator.manual_seed(grid.seed)  # same draws every repeat: same iterations
 
-                        def run(sd=sd):
+                        def generate(sd: SpecDecoder = sd, result: dict[str, Any] = result,
+                                     prompts: torch.Tensor = prompts, P: int = P, B: int = B) -> None:
                             result["g"] = sd.generate(prompts, [P] * B, grid.max_tokens)
                         try:
-                            timing = time_call(run, dev, warmup=1, repeats=grid.generation_repeats, setup=reseed)
+                            timing = time_call(generate, dev, warmup=1, repeats=grid.generation_repeats, setup=reseed)
                         except OOM_ERRORS:
                             m.oom_from["generation"] = min(B, m.oom_from.get("generation", B))
                             m.errors.append({"op": "generation", "batch": B, "prompt_tokens": P, "lookahead": k,
@@ -304,7 +306,7 @@ def build_profile(grid: Grid, dev: torch.device, dtype: torch.dtype, target_shap
             "torch": torch.__version__,
             "cuda": torch.version.cuda if dev.type == "cuda" else None,
             "dtype": str(dtype).removeprefix("torch."),
-            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             "target": target_shape.to_dict(),
             "draft": draft_shape.to_dict(),
             "grid": asdict(grid),

@@ -27,8 +27,8 @@ steps, to learn whether the batch is done (and, with adaptive lookahead, the nex
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import torch
 
@@ -67,7 +67,7 @@ class Acceptance:
             raise ValueError("replay needs a recorded table of accepted counts")
 
     @classmethod
-    def inject(cls, alpha: float) -> "Acceptance":
+    def inject(cls, alpha: float) -> Acceptance:
         return cls("inject", alpha=float(alpha))
 
     def describe(self) -> str:

@@ -12,8 +12,9 @@ normalised to start at 0 by the readers).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -78,7 +79,7 @@ class Trace:
         """Arrival instants of the calls, in trace order."""
         return np.fromiter((c.t for c in self.calls), dtype=float, count=len(self.calls))
 
-    def scaled(self, rate_scale: float) -> "Trace":
+    def scaled(self, rate_scale: float) -> Trace:
         """The same calls with inter-arrival times scaled by ``1 / rate_scale``.
 
         ``rate_scale`` 2 doubles the arrival rate (halves every gap); 0.5 halves it.
@@ -92,7 +93,7 @@ class Trace:
         meta = dict(self.meta, rate_scale=rate_scale * float(self.meta.get("rate_scale", 1.0)))
         return Trace(calls=calls, meta=meta, source=self.source)
 
-    def renamed(self, task_map: Mapping[str, str]) -> "Trace":
+    def renamed(self, task_map: Mapping[str, str]) -> Trace:
         """The same calls with each task named by ``task_map`` (names it lacks are kept)."""
         if not any(t in task_map for t in self.tasks):
             return self

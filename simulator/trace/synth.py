@@ -15,8 +15,9 @@ The same spec and seed always give the same trace.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -121,12 +122,12 @@ class TokenDist:
         object.__setattr__(self, "cv", float(self.cv))
 
     @classmethod
-    def fixed(cls, tokens: int) -> "TokenDist":
+    def fixed(cls, tokens: int) -> TokenDist:
         """Always ``tokens``."""
         return cls(tokens, 0.0)
 
     @classmethod
-    def lognormal(cls, mean: float, cv: float) -> "TokenDist":
+    def lognormal(cls, mean: float, cv: float) -> TokenDist:
         """Lognormal with mean ``mean`` and coefficient of variation ``cv`` (rounded, >= 1)."""
         return cls(mean, cv)
 
@@ -305,7 +306,7 @@ def synthesize(spec: SynthSpec, seed: int) -> Trace:
 
     calls = []
     start = 0
-    for n, (t, size) in enumerate(zip(times.tolist(), sizes.tolist())):
+    for n, (t, size) in enumerate(zip(times.tolist(), sizes.tolist(), strict=True)):
         prompts = tuple(
             Prompt(tasks[task_index[j]], int(prompt_tokens[j]), int(max_tokens[j]))
             for j in range(start, start + size)

@@ -48,8 +48,9 @@ lookahead k: mean > 0.75 → k + 2 (at most 8), > 0.60 → k + 1, > 0.40 → k,
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -131,7 +132,7 @@ class SpecDecodeService:
     _moments: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def with_overrides(self, acceptance: float | None = None, lookahead: int | None = None,
-                       discipline: str | None = None) -> "SpecDecodeService":
+                       discipline: str | None = None) -> SpecDecodeService:
         """The same costs with another acceptance, lookahead or discipline (scenario/CLI overrides)."""
         changes = {k: v for k, v in (("acceptance", acceptance), ("lookahead", lookahead),
                                       ("discipline", discipline)) if v is not None}
