@@ -295,7 +295,8 @@ def calibrate(observed: ObservedRun, trace: Trace, scenario: Scenario, start: di
     # A model without randomness gives every seed the same run: one seed is enough.
     if len(seeds) > 1:
         probe = profile_from_dict(_with_values(start, params, np.exp(x0)), where)
-        if all(np.array_equal(*t.simulate(probe, seeds[:2])) for t in targets):
+        pairs = (t.simulate(probe, seeds[:2]) for t in targets)  # lazily: all() stops at the first that differs
+        if all(np.array_equal(a, b) for a, b in pairs):
             seeds = seeds[:1]
     fits = _local_fits(residuals, x0, low, high, screen, starts, max_evaluations)
     fit = fits[0]

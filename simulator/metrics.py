@@ -355,11 +355,11 @@ def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
     # Without a client timeout a failed call is censored at nothing: its latency as it was
     # (calls with a prompt turned away have none and are left out).
     censored = np.where(call_ok, call_latency, client_timeout if client_timeout is not None else call_latency)
-    compositions = {}
+    by_composition: dict[str, dict[str, Any]] = {}
     for label in rules.labels:
         mine = call_class == label
         if mine.any():
-            compositions[label] = {
+            by_composition[label] = {
                 "calls": int(mine.sum()), "ok": int((mine & call_ok).sum()), "failed": int((mine & ~call_ok).sum()),
                 "latency": describe(call_latency[mine & call_ok]),
                 "latency_censored": describe(censored[mine & np.isfinite(censored)]),
@@ -367,7 +367,7 @@ def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
     return {
         "overall": group(np.ones(len(log), dtype=bool)),
         "tasks": tasks,
-        "compositions": compositions,
+        "compositions": by_composition,
         "gpus": gpu_rows,
         "gpu_seconds": total_busy,
         "makespan_s": makespan,

@@ -338,6 +338,7 @@ def heatmap_panels(agg: pd.DataFrame, metric: str, rows: str, cols: str, panel: 
         ax.set_ylabel(rows)
         ax.set_title(f"{panel} = {tick(v)}", fontsize=10)
         _annotate(ax, grid, norm, fontsize=7)
+    assert im is not None  # at least one panel (subplots refuses none)
     bar = fig.colorbar(im, ax=axes[0].tolist(), label=metric_label(metric) + note,
                        extend="max" if note.startswith(" (scale") else "neither")
     bar.formatter = FuncFormatter(lambda x, _pos: readable(x))

@@ -66,8 +66,8 @@ def calibrate_cli(
         trace = load_trace(arrivals_path) if arrivals_path else None
         scen = build_scenario(path=scenario)
         observed = read_observed(run, trace, CLIENT_TIMEOUT, scen.compositions)
-        # (read_observed has refused a run without an arrival file: trace is set here.) The
-        # joint runs replay the same workload.
+        assert trace is not None  # read_observed has refused a run without an arrival file
+        # The joint runs replay the same workload.
         joint = [(read_observed(d, trace, CLIENT_TIMEOUT), trace, build_scenario(path=sp))
                  for d, sp in zip(also, also_scenario, strict=True)]
         with Progress(SpinnerColumn(), TextColumn("calibrating: {task.fields[info]}"), TimeElapsedColumn(),

@@ -75,12 +75,14 @@ def observed_cli(
         if write_trace is not None:
             check_writable(write_trace, force=force, inputs=(folder,) + ((arrivals,) if arrivals else ()))
         run = read_observed(folder, arrivals, timeout, _compositions(config))
-        if write_trace is not None:
+        if write_trace is not None and lengths is not None:  # both or neither, as checked above
             from simulator.observed import find_arrivals, with_observed_lengths
             from simulator.trace.formats import load_trace, save_trace
 
             tasks = [t.strip() for t in lengths.split(",") if t.strip()]
-            trace = with_observed_lengths(load_trace(arrivals or find_arrivals(folder)), run, tasks)
+            arrival_file = arrivals or find_arrivals(folder)
+            assert arrival_file is not None  # read_observed found it, or raised
+            trace = with_observed_lengths(load_trace(arrival_file), run, tasks)
             save_trace(trace, write_trace, force=force)
             console.print(f"wrote {write_trace}: {trace.meta['output_lengths']['prompts']} prompts of "
                           f"{', '.join(tasks)} with their measured output tokens", highlight=False)

@@ -164,9 +164,9 @@ HELD_OUT_LIMITS = (0.15, 0.50)
 
 def held_out_missed(check: dict) -> str:
     """Why the fitted costs fail the held-out check (empty if they pass)."""
-    median, worst = check.get("median_ape"), check.get("max_ape")
     if not check.get("held_out"):
         return "no held-out generations to check the fitted costs against"
+    median, worst = check["median_ape"], check["max_ape"]
     if median > HELD_OUT_LIMITS[0] or worst > HELD_OUT_LIMITS[1]:
         return (f"the fitted costs miss held-out generations by median {100 * median:.0f} %, worst "
                 f"{100 * worst:.0f} % (limits {100 * HELD_OUT_LIMITS[0]:.0f} % and {100 * HELD_OUT_LIMITS[1]:.0f} %)")

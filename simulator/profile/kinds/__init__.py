@@ -44,7 +44,10 @@ class ServiceModel(Protocol):
     """Batch service time of one task. ``mean``/``variance`` let theory tests read the
     parameters from the object under test; ``sample`` draws one service time."""
 
-    kind: str
+    @property
+    def kind(self) -> str:
+        """The profile's name of the kind (read-only: services are frozen dataclasses)."""
+        ...
 
     def mean(self, shape: BatchShape) -> float: ...
 

@@ -134,7 +134,7 @@ class SpecDecodeService:
     def with_overrides(self, acceptance: float | None = None, lookahead: int | None = None,
                        discipline: str | None = None) -> SpecDecodeService:
         """The same costs with another acceptance, lookahead or discipline (scenario/CLI overrides)."""
-        changes = {k: v for k, v in (("acceptance", acceptance), ("lookahead", lookahead),
+        changes: dict[str, Any] = {k: v for k, v in (("acceptance", acceptance), ("lookahead", lookahead),
                                       ("discipline", discipline)) if v is not None}
         return replace(self, **changes) if changes else self
 

@@ -51,7 +51,7 @@ class ImportOptions:
 DEFAULT_OPTIONS = ImportOptions()
 
 
-def bad_rows(path: Path, lines: np.ndarray, bad: np.ndarray, reasons: list[tuple[np.ndarray, str, str]],
+def bad_rows(path: Path, lines: np.ndarray, bad: np.ndarray, reasons: list[tuple[np.ndarray, str | None, str]],
              options: ImportOptions) -> np.ndarray:
     """Rows to keep. ``reasons``: (mask, field, message) in check order. Without ``skip_bad``
     the first bad row (by line) raises a :class:`TraceError` naming line and field."""
