@@ -74,6 +74,7 @@ def _mmlu_context_start() -> dict:
     return start
 
 
+@pytest.mark.slow
 def test_a_cost_that_grows_with_length_is_pinned_by_runs_at_two_lengths_not_one():
     """Truth: MMLU iterations of 0.03 s + 0.002 s per row + 4e-5 s per row and context token.
     One run at 50 tokens barely sees the context term; fitted jointly with a run at 256

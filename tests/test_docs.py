@@ -25,6 +25,7 @@ def test_the_readme_has_examples():
     assert runner.ROOT / "README.md" in PAGES
 
 
+@pytest.mark.examples
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_page_examples_run_and_print_what_the_page_shows(page):
     _, blocks = runner.run_page(page)

@@ -327,6 +327,7 @@ def test_profile_refuses_to_overwrite(quick_profile):
     assert quick_profile.read_text() == before
 
 
+@pytest.mark.slow
 def test_harness_never_imports_simpy_and_replay_never_imports_torch():
     check = ("import sys, simulator.harness.profiler, simulator.harness.specdec; "
              "assert 'simpy' not in sys.modules, 'harness imported simpy'; "

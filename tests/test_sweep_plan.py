@@ -196,6 +196,7 @@ def erlang_c_answer(lam: float, mu: float, bound: float) -> int:
     return next(c for c in range(1, 100) if lam / (c * mu) < 1 and mmc_wait(lam, mu, c) <= bound)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lam", [1.4, 3.3, 6.2])
 def test_planner_finds_the_erlang_c_gpu_count(lam):
     """Poisson arrivals, exponential service (mean 1 s), max batch 1, shared queue: the smallest
