@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from simulator.errors import SimctlError
+from simulator.errors import FigureError
 from simulator.scenario import Compositions
 
 STAT_KEYS = ("mean", "p50", "p90", "p95", "p99", "max")
@@ -69,12 +69,6 @@ def describe(values: Iterable[float] | np.ndarray) -> dict[str, float | None]:
         p50, p90, p95, p99 = np.percentile(x, [50, 90, 95, 99])
     return {"mean": float(x.mean()), "p50": float(p50), "p90": float(p90),
             "p95": float(p95), "p99": float(p99), "max": float(x.max())}
-
-
-class FigureError(SimctlError):
-    """A figure name that the summary does not have."""
-
-    kind = "figure"
 
 
 #: Top-level figures of the summary (no task or ``overall`` in front).

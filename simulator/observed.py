@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from simulator.errors import SimctlError
+from simulator.errors import ObservedError
 from simulator.metrics import call_figures, client_calls as simulated_calls, composition_labels
 from simulator.scenario import Compositions
 from simulator.trace.model import Trace
@@ -52,11 +52,6 @@ CLIENT_TIMEOUT = 600.0
 CHARS_PER_TOKEN = 4.0
 SUMMARY_FILE = "simulation_summary.json"
 _BATCH_FILE = re.compile(r"^batch_(\d+)\.json$")
-
-class ObservedError(SimctlError):
-    """An observed-run folder or file that cannot be read."""
-
-    kind = "observed"
 
 
 @dataclass(frozen=True)

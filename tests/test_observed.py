@@ -12,7 +12,8 @@ from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
 from simulator.cli import app
-from simulator.observed import ObservedError, compare_calls, read_observed, read_run
+from simulator.errors import ObservedError
+from simulator.observed import compare_calls, read_observed, read_run
 from simulator.scenario import build_scenario
 
 REQUEST = (Path(__file__).resolve().parents[2] / "shared" / "traces" / "real" / "lminference"

@@ -11,14 +11,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from simulator.errors import OutputError, SimctlWarning, TraceError
+from simulator.errors import OutputError, SimctlWarning, SynthSpecError, TraceError
 from simulator.trace.classify import DEFAULT_CLASSIFIER, KeywordClassifier, estimate_tokens
 from simulator.trace.formats import detect_format, load_trace, save_trace
 from simulator.trace.model import Call, Prompt, Trace
 from simulator.trace.stats import trace_stats
 from simulator.trace.synth import (
     SynthSpec,
-    SynthSpecError,
     parse_prompts_per_call,
     parse_task_mix,
     parse_token_dists,

@@ -13,7 +13,7 @@ from rich.table import Table
 from simulator.calibrate import SCREEN, STARTS
 from simulator.cli import app
 from simulator.cli._common import console, user_errors
-from simulator.errors import ProfileError
+from simulator.errors import ObservedError, ProfileError
 from simulator.observed import CLIENT_TIMEOUT, find_arrivals, read_observed
 from simulator.outputs import check_writable, open_output
 from simulator.profile import resolve_profile_path
@@ -46,7 +46,6 @@ def calibrate_cli(
     """
     with user_errors():
         from simulator.calibrate import OBJECTIVES, calibrate, identified, predict_ensemble
-        from simulator.observed import ObservedError
         from simulator.profile import profile_from_dict
         from simulator.trace.formats import load_trace
 

@@ -12,7 +12,8 @@ from rich.table import Table
 
 from simulator.cli import app
 from simulator.cli._common import console, user_errors
-from simulator.sweep import SweepError, aggregate, axes_of, axis_order, metric_column, read_results, show_axis_value
+from simulator.errors import SweepError
+from simulator.sweep import aggregate, axes_of, axis_order, metric_column, read_results, show_axis_value
 
 
 def parse_where(items: list[str], frame: pd.DataFrame) -> pd.DataFrame:

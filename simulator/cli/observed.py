@@ -13,6 +13,7 @@ from rich.table import Table
 
 from simulator.cli import app
 from simulator.cli._common import console, user_errors
+from simulator.errors import ObservedError
 from simulator.observed import CLIENT_TIMEOUT, compare_calls, observed_to_json, read_observed, read_run
 from simulator.outputs import check_writable, open_output
 
@@ -65,8 +66,6 @@ def observed_cli(
     calibrate to simulate.
     """
     with user_errors():
-        from simulator.observed import ObservedError
-
         if (lengths is None) != (write_trace is None):
             raise ObservedError(folder, None, "--lengths" if lengths is None else "--write-trace",
                                 "--lengths and --write-trace go together")

@@ -9,7 +9,7 @@ import typer
 
 from simulator.cli import app
 from simulator.cli._common import console, user_errors
-from simulator.errors import OutputError, SimctlError
+from simulator.errors import OutputError, PlotError
 from simulator.outputs import check_writable
 
 plot_app = typer.Typer(help="Draw figures from event logs (replay --events) and sweep results.",
@@ -17,10 +17,6 @@ plot_app = typer.Typer(help="Draw figures from event logs (replay --events) and 
 app.add_typer(plot_app, name="plot")
 
 FORMATS = (".png", ".svg", ".pdf")
-
-
-class PlotError(SimctlError):
-    kind = "plot"
 
 
 def _output(path: Path, force: bool) -> Path:

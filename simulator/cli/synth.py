@@ -10,11 +10,11 @@ import typer
 
 from simulator.cli import app
 from simulator.cli._common import console, user_errors
+from simulator.errors import SynthSpecError
 from simulator.outputs import check_writable
 from simulator.trace.formats import FORMATS, save_trace
 from simulator.trace.synth import (
     SynthSpec,
-    SynthSpecError,
     parse_prompts_per_call,
     parse_task_mix,
     parse_token_dists,

@@ -52,7 +52,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simulator.errors import SimctlError
+from simulator.errors import HardwareError
 
 DATA = Path(__file__).resolve().parent / "data"
 BF16 = 2
@@ -61,12 +61,6 @@ SPEC_FILE = "optable.json"
 TABLE_NAMES = ("gemm", "decode_attention", "prefill_attention")
 #: How an answer was obtained, most trustworthy first.
 TAGS = ("exact", "interpolated", "extrapolated", "assumed")
-
-
-class HardwareError(SimctlError):
-    """An unknown GPU or backend, or a shape no table can answer."""
-
-    kind = "hardware"
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from simulator.errors import HarnessError
 from simulator.harness.decoder import Decoder
 from simulator.harness.fit import (
     Cost,
@@ -41,10 +42,6 @@ from simulator.harness.specdec import Acceptance, SpecDecoder, StepRunner, _buck
 from simulator.harness.timing import Timing, measure_bandwidth, synchronize, time_call
 
 OOM_ERRORS: tuple[type[BaseException], ...] = (torch.cuda.OutOfMemoryError,)
-
-
-class HarnessError(Exception):
-    """A profiling request that cannot run (no such device, unknown preset...). One line."""
 
 
 @dataclass(frozen=True)
@@ -90,21 +87,21 @@ class Grid:
 def resolve_device(gpu: int | None = None, device: str | None = None) -> torch.device:
     """``--gpu N`` or ``--device cpu|cuda[:N]`` → a torch device; :class:`HarnessError` if absent."""
     if gpu is not None and device not in (None, "cuda", f"cuda:{gpu}"):
-        raise HarnessError(f"--gpu {gpu} and --device {device} disagree; give one of them")
+        raise HarnessError(None, None, None, f"--gpu {gpu} and --device {device} disagree; give one of them")
     name = f"cuda:{gpu}" if gpu is not None else (device or "cpu")
     try:
         dev = torch.device(name)
     except RuntimeError:
-        raise HarnessError(f"unknown device {name!r} (use cpu, cuda or cuda:N)") from None
+        raise HarnessError(None, None, None, f"unknown device {name!r} (use cpu, cuda or cuda:N)") from None
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise HarnessError(f"no CUDA GPU is available here (asked for {name}); use --device cpu")
+            raise HarnessError(None, None, None, f"no CUDA GPU is available here (asked for {name}); use --device cpu")
         index = dev.index or 0
         if index >= torch.cuda.device_count():
-            raise HarnessError(f"no such GPU: {name} (this machine has {torch.cuda.device_count()})")
+            raise HarnessError(None, None, None, f"no such GPU: {name} (this machine has {torch.cuda.device_count()})")
         dev = torch.device("cuda", index)
     elif dev.type != "cpu":
-        raise HarnessError(f"unsupported device {name!r} (use cpu or cuda:N)")
+        raise HarnessError(None, None, None, f"unsupported device {name!r} (use cpu or cuda:N)")
     return dev
 
 
@@ -138,8 +135,8 @@ def run_profile(grid: Grid, dev: torch.device,
     """Measure ``grid`` on ``dev``; return the profile (``simctl-profile/1``, kind ``spec_decode``)."""
     target_shape, draft_shape = get_preset(grid.target), get_preset(grid.draft)
     if target_shape.vocab != draft_shape.vocab:
-        raise HarnessError(f"target {grid.target} (vocab {target_shape.vocab}) and draft {grid.draft} "
-                           f"(vocab {draft_shape.vocab}) must share a vocabulary")
+        raise HarnessError(None, None, None, f"target {grid.target} (vocab {target_shape.vocab}) and draft "
+                           f"{grid.draft} (vocab {draft_shape.vocab}) must share a vocabulary")
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     tick = progress or (lambda _desc: None)
     s_needed = max(grid.prompt_tokens) + grid.max_tokens + 4 * (max(grid.lookahead) + 1)
@@ -147,7 +144,7 @@ def run_profile(grid: Grid, dev: torch.device,
         target = Decoder(target_shape, dev, dtype, seed=grid.seed, max_len=s_needed)
         draft = Decoder(draft_shape, dev, dtype, seed=grid.seed + 1, max_len=s_needed)
     except OOM_ERRORS:
-        raise HarnessError(f"the models do not fit on {device_name(dev)}: out of memory loading "
+        raise HarnessError(None, None, None, f"the models do not fit on {device_name(dev)}: out of memory loading "
                            f"{grid.target} and {grid.draft}") from None
     if grid.compile:
         # Optional: compiled forwards (Inductor). CUDA graphs stay the default on a GPU.
@@ -263,7 +260,7 @@ def run_profile(grid: Grid, dev: torch.device,
 def _fit(rows: list[dict[str, Any]], op: str, form: str, keys: tuple[str, ...], notes: list[dict[str, Any]]):
     pts = [r for r in rows if r["op"] == op]
     if not pts:
-        raise HarnessError(f"no {op} measurement succeeded: nothing to fit (see the errors above)")
+        raise HarnessError(None, None, None, f"no {op} measurement succeeded: nothing to fit (see the errors above)")
     if len(pts) < 3:
         notes.append({"op": op, "batch": max(r["batch"] for r in pts),
                       "error": f"only {len(pts)} measurement(s): its 3-term cost is underdetermined"})

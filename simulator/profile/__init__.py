@@ -35,10 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from simulator.errors import ProfileError
+from simulator.errors import ProfileError, UnknownName
 from simulator.profile.kinds import KINDS, BatchShape, ServiceModel
 from simulator.profile.spec import Where, need_number
-from simulator.registry import UnknownName
 
 FORMAT = "simctl-profile/1"
 RESOURCES = ("gpu", "cpu")

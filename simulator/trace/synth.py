@@ -21,22 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from simulator.errors import SimctlError
+from simulator.errors import SynthSpecError
 from simulator.trace.model import Call, Prompt, Trace
 
 ARRIVAL_KINDS = ("poisson", "gamma", "lognormal", "weibull")
 #: Gaps are drawn in blocks of this many, so a longer duration extends a trace without
 #: changing its earlier arrivals.
 _GAP_BLOCK = 256
-
-
-class SynthSpecError(SimctlError):
-    """A synthetic-trace specification (or its textual form) is invalid.
-
-    ``field`` names the :class:`SynthSpec` field at fault (``task_mix``, ``mean`` ...).
-    """
-
-    kind = "synth"
 
 
 def _bad(field_name: str, message: str) -> SynthSpecError:
