@@ -53,8 +53,6 @@ EVENT_COLUMNS = [
 SERVED = ("served", "sent_after_timeout")
 STATUSES = (*SERVED, "rejected", "dropped")
 
-DURATION_COLUMNS = ["batching_s", "wait_s", "service_s", "latency_s", "ttft_s", "tpot_s"]
-
 
 def with_durations(log: pd.DataFrame) -> pd.DataFrame:
     """The log with its durations added (the one place they are derived):

@@ -47,7 +47,6 @@ lookahead k: mean > 0.75 → k + 2 (at most 8), > 0.60 → k + 1, > 0.40 → k,
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -280,12 +279,6 @@ def parse(spec: dict[str, Any], where: Where) -> SpecDecodeService:
     if not isinstance(kv_cache, bool):
         raise where.error("kv_cache", f"must be true or false, got {kv_cache!r}")
     return SpecDecodeService(costs, alpha, k, discipline, step, kv_cache, parse_engine(spec.get("engine"), where))
-
-
-def expected_iterations(max_new: int, alpha: float, k: int) -> float:
-    """Rough mean iterations of one row: (max_new - 1) / E[tokens per iteration]."""
-    per = k + 1 if alpha == 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
-    return max(max_new - 1, 0) / per if per else math.inf
 
 
 def adaptive_lookahead(base: int, history_mean: float | None) -> int:
