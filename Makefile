@@ -1,12 +1,12 @@
 # Two commands do everything on a fresh machine:
 #   make demo   build the environment and replay the bundled trace through the users' design
-#   make test   build the environment and run the whole test suite
+#   make test   build the environment, run ruff and mypy, then the whole test suite
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test env bench notebooks docs profiles clean
+.PHONY: demo test lint env bench notebooks docs profiles clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,8 +21,14 @@ env: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/simctl replay example -c design-notes
 
-test: $(STAMP)
-	$(BIN)/python -m pytest -q
+# -m "": every test, the slow, benchmark, examples and install ones too (plain `pytest` leaves
+# them out: see addopts in pyproject.toml).
+test: lint
+	$(BIN)/python -m pytest -q -m ""
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy simulator
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/replay_throughput.py --write-docs

@@ -98,7 +98,7 @@ def _fit_joint(runs: tuple[str, ...], screen: int = SCREEN, starts: int = STARTS
     scenarios = [build_scenario(path=ROOT / "scenarios" / f"lminference-{RUNS[run][0]}.toml") for run in runs]
     start = json.loads((ROOT / "profiles" / "qwen3-4b-nospec-context-start.json").read_text())
     result = calibrate(observed[0], trace, scenarios[0], start, screen=screen, starts=starts,
-                       also=list(zip(observed[1:], [trace] * (len(runs) - 1), scenarios[1:])))
+                       also=list(zip(observed[1:], [trace] * (len(runs) - 1), scenarios[1:], strict=True)))
     return result, trace
 
 
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         with ProcessPoolExecutor(max_workers=args.jobs) as pool:
             joint_future = pool.submit(_fit_joint, JOINT[0], args.screen, args.starts) if args.joint else None
             futures = [pool.submit(_fit, run, args.screen, args.starts) for run in jobs]
-            results = dict(zip(jobs, (f.result() for f in futures)))
+            results = dict(zip(jobs, (f.result() for f in futures), strict=True))
             joint = joint_future.result() if joint_future else None
     else:
         results = {run: _fit(run, args.screen, args.starts) for run in jobs}
@@ -164,8 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_profiles:
         for run, name in FITTED_NAMES.items():
             data = dict(fits[run], name=name)
-            lengths = (f"Replay it on traces/lminference-4queues-lengths.json, which carries the InfoBench output "
-                       f"lengths measured in that run. " if LENGTH_TASKS[RUNS[run][1]] else "")
+            lengths = ("Replay it on traces/lminference-4queues-lengths.json, which carries the InfoBench output "
+                       "lengths measured in that run. " if LENGTH_TASKS[RUNS[run][1]] else "")
             data["source"] = (f"Calibrated by benchmarks/calibration_table.py (simctl calibrate) on the observed run "
                               f"batch_results_{run} of ../shared/traces/real/lminference/ with scenarios/lminference-"
                               f"{RUNS[run][0]}.toml. {lengths}Started from: " + data.get("source", ""))

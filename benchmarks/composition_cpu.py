@@ -170,7 +170,7 @@ def run(setup: Setup, tables: Path | None = None) -> dict:
         gpu = load_gpu(folder)
         spec = dict(gpu.spec)
         after = measure_all()
-        for p, b, a in zip(points, before, after):
+        for p, b, a in zip(points, before, after, strict=True):
             if p["pass"] == "decode step":
                 composed = decode_step(gpu, models[p["model"]].shape, [p["context"]] * p["batch"], "harness")
             else:

@@ -158,7 +158,7 @@ def study(jobs: int = 2, free: tuple[str, ...] = FREE, fitted_on_runs: list[str]
     if jobs > 1:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             fits = dict(zip(fitted_runs, pool.map(fit, fitted_runs, [free] * len(fitted_runs),
-                                                  [search] * len(fitted_runs))))
+                                                  [search] * len(fitted_runs)), strict=True))
     else:
         fits = {run: fit(run, free, search) for run in fitted_runs}
     rows = []

@@ -34,7 +34,7 @@ def write_inputs(folder: Path, rows: int) -> dict[str, Path]:
                   "Request tokens": ctx, "Response tokens": gen + 1, "Total tokens": ctx + gen + 1,
                   "Log Type": "Conversation log"}).to_csv(files["burstgpt"], index=False)
     with open(files["mooncake"], "w") as fh:
-        for ms, a, b in zip((t * 1000).astype(int).tolist(), ctx.tolist(), gen.tolist()):
+        for ms, a, b in zip((t * 1000).astype(int).tolist(), ctx.tolist(), gen.tolist(), strict=True):
             fh.write(json.dumps({"timestamp": ms, "input_length": a, "output_length": b, "hash_ids": [0, 1]}) + "\n")
     return files
 

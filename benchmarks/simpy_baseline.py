@@ -41,7 +41,7 @@ def simpy_mmc(arrivals: np.ndarray, services: np.ndarray, servers: int) -> np.nd
             yield env.timeout(service)
 
     def source():
-        for i, (at, service) in enumerate(zip(arrivals.tolist(), services.tolist())):
+        for i, (at, service) in enumerate(zip(arrivals.tolist(), services.tolist(), strict=True)):
             yield env.timeout(at - env.now)
             env.process(customer(i, service))
 

@@ -41,7 +41,8 @@ def main(names: list[str]) -> int:
     for page in pages:
         text, blocks = run_page(page)
         for block in blocks:
-            for command, status in zip(block.commands, block.status):
+            # a skipped block records no status: zip stops at the commands that ran
+            for command, status in zip(block.commands, block.status, strict=False):
                 if status != 0:
                     failed += 1
                     print(f"{page.name}: exit {status}: $ {command}", file=sys.stderr)

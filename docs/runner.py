@@ -123,7 +123,7 @@ def render(text: str, blocks: list[Block]) -> str:
             last = block.end
             continue
         body = ""
-        for command, expected, actual in zip(block.commands, block.expected, block.actual):
+        for command, expected, actual in zip(block.commands, block.expected, block.actual, strict=True):
             keep = block.mode != "run" or matches(expected, actual)
             body += f"$ {command}\n" + (expected if keep else actual)
         out.append(body)

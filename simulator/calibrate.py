@@ -146,7 +146,7 @@ def _set(data: dict, task: str, path: str, value: float) -> None:
 
 def _with_values(data: dict, params: list[FreeParameter], values: np.ndarray) -> dict:
     out = copy.deepcopy(data)
-    for p, v in zip(params, values):
+    for p, v in zip(params, values, strict=True):
         _set(out, p.task, p.path, float(v))
         for task, path, factor in p.ties:
             _set(out, task, path, float(v) * factor)
@@ -295,7 +295,8 @@ def calibrate(observed: ObservedRun, trace: Trace, scenario: Scenario, start: di
     # A model without randomness gives every seed the same run: one seed is enough.
     if len(seeds) > 1:
         probe = profile_from_dict(_with_values(start, params, np.exp(x0)), where)
-        if all(np.array_equal(*t.simulate(probe, seeds[:2])) for t in targets):
+        pairs = (t.simulate(probe, seeds[:2]) for t in targets)  # lazily: all() stops at the first that differs
+        if all(np.array_equal(a, b) for a, b in pairs):
             seeds = seeds[:1]
     fits = _local_fits(residuals, x0, low, high, screen, starts, max_evaluations)
     fit = fits[0]
@@ -309,10 +310,10 @@ def calibrate(observed: ObservedRun, trace: Trace, scenario: Scenario, start: di
     fitted = ensemble[0]
     profile = profile_from_dict(fitted, where)
     return CalibrationResult(
-        profile=fitted, values={p.name: float(v) for p, v in zip(params, np.exp(fit.x))},
-        relative_se={p.name: float(s) for p, s in zip(params, se)}, correlation=corr,
+        profile=fitted, values={p.name: float(v) for p, v in zip(params, np.exp(fit.x), strict=True)},
+        relative_se={p.name: float(s) for p, s in zip(params, se, strict=True)}, correlation=corr,
         errors=predict(observed, trace, scenario, profile), cost=float(fit.cost), evaluations=count[0],
-        ensemble=ensemble, ensemble_values=[{p.name: float(v) for p, v in zip(params, np.exp(f.x))}
+        ensemble=ensemble, ensemble_values=[{p.name: float(v) for p, v in zip(params, np.exp(f.x), strict=True)}
                                             for f in fits if f.cost - fit.cost <= limit],
         seeds=tuple(seeds))
 

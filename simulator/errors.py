@@ -1,13 +1,16 @@
-"""Typed errors of the library.
+"""Typed errors of the library, all of them (one hierarchy under :class:`SimctlError`).
 
 Library code raises these; only the CLI catches them, prints their one-line message and
 exits with status 2. Each error names the file, the record (index in the file, or a
 name such as a task) and the field at fault, so a user can find the mistake without a
-traceback.
+traceback. ``kind`` says which part of the input was at fault.
+
+This module imports nothing heavy: the harness (no simpy) and the CLI listing import it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 
@@ -66,6 +69,81 @@ class OutputError(SimctlError):
     """An output cannot be written (for example it would overwrite an existing file)."""
 
     kind = "output"
+
+
+class SynthSpecError(SimctlError):
+    """A synthetic-trace specification (or its textual form) is invalid.
+
+    ``field`` names the :class:`~simulator.trace.synth.SynthSpec` field at fault
+    (``task_mix``, ``mean`` ...).
+    """
+
+    kind = "synth"
+
+
+class PlotError(SimctlError):
+    """A figure that cannot be drawn from the inputs given (an axis or task they do not have)."""
+
+    kind = "plot"
+
+
+class EventLogError(SimctlError):
+    """A file given as an event log that is not one."""
+
+    kind = "events"
+
+
+class FigureError(SimctlError):
+    """A figure name that the summary does not have."""
+
+    kind = "figure"
+
+
+class ObservedError(SimctlError):
+    """An observed-run folder or file that cannot be read."""
+
+    kind = "observed"
+
+
+class HardwareError(SimctlError):
+    """An unknown GPU or backend, or a shape no table can answer."""
+
+    kind = "hardware"
+
+
+class HarnessError(SimctlError):
+    """A profiling request that cannot run: no such device, models that do not fit, options
+    that do not go together, a measurement with nothing to fit."""
+
+    kind = "harness"
+
+
+class UnknownPreset(HarnessError):
+    """A model preset name that is not in :data:`~simulator.harness.presets.PRESETS`, or a
+    Hugging Face ``config.json`` simctl cannot read a model shape from."""
+
+
+class UnknownName(SimctlError, LookupError):
+    """``name`` is not registered (a policy, topology, profile kind...); the message lists
+    the valid names. Also a :class:`LookupError`, as a registry is a mapping."""
+
+    kind = "name"
+
+    def __init__(self, what: str, name: str, valid: Sequence[str]) -> None:
+        self.what, self.name, self.valid = what, name, list(valid)
+        super().__init__(None, None, None, f"unknown {what} '{name}'; valid: {', '.join(valid)}")
+
+
+class SweepError(SimctlError):
+    """A sweep that cannot run or a results file that cannot be used."""
+
+    kind = "sweep"
+
+
+class PlanError(SimctlError):
+    """A plan that cannot run: an SLO that does not parse, or options that leave nothing to search."""
+
+    kind = "plan"
 
 
 class SimctlWarning(UserWarning):

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from simulator.errors import SimctlError
+from simulator.errors import EventLogError
 
 EVENT_COLUMNS = [
     "call_id", "call_index", "prompt_index", "task", "resource", "prompt_tokens", "max_tokens",
@@ -52,8 +52,6 @@ EVENT_COLUMNS = [
 #: Statuses of prompts that were served (the others were turned away).
 SERVED = ("served", "sent_after_timeout")
 STATUSES = (*SERVED, "rejected", "dropped")
-
-DURATION_COLUMNS = ["batching_s", "wait_s", "service_s", "latency_s", "ttft_s", "tpot_s"]
 
 
 def with_durations(log: pd.DataFrame) -> pd.DataFrame:
@@ -103,12 +101,6 @@ def write_event_log(log: pd.DataFrame, path: str | Path, force: bool = False) ->
         with open_output(path, "w", force=force) as fh:
             # 17 significant digits round-trip every float64 exactly.
             log.to_csv(fh, index=False, float_format="%.17g")
-
-
-class EventLogError(SimctlError):
-    """A file given as an event log that is not one."""
-
-    kind = "events"
 
 
 def read_event_log(path: str | Path) -> pd.DataFrame:

@@ -14,8 +14,9 @@ import contextlib
 import errno
 import json
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from simulator.errors import SimctlError
 

@@ -33,14 +33,14 @@ over the calls that contain that task.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from simulator.errors import SimctlError
+from simulator.errors import FigureError
 from simulator.scenario import Compositions
-
 
 STAT_KEYS = ("mean", "p50", "p90", "p95", "p99", "max")
 
@@ -69,12 +69,6 @@ def describe(values: Iterable[float] | np.ndarray) -> dict[str, float | None]:
         p50, p90, p95, p99 = np.percentile(x, [50, 90, 95, 99])
     return {"mean": float(x.mean()), "p50": float(p50), "p90": float(p90),
             "p95": float(p95), "p99": float(p99), "max": float(x.max())}
-
-
-class FigureError(SimctlError):
-    """A figure name that the summary does not have."""
-
-    kind = "figure"
 
 
 #: Top-level figures of the summary (no task or ``overall`` in front).
@@ -208,7 +202,7 @@ def busy_time(starts: np.ndarray, ends: np.ndarray) -> float:
     order = np.argsort(starts, kind="stable")
     s, e = starts[order], ends[order]
     total, cur_s, cur_e = 0.0, s[0], e[0]
-    for a, b in zip(s[1:], e[1:]):
+    for a, b in zip(s[1:], e[1:], strict=True):
         if a > cur_e:
             total += cur_e - cur_s
             cur_s, cur_e = a, b
@@ -355,11 +349,11 @@ def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
     # Without a client timeout a failed call is censored at nothing: its latency as it was
     # (calls with a prompt turned away have none and are left out).
     censored = np.where(call_ok, call_latency, client_timeout if client_timeout is not None else call_latency)
-    compositions = {}
+    by_composition: dict[str, dict[str, Any]] = {}
     for label in rules.labels:
         mine = call_class == label
         if mine.any():
-            compositions[label] = {
+            by_composition[label] = {
                 "calls": int(mine.sum()), "ok": int((mine & call_ok).sum()), "failed": int((mine & ~call_ok).sum()),
                 "latency": describe(call_latency[mine & call_ok]),
                 "latency_censored": describe(censored[mine & np.isfinite(censored)]),
@@ -367,7 +361,7 @@ def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
     return {
         "overall": group(np.ones(len(log), dtype=bool)),
         "tasks": tasks,
-        "compositions": compositions,
+        "compositions": by_composition,
         "gpus": gpu_rows,
         "gpu_seconds": total_busy,
         "makespan_s": makespan,

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from simulator.errors import SimctlError
+from simulator.errors import ObservedError
 from simulator.metrics import call_figures, client_calls as simulated_calls, composition_labels
 from simulator.scenario import Compositions
 from simulator.trace.model import Trace
@@ -52,11 +52,6 @@ CLIENT_TIMEOUT = 600.0
 CHARS_PER_TOKEN = 4.0
 SUMMARY_FILE = "simulation_summary.json"
 _BATCH_FILE = re.compile(r"^batch_(\d+)\.json$")
-
-class ObservedError(SimctlError):
-    """An observed-run folder or file that cannot be read."""
-
-    kind = "observed"
 
 
 @dataclass(frozen=True)
@@ -75,7 +70,7 @@ class ObservedRun:
     def figures(self) -> dict[str, Any]:
         return call_figures(self.calls, self.timeout)
 
-    def classified(self, compositions: Compositions) -> "ObservedRun":
+    def classified(self, compositions: Compositions) -> ObservedRun:
         """The same run with its calls classed by ``compositions`` (a scenario's rules)."""
         sets = self.calls["tasks"].str.split("+").map(frozenset)
         return replace(self, calls=self.calls.assign(composition=sets.map(compositions.classify)))
@@ -87,7 +82,7 @@ def _read_json(path: Path) -> Any:
     return inputs.read_json(path, ObservedError, "JSON file")
 
 
-def _number(record: dict, key: str, path: Path, index: int | str) -> float | None:
+def _number(record: dict, key: str, path: Path, index: int | None) -> float | None:
     value = record.get(key)
     if value is None:
         return None
@@ -136,7 +131,8 @@ def read_observed(folder: str | Path, arrivals: str | Path | Trace | None = None
     trace = arrivals if isinstance(arrivals, Trace) else load_trace(arrivals)
     by_id = {c.id: i for i, c in enumerate(trace.calls)}
 
-    files: dict[str, dict] = {}
+    # call id -> (file, record, index of the record in the file; None: the whole file)
+    files: dict[str, tuple[Path, dict, int | None]] = {}
     for path in sorted(folder.iterdir()):
         m = _BATCH_FILE.match(path.name)
         if not m:
@@ -147,9 +143,9 @@ def read_observed(folder: str | Path, arrivals: str | Path | Trace | None = None
         call_id = str(record.get("batch_id", int(m.group(1))))
         if call_id not in by_id:
             raise ObservedError(path, None, "batch_id", f"call {call_id} is not in the arrival file {trace.source}")
-        files[call_id] = (path, record)  # type: ignore[assignment]
+        files[call_id] = (path, record, None)
     summary_path = folder / SUMMARY_FILE
-    summary: dict[str, tuple[Path, dict, int]] = {}
+    summary: dict[str, tuple[Path, dict, int | None]] = {}
     if summary_path.exists():
         data = _read_json(summary_path)
         results = data.get("results") if isinstance(data, dict) else None
@@ -174,8 +170,7 @@ def read_observed(folder: str | Path, arrivals: str | Path | Trace | None = None
         size = source[1].get("batch_size")
         expected = len(trace.calls[by_id[call_id]].prompts)
         if size is not None and size != expected:
-            where = source[2] if len(source) == 3 else None
-            raise ObservedError(source[0], where, "batch_size",
+            raise ObservedError(source[0], source[2], "batch_size",
                                 f"call {call_id} has {size} prompts here but {expected} in the arrival file "
                                 f"{trace.source}; give the arrival file this run replayed (--arrivals)")
 
@@ -188,10 +183,9 @@ def read_observed(folder: str | Path, arrivals: str | Path | Trace | None = None
             "sent_at": np.nan, "duration_s": np.nan, "done_at": np.nan, "status_code": pd.NA,
             "ok": False, "error": "",
         }
-        source = files.get(call.id) or summary.get(call.id)
-        if source is not None:
-            path, record = source[0], source[1]
-            where = source[2] if len(source) == 3 else None
+        found = files.get(call.id) or summary.get(call.id)
+        if found is not None:
+            path, record, where = found
             sent = _number(record, "actual_send_time", path, where)
             row["sent_at"] = np.nan if sent is None else sent
             duration = _number(record, "request_duration", path, where)

@@ -6,10 +6,9 @@ returns the matplotlib Figure and, given a path, saves it (PNG, SVG or PDF by su
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Sequence
-
 import sys
+from collections.abc import Sequence
+from pathlib import Path
 
 import matplotlib
 
@@ -329,7 +328,7 @@ def heatmap_panels(agg: pd.DataFrame, metric: str, rows: str, cols: str, panel: 
                              constrained_layout=True)
     norm, note = colour_scale(agg["mean"].to_numpy(float))
     im = None
-    for ax, v in zip(axes[0], values):
+    for ax, v in zip(axes[0], values, strict=True):
         table = agg[agg[panel] == v].pivot(index=rows, columns=cols, values="mean")
         grid = table.to_numpy(float)
         im = ax.imshow(grid, cmap=_cmap(), norm=norm, aspect="auto")
@@ -339,6 +338,7 @@ def heatmap_panels(agg: pd.DataFrame, metric: str, rows: str, cols: str, panel: 
         ax.set_ylabel(rows)
         ax.set_title(f"{panel} = {tick(v)}", fontsize=10)
         _annotate(ax, grid, norm, fontsize=7)
+    assert im is not None  # at least one panel (subplots refuses none)
     bar = fig.colorbar(im, ax=axes[0].tolist(), label=metric_label(metric) + note,
                        extend="max" if note.startswith(" (scale") else "neither")
     bar.formatter = FuncFormatter(lambda x, _pos: readable(x))

@@ -7,17 +7,12 @@ change of behaviour gets a new name rather than a silent change under an old one
 
 from __future__ import annotations
 
-from typing import Callable, Generic, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
+
+from simulator.errors import UnknownName
 
 T = TypeVar("T")
-
-
-class UnknownName(LookupError):
-    """``name`` is not registered; the message lists the valid names."""
-
-    def __init__(self, what: str, name: str, valid: list[str]) -> None:
-        self.what, self.name, self.valid = what, name, valid
-        super().__init__(f"unknown {what} '{name}'; valid: {', '.join(valid)}")
 
 
 class Registry(Generic[T]):

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -47,7 +48,7 @@ def run(trace: Trace, profile: Profile, seed: int = 0, tasks: dict | None = None
 def timeline(log: pd.DataFrame, column: str = "done_at") -> list[tuple[str, float]]:
     """``[(call_id.prompt_index, instant)]`` in trace order, for whole-timeline asserts."""
     return [(f"{c}.{p}", float(x)) for c, p, x in
-            zip(log["call_id"], log["prompt_index"], log[column])]
+            zip(log["call_id"], log["prompt_index"], log[column], strict=True)]
 
 
 def assert_one_line_error(result, *needles: str) -> None:

@@ -74,6 +74,7 @@ def _mmlu_context_start() -> dict:
     return start
 
 
+@pytest.mark.slow
 def test_a_cost_that_grows_with_length_is_pinned_by_runs_at_two_lengths_not_one():
     """Truth: MMLU iterations of 0.03 s + 0.002 s per row + 4e-5 s per row and context token.
     One run at 50 tokens barely sees the context term; fitted jointly with a run at 256
@@ -156,7 +157,7 @@ def test_at_most_two_groups_of_a_call_run_at_once_in_the_given_order():
     scen = build_scenario(run={"gpus": 2, "max_concurrent_groups": 2, "group_order": ["cpu_graph", "mmlu", "infobench"]},
                           defaults={"topology": "direct", "dispatch": "least-loaded"})
     log = simulate(trace, scen, profile, 0)
-    done = dict(zip(log["task"], log["done_at"]))
+    done = dict(zip(log["task"], log["done_at"], strict=True))
     assert done == {"infobench": 4.0, "mmlu": 2.0, "cpu_graph": 1.0}
 
 

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
-from helpers import assert_one_line_error
 from simulator.cli import app
 from simulator.events import EVENT_COLUMNS, read_event_log
 from simulator.metrics import summarize

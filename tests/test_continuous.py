@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import theory
 from helpers import run, timeline
 
-import theory
 from simulator.errors import ProfileError, ScenarioError
 from simulator.model import simulate
 from simulator.profile import profile_from_dict
@@ -69,7 +69,7 @@ def test_unlimited_capacity_and_constant_iteration_latency_is_tokens_times_itera
     rng = np.random.default_rng(7)
     starts = np.sort(rng.integers(0, 400, size=60)) * 0.25
     tokens = rng.integers(1, 40, size=60)
-    trace = token_trace([(float(t), [int(m)]) for t, m in zip(starts, tokens)])
+    trace = token_trace([(float(t), [int(m)]) for t, m in zip(starts, tokens, strict=True)])
     log = run(trace, iteration_profile(base=0.25), gpus=1, topology="continuous",
               max_num_seqs=10_000, max_batched_tokens=10**9)
     latency = (log["done_at"] - log["arrived_at"]).to_numpy()

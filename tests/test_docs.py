@@ -25,13 +25,14 @@ def test_the_readme_has_examples():
     assert runner.ROOT / "README.md" in PAGES
 
 
+@pytest.mark.examples
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_page_examples_run_and_print_what_the_page_shows(page):
     _, blocks = runner.run_page(page)
     for block in blocks:
         if block.mode == "skip":
             continue
-        for command, expected, actual, status in zip(block.commands, block.expected, block.actual, block.status):
+        for command, expected, actual, status in zip(block.commands, block.expected, block.actual, block.status, strict=True):
             assert status == 0, f"{page.name}: $ {command} exited {status}:\n{actual}"
             if block.mode == "run":  # "no-compare" and "python" blocks: the exit status alone
                 assert runner.matches(expected, actual), (

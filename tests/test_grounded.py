@@ -293,7 +293,8 @@ def test_calibrating_a_grounded_profile_moves_only_the_engine_and_says_what_the_
 
 
 def test_a_hugging_face_config_gives_the_preset_it_describes(tmp_path):
-    from simulator.harness.presets import UnknownPreset, load_shape
+    from simulator.errors import UnknownPreset
+    from simulator.harness.presets import load_shape
 
     qwen = get_preset("qwen3-4b")
     config = {"model_type": "qwen3", "hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36,

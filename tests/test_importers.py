@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
-from helpers import assert_one_line_error
 from simulator.cli import app
 from simulator.errors import SimctlWarning, TraceError
 from simulator.trace.fit import fit_arrivals, spec_from_fit
@@ -91,7 +91,7 @@ def test_burstgpt_both_layouts(name):
     # equal timestamps keep file order
     order = [int(c.id) for c in everything.calls]
     times = [c.t for c in everything.calls]
-    assert all(a < b for a, b, s, u in zip(order, order[1:], times, times[1:]) if s == u)
+    assert all(a < b for a, b, s, u in zip(order, order[1:], times, times[1:], strict=False) if s == u)
 
 
 @pytest.mark.parametrize("name, requests", [("conversation_trace.jsonl", 12031), ("synthetic_trace.jsonl", 3993)])

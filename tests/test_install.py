@@ -89,6 +89,7 @@ def _venv_bin(root: Path, name: str) -> Path:
     return root / ("Scripts" if os.name == "nt" else "bin") / name
 
 
+@pytest.mark.install
 def test_wheel_installs_and_runs_from_a_temporary_folder(tmp_path):
     wheels = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(REPO)],
@@ -96,13 +97,14 @@ def test_wheel_installs_and_runs_from_a_temporary_folder(tmp_path):
     wheel = next(wheels.glob("simctl-*.whl"))
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
+    # Nothing of the checkout on the path: pip would take its simctl.egg-info for an installed simctl.
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     pip = subprocess.run([str(_venv_bin(env_dir, "python")), "-m", "pip", "install", "-q",
-                          f"simctl[test] @ {wheel.as_uri()}"], capture_output=True, text=True)
+                          f"simctl[test] @ {wheel.as_uri()}"], env=env, capture_output=True, text=True)
     assert pip.returncode == 0, f"installing the wheel and its dependencies from PyPI failed:\n{pip.stderr[-3000:]}"
 
     work = tmp_path / "elsewhere"
     work.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(COLUMNS="100", SIMCTL_HOME=str(tmp_path / "home"))
 
     def simctl(*args: str) -> str:

@@ -9,8 +9,16 @@ import pandas as pd
 import pytest
 
 from simulator.events import EVENT_COLUMNS, with_durations
-from simulator.metrics import (busy_time, call_figures, call_table, client_calls, describe, json_ready, summarize,
-                               time_average_in_system)
+from simulator.metrics import (
+    busy_time,
+    call_figures,
+    call_table,
+    client_calls,
+    describe,
+    json_ready,
+    summarize,
+    time_average_in_system,
+)
 from simulator.scenario import Compositions
 
 

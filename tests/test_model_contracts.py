@@ -19,8 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from helpers import make_trace
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from simulator.events import SERVED, STATUSES
 from simulator.model import DISPATCH_RULES, GPU_SHARING, POLICIES, TOPOLOGIES, simulate
@@ -38,7 +37,7 @@ PROFILE = profile_from_dict({"tasks": {
 #: the same costs, with GPU work holding a shared host lock part of the time (host_lock runs)
 HOST_PROFILE = profile_from_dict({"tasks": {
     name: {**task.to_dict(), **({"host_fraction": f} if task.resource == "gpu" else {})}
-    for (name, task), f in zip(PROFILE.tasks.items(), (0.7, 0.3, 0.0))}})
+    for (name, task), f in zip(PROFILE.tasks.items(), (0.7, 0.3, 0.0), strict=True)}})
 
 calls = st.lists(
     st.tuples(
@@ -68,7 +67,7 @@ task_settings = st.fixed_dictionaries({
 def _check_invariants(log: pd.DataFrame, trace, per_task: dict, sharing: str, client: str = "open") -> None:
     # Every prompt of every call exactly once.
     expected = {(ci, pi) for ci, c in enumerate(trace.calls) for pi in range(len(c.prompts))}
-    seen = list(zip(log["call_index"], log["prompt_index"]))
+    seen = list(zip(log["call_index"], log["prompt_index"], strict=True))
     assert len(seen) == len(set(seen)) == len(expected)
     assert set(seen) == expected
     served = log["status"].isin(SERVED)
@@ -159,10 +158,10 @@ def test_flush_zero_max_batch_one_never_holds_a_prompt_while_a_gpu_idles(calls, 
     scenario = build_scenario(defaults={"flush": 0.0, "max_batch": 1, "policy": policy},
                               run={"gpus": gpus})
     log = simulate(trace, scenario, PROFILE, seed)
-    busy = {g: list(zip(b["started_at"], b["done_at"]))
+    busy = {g: list(zip(b["started_at"], b["done_at"], strict=True))
             for g, b in log.groupby("gpu")[["started_at", "done_at"]]}
     waited = log[log["started_at"] > log["arrived_at"]]
-    for a, s in zip(waited["arrived_at"], waited["started_at"]):
+    for a, s in zip(waited["arrived_at"], waited["started_at"], strict=True):
         # Every GPU must be busy throughout (a, s): check at a few instants inside it.
         for t in np.linspace(a, s, 7)[1:-1]:
             for g in range(gpus):

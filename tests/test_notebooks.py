@@ -24,6 +24,7 @@ def test_there_are_the_three_notebooks():
                                            "latency_cdfs.ipynb"]
 
 
+@pytest.mark.examples
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs_and_matches_its_committed_outputs(path):
     committed = nbformat.read(path, as_version=4)

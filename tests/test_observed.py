@@ -12,8 +12,9 @@ from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
 from simulator.cli import app
+from simulator.errors import ObservedError
+from simulator.observed import compare_calls, read_observed, read_run
 from simulator.scenario import build_scenario
-from simulator.observed import ObservedError, compare_calls, read_observed, read_run
 
 REQUEST = (Path(__file__).resolve().parents[2] / "shared" / "traces" / "real" / "lminference"
            / "EEElisa@dfb2bf8" / "mingqia2_3" / "request")
@@ -144,7 +145,7 @@ def test_measured_output_lengths_match_the_raw_responses(tmp_path):
     expected = {}
     for rec in arrivals:
         body = json.loads((folder / f"batch_{rec['batch_id']:04d}.json").read_text())
-        for i, (idx, choice) in enumerate(zip(rec["prompt_idxs"], body["response"]["choices"])):
+        for i, (idx, choice) in enumerate(zip(rec["prompt_idxs"], body["response"]["choices"], strict=True)):
             if TASK_OF(idx) != "infobench":
                 continue
             text = choice["text"]

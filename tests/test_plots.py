@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import assert_one_line_error, fixed_profile, make_trace, run
 from typer.testing import CliRunner
 
-from helpers import assert_one_line_error, fixed_profile, make_trace, run
 from simulator import plots
 from simulator.cli import app
 

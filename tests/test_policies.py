@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
+from simulator.errors import UnknownName
 from simulator.model.dispatch import DISPATCH_RULES
 from simulator.model.policies import POLICIES, ReleaseNow, WaitUntil
-from simulator.registry import UnknownName
 
 
 def test_oldest_waits_for_the_head_window_then_releases_everything_waiting():

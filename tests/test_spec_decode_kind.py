@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from helpers import make_trace, run
+
 from simulator.errors import ProfileError, ScenarioError
 from simulator.profile import profile_from_dict
 from simulator.profile.kinds import BatchShape

@@ -9,10 +9,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import assert_one_line_error
+from theory import mmc_wait
 from typer.testing import CliRunner
 
 import simulator.sweep as sweep_mod
-from helpers import assert_one_line_error
 from simulator.cli import app
 from simulator.plan import PlanError, parse_slo, plan
 from simulator.profile import load_profile, profile_from_dict
@@ -20,7 +21,6 @@ from simulator.scenario import build_scenario
 from simulator.sweep import Base, SweepError, SweepSpec, aggregate, read_results, run_sweep
 from simulator.trace.formats import load_trace
 from simulator.trace.synth import SynthSpec, synthesize
-from theory import mmc_wait
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "traces" / "batch_arrivals.json"
@@ -196,6 +196,7 @@ def erlang_c_answer(lam: float, mu: float, bound: float) -> int:
     return next(c for c in range(1, 100) if lam / (c * mu) < 1 and mmc_wait(lam, mu, c) <= bound)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lam", [1.4, 3.3, 6.2])
 def test_planner_finds_the_erlang_c_gpu_count(lam):
     """Poisson arrivals, exponential service (mean 1 s), max batch 1, shared queue: the smallest

@@ -21,14 +21,14 @@ not restated. Utilisation is kept at or below about 0.7.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
 import pytest
-
 import theory
+
 from simulator.events import with_durations
 from simulator.metrics import time_average_in_system
 from simulator.model import simulate
@@ -83,7 +83,7 @@ def poisson_trace(rng: np.random.Generator, n: int, lam: float,
         names = [tasks[0]] * n
     else:
         names = [tasks[i] for i in rng.choice(len(tasks), size=n, p=weights)]
-    return Trace(tuple(Call(str(i), float(t), (Prompt(task),)) for i, (t, task) in enumerate(zip(times, names))))
+    return Trace(tuple(Call(str(i), float(t), (Prompt(task),)) for i, (t, task) in enumerate(zip(times, names, strict=True))))
 
 
 # -- replications ----------------------------------------------------------------------

@@ -9,17 +9,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
-from simulator.errors import OutputError, SimctlWarning, TraceError
+from simulator.errors import OutputError, SimctlWarning, SynthSpecError, TraceError
 from simulator.trace.classify import DEFAULT_CLASSIFIER, KeywordClassifier, estimate_tokens
 from simulator.trace.formats import detect_format, load_trace, save_trace
 from simulator.trace.model import Call, Prompt, Trace
 from simulator.trace.stats import trace_stats
 from simulator.trace.synth import (
     SynthSpec,
-    SynthSpecError,
     parse_prompts_per_call,
     parse_task_mix,
     parse_token_dists,
@@ -235,9 +233,9 @@ def test_client_round_trip_keeps_ids_times_tasks_and_lengths(tmp_path_factory, d
     save_trace(trace, path, "client")
     back = load_trace(path)
     assert [(c.id, c.t) for c in back.calls] == [(c.id, c.t) for c in trace.calls]
-    for ours, theirs in zip(trace.calls, back.calls):
+    for ours, theirs in zip(trace.calls, back.calls, strict=True):
         assert [p.task for p in theirs.prompts] == [p.task for p in ours.prompts]
-        for p, q in zip(ours.prompts, theirs.prompts):
+        for p, q in zip(ours.prompts, theirs.prompts, strict=True):
             # Placeholder texts are 4 chars per token; a token count below the keyword's length
             # cannot be kept, so the text is the keyword alone.
             if p.prompt_tokens is not None and 4 * p.prompt_tokens >= 40:

@@ -77,7 +77,7 @@ def print_table(table: Table, out: Console | None = None) -> None:
     """
     out = out or console
     widths = [max([_cell_width(c.header)] + [_cell_width(x) for x in c._cells]) for c in table.columns]
-    for column, width in zip(table.columns, widths):
+    for column, width in zip(table.columns, widths, strict=True):
         column.min_width = width
         column.no_wrap = True
     pad = 3  # a column's padding and its border

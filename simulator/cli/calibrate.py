@@ -13,7 +13,7 @@ from rich.table import Table
 from simulator.calibrate import SCREEN, STARTS
 from simulator.cli import app
 from simulator.cli._common import console, user_errors
-from simulator.errors import ProfileError
+from simulator.errors import ObservedError, ProfileError
 from simulator.observed import CLIENT_TIMEOUT, find_arrivals, read_observed
 from simulator.outputs import check_writable, open_output
 from simulator.profile import resolve_profile_path
@@ -47,7 +47,6 @@ def calibrate_cli(
     with user_errors():
         from simulator.calibrate import OBJECTIVES, calibrate, identified, predict_ensemble
         from simulator.profile import profile_from_dict
-        from simulator.observed import ObservedError
         from simulator.trace.formats import load_trace
 
         also, also_scenario = list(also or []), list(also_scenario or [])
@@ -66,10 +65,10 @@ def calibrate_cli(
         trace = load_trace(arrivals_path) if arrivals_path else None
         scen = build_scenario(path=scenario)
         observed = read_observed(run, trace, CLIENT_TIMEOUT, scen.compositions)
-        # (read_observed has refused a run without an arrival file: trace is set here.) The
-        # joint runs replay the same workload.
+        assert trace is not None  # read_observed has refused a run without an arrival file
+        # The joint runs replay the same workload.
         joint = [(read_observed(d, trace, CLIENT_TIMEOUT), trace, build_scenario(path=sp))
-                 for d, sp in zip(also, also_scenario)]
+                 for d, sp in zip(also, also_scenario, strict=True)]
         with Progress(SpinnerColumn(), TextColumn("calibrating: {task.fields[info]}"), TimeElapsedColumn(),
                       console=console, transient=True) as bar:
             job = bar.add_task("fit", total=None, info="starting")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import pandas as pd
 import typer
@@ -12,8 +12,8 @@ from rich.table import Table
 
 from simulator.cli import app
 from simulator.cli._common import console, user_errors
-from simulator.sweep import (SweepError, aggregate, axes_of, axis_order, metric_column, read_results,
-                             show_axis_value)
+from simulator.errors import SweepError
+from simulator.sweep import aggregate, axes_of, axis_order, metric_column, read_results, show_axis_value
 
 
 def parse_where(items: list[str], frame: pd.DataFrame) -> pd.DataFrame:
@@ -41,10 +41,10 @@ def parse_where(items: list[str], frame: pd.DataFrame) -> pd.DataFrame:
 def compare_cli(
     results: Path = typer.Argument(..., help="Results file written by simctl sweep."),
     metric: str = typer.Option("overall.latency.p95", "--metric", "-m", help="Figure to compare, e.g. tasks.infobench.latency.p95."),
-    by: Optional[str] = typer.Option(None, "--by", help="One or two axes for rows (and columns); default: the varying axes."),
+    by: str | None = typer.Option(None, "--by", help="One or two axes for rows (and columns); default: the varying axes."),
     where: list[str] = typer.Option([], "--where", help="Fix an axis: AXIS=VALUE (repeatable)."),
     higher_is_better: bool = typer.Option(False, "--higher-is-better", help="Best cell is the largest (e.g. throughput)."),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Write a heatmap (two axes) or lines with CI bands (one numeric axis)."),
+    plot: Path | None = typer.Option(None, "--plot", help="Write a heatmap (two axes) or lines with CI bands (one numeric axis)."),
 ) -> None:
     """Pivot one figure of a sweep across its axes, mark the best cell, optionally plot it."""
     with user_errors():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -14,7 +13,7 @@ from simulator.outputs import check_writable
 from simulator.trace.formats import FORMATS, IMPORTERS, ImportOptions, load_trace, save_trace
 
 
-def parse_task_map(text: Optional[str]) -> dict[str, str]:
+def parse_task_map(text: str | None) -> dict[str, str]:
     """``"ChatGPT=mmlu,GPT-4=infobench"`` -> ``{"ChatGPT": "mmlu", "GPT-4": "infobench"}``."""
     if not text:
         return {}
@@ -32,16 +31,16 @@ def import_cli(
     fmt: str = typer.Argument(..., metavar="FORMAT", help=f"One of: {', '.join(IMPORTERS)}, or auto."),
     source: Path = typer.Argument(..., help="The production trace file."),
     output: Path = typer.Option(..., "--output", "-o", help="Trace file to write."),
-    task: Optional[str] = typer.Option(None, "--task", help="Give every request this task."),
-    task_map: Optional[str] = typer.Option(None, "--task-map", help="Rename sources to tasks: SOURCE=TASK,... (BurstGPT: model names)."),
-    start: Optional[float] = typer.Option(None, "--start", help="Keep requests from this many seconds after the first."),
-    end: Optional[float] = typer.Option(None, "--end", help="Keep requests before this many seconds after the first."),
-    group_gap: Optional[float] = typer.Option(None, "--group-gap", help="Requests within this many seconds of a call's first join it."),
+    task: str | None = typer.Option(None, "--task", help="Give every request this task."),
+    task_map: str | None = typer.Option(None, "--task-map", help="Rename sources to tasks: SOURCE=TASK,... (BurstGPT: model names)."),
+    start: float | None = typer.Option(None, "--start", help="Keep requests from this many seconds after the first."),
+    end: float | None = typer.Option(None, "--end", help="Keep requests before this many seconds after the first."),
+    group_gap: float | None = typer.Option(None, "--group-gap", help="Requests within this many seconds of a call's first join it."),
     max_prompts: int = typer.Option(8, "--max-prompts", help="Most prompts per grouped call."),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip malformed rows (counted) instead of stopping."),
     include_failed: bool = typer.Option(False, "--include-failed", help="Keep BurstGPT's failed requests (0 response tokens)."),
     seed: int = typer.Option(0, "--seed", help="ServeGen: seed of the synthesised arrivals and lengths."),
-    dataset: Optional[Path] = typer.Option(None, "--dataset", help="ServeGen: the length-PDF JSON (default: the sibling chunk-N-dataset.json)."),
+    dataset: Path | None = typer.Option(None, "--dataset", help="ServeGen: the length-PDF JSON (default: the sibling chunk-N-dataset.json)."),
     out_format: str = typer.Option("native", "--format", help=f"Output format: {' or '.join(FORMATS)}."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing output file."),
 ) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich import box
@@ -13,6 +13,7 @@ from rich.table import Table
 
 from simulator.cli import app
 from simulator.cli._common import console, user_errors
+from simulator.errors import ObservedError
 from simulator.observed import CLIENT_TIMEOUT, compare_calls, observed_to_json, read_observed, read_run
 from simulator.outputs import check_writable, open_output
 
@@ -38,7 +39,7 @@ def print_call_figures(figures: dict, title: str) -> None:
     console.print("* over all calls, failed ones at the timeout", highlight=False)
 
 
-def _compositions(config: Optional[Path]):
+def _compositions(config: Path | None):
     """The composition rules of the scenario ``config`` (none without one)."""
     from simulator.scenario import Compositions, build_scenario
 
@@ -48,12 +49,12 @@ def _compositions(config: Optional[Path]):
 @app.command("observed")
 def observed_cli(
     folder: Path = typer.Argument(..., help="Results folder of the load-testing client (batch_NNNN.json, simulation_summary.json)."),
-    arrivals: Optional[Path] = typer.Option(None, "--arrivals", help="The arrival file the run replayed (default: ../batch_arrivals.json)."),
+    arrivals: Path | None = typer.Option(None, "--arrivals", help="The arrival file the run replayed (default: ../batch_arrivals.json)."),
     timeout: float = typer.Option(CLIENT_TIMEOUT, "--timeout", help="Client timeout: failed calls are censored here (s)."),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Scenario (file or bundled name) whose [compositions] class the calls, e.g. lminference-fw5 [default: no classes]."),
-    json_out: Optional[str] = typer.Option(None, "--json", help="Write the figures and per-call table to FILE ('-' for stdout)."),
-    lengths: Optional[str] = typer.Option(None, "--lengths", help="Tasks (comma-separated) whose answers give each prompt's output length, for --write-trace."),
-    write_trace: Optional[Path] = typer.Option(None, "--write-trace", help="Write the arrival trace with the --lengths tasks' measured output tokens as max_tokens (simctl-trace/1)."),
+    config: Path | None = typer.Option(None, "--config", "-c", help="Scenario (file or bundled name) whose [compositions] class the calls, e.g. lminference-fw5 [default: no classes]."),
+    json_out: str | None = typer.Option(None, "--json", help="Write the figures and per-call table to FILE ('-' for stdout)."),
+    lengths: str | None = typer.Option(None, "--lengths", help="Tasks (comma-separated) whose answers give each prompt's output length, for --write-trace."),
+    write_trace: Path | None = typer.Option(None, "--write-trace", help="Write the arrival trace with the --lengths tasks' measured output tokens as max_tokens (simctl-trace/1)."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing output file."),
 ) -> None:
     """Summarise an observed run per call composition and overall, as replay does.
@@ -65,8 +66,6 @@ def observed_cli(
     calibrate to simulate.
     """
     with user_errors():
-        from simulator.observed import ObservedError
-
         if (lengths is None) != (write_trace is None):
             raise ObservedError(folder, None, "--lengths" if lengths is None else "--write-trace",
                                 "--lengths and --write-trace go together")
@@ -75,12 +74,14 @@ def observed_cli(
         if write_trace is not None:
             check_writable(write_trace, force=force, inputs=(folder,) + ((arrivals,) if arrivals else ()))
         run = read_observed(folder, arrivals, timeout, _compositions(config))
-        if write_trace is not None:
+        if write_trace is not None and lengths is not None:  # both or neither, as checked above
             from simulator.observed import find_arrivals, with_observed_lengths
             from simulator.trace.formats import load_trace, save_trace
 
             tasks = [t.strip() for t in lengths.split(",") if t.strip()]
-            trace = with_observed_lengths(load_trace(arrivals or find_arrivals(folder)), run, tasks)
+            arrival_file = arrivals or find_arrivals(folder)
+            assert arrival_file is not None  # read_observed found it, or raised
+            trace = with_observed_lengths(load_trace(arrival_file), run, tasks)
             save_trace(trace, write_trace, force=force)
             console.print(f"wrote {write_trace}: {trace.meta['output_lengths']['prompts']} prompts of "
                           f"{', '.join(tasks)} with their measured output tokens", highlight=False)
@@ -98,11 +99,11 @@ def observed_cli(
 def compare_runs_cli(
     reference: Path = typer.Argument(..., help="The reference run: results folder, observed JSON or event log."),
     other: Path = typer.Argument(..., help="The run to compare with it (e.g. a simulated event log)."),
-    arrivals: Optional[Path] = typer.Option(None, "--arrivals", help="Arrival file for results folders (default: ../batch_arrivals.json)."),
+    arrivals: Path | None = typer.Option(None, "--arrivals", help="Arrival file for results folders (default: ../batch_arrivals.json)."),
     timeout: float = typer.Option(CLIENT_TIMEOUT, "--timeout", help="Client timeout: calls over it failed, censored here (s)."),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Scenario (file or bundled name) whose [compositions] class the calls, e.g. lminference-fw5 [default: no classes]."),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Write cdf.png (overlaid CDFs) and scatter.png (per call) into DIR."),
-    json_out: Optional[str] = typer.Option(None, "--json", help="Write the error table to FILE ('-' for stdout)."),
+    config: Path | None = typer.Option(None, "--config", "-c", help="Scenario (file or bundled name) whose [compositions] class the calls, e.g. lminference-fw5 [default: no classes]."),
+    plot: Path | None = typer.Option(None, "--plot", help="Write cdf.png (overlaid CDFs) and scatter.png (per call) into DIR."),
+    json_out: str | None = typer.Option(None, "--json", help="Write the error table to FILE ('-' for stdout)."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
 ) -> None:
     """Compare two runs call by call.

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import pandas as pd
 import typer
 
 from simulator.cli import app
 from simulator.cli._common import console, user_errors
-from simulator.errors import OutputError, SimctlError
+from simulator.errors import OutputError, PlotError
 from simulator.outputs import check_writable
 
 plot_app = typer.Typer(help="Draw figures from event logs (replay --events) and sweep results.",
@@ -20,17 +19,13 @@ app.add_typer(plot_app, name="plot")
 FORMATS = (".png", ".svg", ".pdf")
 
 
-class PlotError(SimctlError):
-    kind = "plot"
-
-
 def _output(path: Path, force: bool) -> Path:
     if path.suffix.lower() not in FORMATS:
         raise OutputError(path, None, None, f"a figure must end in {', '.join(FORMATS)}")
     return check_writable(path, force=force)
 
 
-def _logs(paths: list[Path], labels: Optional[list[str]] = None) -> dict[str, pd.DataFrame]:
+def _logs(paths: list[Path], labels: list[str] | None = None) -> dict[str, pd.DataFrame]:
     """The event logs by legend label: ``labels`` in order, else each file's name."""
     from simulator.events import read_event_log
 
@@ -40,10 +35,10 @@ def _logs(paths: list[Path], labels: Optional[list[str]] = None) -> dict[str, pd
     names = labels or [p.stem for p in paths]
     # Equal names (the same file twice, or run/a.parquet and run2/a.parquet) are numbered.
     names = [n if names.count(n) == 1 else f"{n} ({names[:i].count(n) + 1})" for i, n in enumerate(names)]
-    return {name: read_event_log(p) for name, p in zip(names, paths)}
+    return {name: read_event_log(p) for name, p in zip(names, paths, strict=True)}
 
 
-def _task(logs: dict[str, pd.DataFrame], task: Optional[str]) -> Optional[str]:
+def _task(logs: dict[str, pd.DataFrame], task: str | None) -> str | None:
     if task is None:
         return None
     tasks = sorted(set().union(*(set(log["task"].unique()) for log in logs.values())))
@@ -73,9 +68,9 @@ def cdf_cli(
     logs: list[Path] = typer.Argument(..., help="Event logs (.parquet/.csv), overlaid."),
     output: Path = typer.Option(..., "-o", "--output", help="Figure to write (.png, .svg, .pdf)."),
     label: list[str] = typer.Option([], "--label", help="Legend label of each log, in order (repeat; default: file names)."),
-    task: Optional[str] = typer.Option(None, "--task", help="Only this task's prompts."),
+    task: str | None = typer.Option(None, "--task", help="Only this task's prompts."),
     log_x: bool = typer.Option(False, "--log-x", help="Logarithmic latency axis."),
-    slo: Optional[float] = typer.Option(None, "--slo", help="Draw an SLO line at this latency (s)."),
+    slo: float | None = typer.Option(None, "--slo", help="Draw an SLO line at this latency (s)."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing figure."),
 ) -> None:
     """Latency CDFs of one or more runs, with p50/p95/p99 markers."""
@@ -161,7 +156,7 @@ def load_cli(
     results: Path = typer.Argument(..., help="Sweep results with a rate_scale axis (.parquet)."),
     output: Path = typer.Option(..., "-o", "--output"),
     metric: str = typer.Option("overall.latency.p95", "--metric", "-m"),
-    group: Optional[str] = typer.Option(None, "--group", help="One line per value of this axis."),
+    group: str | None = typer.Option(None, "--group", help="One line per value of this axis."),
     where: list[str] = typer.Option([], "--where", help="Fix another axis: AXIS=VALUE."),
     force: bool = typer.Option(False, "--force"),
 ) -> None:

@@ -22,7 +22,7 @@ from rich.table import Table
 
 from simulator.cli import app
 from simulator.cli._common import console, print_table, user_errors
-from simulator.errors import ScenarioError
+from simulator.errors import ObservedError, ProfileError, ScenarioError, TraceError
 from simulator.outputs import check_writable, open_output
 from simulator.profile import DEFAULT_PROFILE
 
@@ -53,8 +53,7 @@ def predict_cli(
     with user_errors():
         from simulator import bundled
         from simulator.calibrate import predict, simulate_figures
-        from simulator.errors import ProfileError, TraceError
-        from simulator.observed import CLIENT_TIMEOUT, ObservedError, find_arrivals, read_observed
+        from simulator.observed import CLIENT_TIMEOUT, find_arrivals, read_observed
         from simulator.profile import load_profile
         from simulator.scenario import build_scenario
         from simulator.trace.formats import load_trace
@@ -113,10 +112,8 @@ def predict_cli(
 
 def _check_same_calls(trace: Any, run: Any, name: Path) -> None:
     """An observed run is compared class by class: it must be a run of TRACE's calls."""
-    from simulator.observed import ObservedError
-
     ours = {str(c.id): len(c.prompts) for c in trace.calls}
-    theirs = dict(zip(run.calls["call_id"].astype(str), run.calls["prompts"].astype(int)))
+    theirs = dict(zip(run.calls["call_id"].astype(str), run.calls["prompts"].astype(int), strict=True))
     if ours.keys() != theirs.keys():
         odd = min(ours.keys() ^ theirs.keys())
         raise ObservedError(run.path, None, None,

@@ -4,41 +4,36 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
 from simulator.cli import app
 from simulator.cli._common import console, user_errors, warn
-from simulator.errors import SimctlError
+from simulator.errors import HarnessError, UnknownPreset
 from simulator.outputs import check_writable, open_output
 
 
-class HarnessInputError(SimctlError):
-    kind = "harness"
-
-
-def _ints(text: Optional[str], option: str) -> Optional[tuple[int, ...]]:
+def _ints(text: str | None, option: str) -> tuple[int, ...] | None:
     if text is None:
         return None
     try:
         values = tuple(int(x) for x in text.split(","))
     except ValueError:
-        raise HarnessInputError(None, None, None, f"{option}: expected comma-separated integers, got {text!r}") from None
+        raise HarnessError(None, None, None, f"{option}: expected comma-separated integers, got {text!r}") from None
     if not values or min(values) < 1:
-        raise HarnessInputError(None, None, None, f"{option}: every value must be >= 1, got {text!r}")
+        raise HarnessError(None, None, None, f"{option}: every value must be >= 1, got {text!r}")
     return values
 
 
-def _floats(text: Optional[str], option: str) -> Optional[tuple[float, ...]]:
+def _floats(text: str | None, option: str) -> tuple[float, ...] | None:
     if text is None:
         return None
     try:
         values = tuple(float(x) for x in text.split(","))
     except ValueError:
-        raise HarnessInputError(None, None, None, f"{option}: expected comma-separated numbers, got {text!r}") from None
+        raise HarnessError(None, None, None, f"{option}: expected comma-separated numbers, got {text!r}") from None
     if not all(0 <= v < 1 for v in values):
-        raise HarnessInputError(None, None, None, f"{option}: acceptance rates must be in [0, 1), got {text!r}")
+        raise HarnessError(None, None, None, f"{option}: acceptance rates must be in [0, 1), got {text!r}")
     return values
 
 
@@ -50,30 +45,37 @@ def _user_dir() -> str:
 
 @app.command("profile")
 def profile_cli(
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="A CUDA device index to measure on (0, 1, ...), or a GPU whose measured per-op tables ship with simctl (a100-sxm, h100-sxm) to compose the profile from."),
-    device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda or cuda:N (default: --gpu, else cpu)."),
-    target: Optional[str] = typer.Option(None, "--target", "--model", help="Target model preset (default qwen2.5-7b; with a named GPU it is required, and may be the path of a Hugging Face config.json)."),
-    draft: Optional[str] = typer.Option(None, "--draft", help="Draft model preset (default qwen2.5-0.5b; with a named GPU, tasks are decoded speculatively only when given)."),
+    gpu: str | None = typer.Option(None, "--gpu", help="A CUDA device index to measure on (0, 1, ...), or a GPU whose "
+                                   "measured per-op tables ship with simctl (a100-sxm, h100-sxm) to compose the profile from."),
+    device: str | None = typer.Option(None, "--device", help="cpu, cuda or cuda:N (default: --gpu, else cpu)."),
+    target: str | None = typer.Option(None, "--target", "--model", help="Target model preset (default qwen2.5-7b; with a "
+                                      "named GPU it is required, and may be the path of a Hugging Face config.json)."),
+    draft: str | None = typer.Option(None, "--draft", help="Draft model preset (default qwen2.5-0.5b; with a named GPU, tasks are decoded speculatively only when given)."),
     engine: str = typer.Option("cuda-graph", "--engine", help="With a named GPU: the serving engine, cuda-graph (vLLM / TensorRT-LLM-like) or hf-eager (Hugging Face generate without graphs)."),
-    backend: Optional[str] = typer.Option(None, "--backend", help="With a named GPU: which of its measured tables (a100-sxm: vllm-0.14.0; h100-sxm: vllm-0.24.0, trtllm-1.3.0rc20)."),
+    backend: str | None = typer.Option(None, "--backend", help="With a named GPU: which of its measured tables (a100-sxm: vllm-0.14.0; h100-sxm: vllm-0.24.0, trtllm-1.3.0rc20)."),
     like: str = typer.Option("seed-calibrated", "--like", help="With a named GPU: the profile whose tasks (lengths, CPU tasks) the composed profile keeps."),
-    spec_task: Optional[List[str]] = typer.Option(None, "--spec-task", help="With a named GPU and --draft: a task decoded speculatively (repeat; default every GPU task)."),
+    spec_task: list[str] | None = typer.Option(None, "--spec-task", help="With a named GPU and --draft: a task decoded speculatively (repeat; default every GPU task)."),
     no_kv_cache: bool = typer.Option(False, "--no-kv-cache", help="With a named GPU and --draft: the speculative decoder keeps no KV cache (every pass over the whole sequence)."),
     max_rows: int = typer.Option(32, "--max-rows", help="With a named GPU: the most rows a batch holds (the fit covers 1..this)."),
-    batch: Optional[str] = typer.Option(None, "--batch", help="Batch sizes, e.g. 1,2,4,8,16."),
-    lookahead: Optional[str] = typer.Option(None, "--lookahead", help="Lookaheads k, e.g. 1,3,5 (with a named GPU: one value, default 3)."),
-    acceptance: Optional[str] = typer.Option(None, "--acceptance", help="Injected acceptance rates, e.g. 0.5,0.7,0.9 (with a named GPU: one value, default 0.7)."),
-    prompt_tokens: Optional[str] = typer.Option(None, "--prompt-tokens", help="Prompt lengths, e.g. 128,512,2048."),
-    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Tokens generated per row (default 512)."),
-    repeats: Optional[int] = typer.Option(None, "--repeats", help="Timed repeats per step (median, p10, p90)."),
+    batch: str | None = typer.Option(None, "--batch", help="Batch sizes, e.g. 1,2,4,8,16."),
+    lookahead: str | None = typer.Option(None, "--lookahead", help="Lookaheads k, e.g. 1,3,5 (with a named GPU: one value, default 3)."),
+    acceptance: str | None = typer.Option(None, "--acceptance", help="Injected acceptance rates, e.g. 0.5,0.7,0.9 (with a named GPU: one value, default 0.7)."),
+    prompt_tokens: str | None = typer.Option(None, "--prompt-tokens", help="Prompt lengths, e.g. 128,512,2048."),
+    max_tokens: int | None = typer.Option(None, "--max-tokens", help="Tokens generated per row (default 512)."),
+    repeats: int | None = typer.Option(None, "--repeats", help="Timed repeats per step (median, p10, p90)."),
     quick: bool = typer.Option(False, "--quick", help="A small grid on the tiny preset (under a minute on a CPU)."),
     no_graphs: bool = typer.Option(False, "--no-graphs", help="Do not capture CUDA graphs (GPU only)."),
     compile_: bool = typer.Option(False, "--compile", help="Run the model forwards through torch.compile."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help=f"Profile to write [default: {_user_dir()}/<device>__<target>__<draft>.json, found by name with -p]."),
+    output: Path | None = typer.Option(None, "--output", "-o", help=f"Profile to write [default: {_user_dir()}/<device>__<target>__<draft>.json, found by name with -p]."),
     threads: int = typer.Option(1, "--threads", help="Intra-op threads torch may use while measuring (pinned, so other work on the machine moves the timings less)."),
     strict: bool = typer.Option(False, "--strict", help="Exit with status 1 when the fitted costs miss the held-out generations (the profile is still written)."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing profile."),
-    measure_ops: Path | None = typer.Option(None, "--measure-ops", metavar="DIR", help="Instead of a profile, measure this device's per-op tables (GEMMs, decode/verify/prefill attention, elementwise ops, timed with the harness's own torch ops) for the shapes of --model (a preset or a config.json; default llama-68m, tiny with --quick) and --draft, into DIR; load_gpu(DIR) and the composition's harness style read them. Uses --device or --gpu N, --threads, --quick and --force."),  # noqa: B008
+    measure_ops: Path | None = typer.Option(
+        None, "--measure-ops", metavar="DIR",
+        help="Instead of a profile, measure this device's per-op tables (GEMMs, decode/verify/prefill attention, "
+             "elementwise ops, timed with the harness's own torch ops) for the shapes of --model (a preset or a "
+             "config.json; default llama-68m, tiny with --quick) and --draft, into DIR; load_gpu(DIR) and the "
+             "composition's harness style read them. Uses --device or --gpu N, --threads, --quick and --force."),
 ) -> None:
     """Write a profile: measured by the harness on a device, or composed from a GPU's per-op tables.
 
@@ -97,12 +99,12 @@ def profile_cli(
         try:
             import torch
         except ModuleNotFoundError:
-            raise HarnessInputError(None, None, None, "simctl profile needs torch: pip install 'simctl[harness]' "
-                                    "(for the CPU build: pip install torch==2.13.0)") from None
+            raise HarnessError(None, None, None, "simctl profile needs torch: pip install 'simctl[harness]' "
+                               "(for the CPU build: pip install torch==2.13.0)") from None
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        from simulator.harness.presets import UnknownPreset, get_preset
-        from simulator.harness.profiler import Grid, HarnessError, default_output, resolve_device, run_profile, with_overrides
+        from simulator.harness.presets import get_preset
+        from simulator.harness.profiler import Grid, default_output, resolve_device, run_profile, with_overrides
 
         base = Grid.quick() if quick else Grid()
         grid = with_overrides(
@@ -111,13 +113,10 @@ def profile_cli(
             prompt_tokens=_ints(prompt_tokens, "--prompt-tokens"), max_tokens=max_tokens, repeats=repeats,
             graphs=False if no_graphs else None, compile=True if compile_ else None,
         )
-        try:
-            get_preset(grid.target), get_preset(grid.draft)
-            dev = resolve_device(gpu_index, device)
-        except (UnknownPreset, HarnessError) as exc:
-            raise HarnessInputError(None, None, None, str(exc)) from None
+        get_preset(grid.target), get_preset(grid.draft)  # an unknown preset: UnknownPreset before measuring
+        dev = resolve_device(gpu_index, device)
         if threads < 1:
-            raise HarnessInputError(None, None, None, f"--threads: must be >= 1, got {threads}")
+            raise HarnessError(None, None, None, f"--threads: must be >= 1, got {threads}")
         out = output or default_profile_path(Path(default_output(dev, grid)).stem)
         check_writable(out, force=force)
         torch.set_num_threads(threads)
@@ -127,10 +126,7 @@ def profile_cli(
 
             def tick(description: str) -> None:
                 bar.update(job, advance=1, description=description)
-            try:
-                profile = run_profile(grid, dev, tick)
-            except HarnessError as exc:
-                raise HarnessInputError(None, None, None, str(exc)) from None
+            profile = run_profile(grid, dev, tick)
         profile["meta"]["threads"] = threads
         out.parent.mkdir(parents=True, exist_ok=True)
         with open_output(out, force=force) as fh:
@@ -151,9 +147,9 @@ HELD_OUT_LIMITS = (0.15, 0.50)
 
 def held_out_missed(check: dict) -> str:
     """Why the fitted costs fail the held-out check (empty if they pass)."""
-    median, worst = check.get("median_ape"), check.get("max_ape")
     if not check.get("held_out"):
         return "no held-out generations to check the fitted costs against"
+    median, worst = check["median_ape"], check["max_ape"]
     if median > HELD_OUT_LIMITS[0] or worst > HELD_OUT_LIMITS[1]:
         return (f"the fitted costs miss held-out generations by median {100 * median:.0f} %, worst "
                 f"{100 * worst:.0f} % (limits {100 * HELD_OUT_LIMITS[0]:.0f} % and {100 * HELD_OUT_LIMITS[1]:.0f} %)")
@@ -197,43 +193,43 @@ def print_profile(profile: dict, path: Path) -> None:
         console.print(f"[yellow]{err['op']} B={err['batch']}: {err['error']}[/yellow]")
 
 
-def composed_profile(gpu: str, target: Optional[str], draft: Optional[str], engine: str, backend: Optional[str],
-                     like: str, spec_tasks: Optional[List[str]], no_kv_cache: bool, max_rows: int,
-                     lookahead: Optional[str], acceptance: Optional[str], output: Optional[Path], force: bool) -> None:
+def composed_profile(gpu: str, target: str | None, draft: str | None, engine: str, backend: str | None,
+                     like: str, spec_tasks: list[str] | None, no_kv_cache: bool, max_rows: int,
+                     lookahead: str | None, acceptance: str | None, output: Path | None, force: bool) -> None:
     """``simctl profile --gpu NAME``: compose a profile from the GPU's tables (no torch)."""
     from simulator.hardware import load_gpu
     from simulator.hardware.engines import get_engine
     from simulator.hardware.grounded import GpuTask, grounded_profile
-    from simulator.harness.presets import UnknownPreset, load_shape
+    from simulator.harness.presets import load_shape
     from simulator.profile import load_profile, profile_from_dict
 
     if target is None:
-        raise HarnessInputError(None, None, "--model", f"--gpu {gpu} composes a profile: name the target model "
-                                "(--model qwen3-4b, ...)")
+        raise HarnessError(None, None, "--model", f"--gpu {gpu} composes a profile: name the target model "
+                           "(--model qwen3-4b, ...)")
     try:
         target_shape = load_shape(target)
         draft_shape = load_shape(draft) if draft else None
     except UnknownPreset as exc:
-        raise HarnessInputError(None, None, "--model", str(exc)) from None
+        raise HarnessError(None, None, "--model", str(exc)) from None
     tables = load_gpu(gpu, backend)
     spec = get_engine(engine)
     ks = _ints(lookahead, "--lookahead") or (3,)
     alphas = _floats(acceptance, "--acceptance") or (0.7,)
     if len(ks) != 1 or len(alphas) != 1:
-        raise HarnessInputError(None, None, "--lookahead", "with a named GPU give one lookahead and one acceptance")
+        raise HarnessError(None, None, "--lookahead", "with a named GPU give one lookahead and one acceptance")
     if max_rows < 1:
-        raise HarnessInputError(None, None, "--max-rows", f"must be >= 1, got {max_rows}")
+        raise HarnessError(None, None, "--max-rows", f"must be >= 1, got {max_rows}")
     base = load_profile(like)
     gpu_tasks = [n for n, t in base.tasks.items() if t.resource == "gpu"]
     if not gpu_tasks:
-        raise HarnessInputError(base.path, None, "tasks", "the --like profile has no GPU task to compose")
+        raise HarnessError(base.path, None, "tasks", "the --like profile has no GPU task to compose")
     chosen = set(spec_tasks or (gpu_tasks if draft_shape else []))
     unknown = sorted(chosen - set(gpu_tasks))
     if unknown:
-        raise HarnessInputError(None, None, "--spec-task", f"{unknown[0]!r} is not a GPU task of {base.name} "
-                                f"({', '.join(gpu_tasks)})")
+        raise HarnessError(None, None, "--spec-task", f"{unknown[0]!r} is not a GPU task of {base.name} "
+                           f"({', '.join(gpu_tasks)})")
     if chosen and draft_shape is None:
-        raise HarnessInputError(None, None, "--spec-task", "speculative tasks need a --draft model")
+        raise HarnessError(None, None, "--spec-task", "speculative tasks need a --draft model")
     tasks = [GpuTask(n, base.tasks[n].prompt_tokens, base.tasks[n].max_tokens, max_rows, n in chosen)
              for n in gpu_tasks]
     data = grounded_profile(base.to_dict() | {"name": base.name}, tables, spec, target_shape, draft_shape,
@@ -280,8 +276,8 @@ def measure_ops_cli(out: Path, gpu: str | None, device: str | None, model: str |
     try:
         import torch
     except ModuleNotFoundError:
-        raise HarnessInputError(None, None, None, "--measure-ops needs torch: pip install 'simctl[harness]' "
-                                "(for the CPU build: pip install torch==2.13.0)") from None
+        raise HarnessError(None, None, None, "--measure-ops needs torch: pip install 'simctl[harness]' "
+                           "(for the CPU build: pip install torch==2.13.0)") from None
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -292,32 +288,29 @@ def measure_ops_cli(out: Path, gpu: str | None, device: str | None, model: str |
 
     from simulator.hardware.tables import SPEC_FILE
     from simulator.harness.optable import OpGrid, measure_op_tables, memory_bytes
-    from simulator.harness.presets import UnknownPreset, load_shape
-    from simulator.harness.profiler import HarnessError, device_name, resolve_device
+    from simulator.harness.presets import load_shape
+    from simulator.harness.profiler import device_name, resolve_device
 
     if gpu is not None and not gpu.isdigit():
-        raise HarnessInputError(None, None, "--gpu", f"with --measure-ops, --gpu takes a CUDA device index, not {gpu!r}")
+        raise HarnessError(None, None, "--gpu", f"with --measure-ops, --gpu takes a CUDA device index, not {gpu!r}")
     if threads < 1:
-        raise HarnessInputError(None, None, "--threads", f"must be >= 1, got {threads}")
-    try:
-        shapes = [load_shape(name) for name in dict.fromkeys(
-            [n for n in (draft, model or ("tiny" if quick else "llama-68m")) if n])]
-        dev = resolve_device(int(gpu) if gpu is not None else None, device)
-    except (UnknownPreset, HarnessError) as exc:
-        raise HarnessInputError(None, None, None, str(exc)) from None
+        raise HarnessError(None, None, "--threads", f"must be >= 1, got {threads}")
+    shapes = [load_shape(name) for name in dict.fromkeys(
+        [n for n in (draft, model or ("tiny" if quick else "llama-68m")) if n])]
+    dev = resolve_device(int(gpu) if gpu is not None else None, device)
     if out.exists() and not out.is_dir():
-        raise HarnessInputError(out, None, None, "is a file; --measure-ops writes a folder")
+        raise HarnessError(out, None, None, "is a file; --measure-ops writes a folder")
     if (out / SPEC_FILE).exists() and not force:
-        raise HarnessInputError(out, None, None, "already holds measured op tables; use --force to replace them")
+        raise HarnessError(out, None, None, "already holds measured op tables; use --force to replace them")
     grid = (OpGrid.for_shapes(shapes, batches=(1, 2), contexts=(8, 16, 32), lookaheads=(2,), prompt_tokens=(8,),
                               repeats=3, warmup=1, point_seconds=0.02, elementwise_numel=(16, 1024, 65536))
             if quick else OpGrid.for_shapes(shapes))
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     needed, available = grid.weight_bytes(torch.finfo(dtype).bits // 8), memory_bytes(dev)
     if available is not None and needed > available / 2:
-        raise HarnessInputError(None, None, "--model", f"timing GEMMs inside passes of "
-                                f"{', '.join(s.name for s in shapes)} holds {needed / 1e9:.1f} GB of weights; "
-                                f"{device_name(dev)} has {available / 1e9:.1f} GB: choose smaller models")
+        raise HarnessError(None, None, "--model", f"timing GEMMs inside passes of "
+                           f"{', '.join(s.name for s in shapes)} holds {needed / 1e9:.1f} GB of weights; "
+                           f"{device_name(dev)} has {available / 1e9:.1f} GB: choose smaller models")
     torch.set_num_threads(threads)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console, transient=True) as bar:
@@ -326,8 +319,8 @@ def measure_ops_cli(out: Path, gpu: str | None, device: str | None, model: str |
             spec = measure_op_tables(dev, dtype, grid, out,
                                      lambda description: bar.update(job, advance=1, description=description))
         except torch.cuda.OutOfMemoryError:
-            raise HarnessInputError(None, None, None, f"out of memory on {device_name(dev)} measuring the op tables "
-                                    f"of {', '.join(s.name for s in shapes)}") from None
+            raise HarnessError(None, None, None, f"out of memory on {device_name(dev)} measuring the op tables "
+                               f"of {', '.join(s.name for s in shapes)}") from None
     console.print(f"wrote {out}: per-op tables of {spec['device']} ({spec['dtype']}, torch {spec['torch']}, "
                   f"{spec['threads']} thread(s)) for {', '.join(s.name for s in shapes)}: {len(grid.gemm)} GEMMs, "
                   f"{len(grid.decode_attention) + len(grid.verify_attention) + len(grid.prefill_attention)} attention "

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional, TypeVar
+from typing import TypeVar
 
 import typer
 
 from simulator.cli import app
 from simulator.cli._common import console, user_errors
+from simulator.errors import SynthSpecError
 from simulator.outputs import check_writable
 from simulator.trace.formats import FORMATS, save_trace
 from simulator.trace.synth import (
     SynthSpec,
-    SynthSpecError,
     parse_prompts_per_call,
     parse_task_mix,
     parse_token_dists,
@@ -71,16 +72,16 @@ def synth_cli(
         help="SIZE:P,... ; a range LOW-HIGH:P spreads P uniformly over its sizes.",
     ),
     task_mix: str = typer.Option("graph:0.34,mmlu:0.36,infobench:0.3", "--task-mix", help="TASK:P,..."),
-    prompt_tokens: Optional[str] = typer.Option(
+    prompt_tokens: str | None = typer.Option(
         None, "--prompt-tokens",
         help="TASK:MEAN (fixed) or TASK:MEAN:CV (lognormal), comma-separated; '*' = every other task. "
              "Default: lengths measured on the users' trace.",
     ),
-    max_tokens: Optional[str] = typer.Option(
+    max_tokens: str | None = typer.Option(
         None, "--max-tokens", help="Same syntax as --prompt-tokens. Default: 2048 for every task.",
     ),
     seed: int = typer.Option(0, "--seed", help="Random seed (same seed and options, same trace)."),
-    fit: Optional[Path] = typer.Option(None, "--fit", help="Fit every statistic to this trace instead (arrival model by MLE + AIC)."),
+    fit: Path | None = typer.Option(None, "--fit", help="Fit every statistic to this trace instead (arrival model by MLE + AIC)."),
     rate_scale: float = typer.Option(1.0, "--rate-scale", help="With --fit: divide the fitted mean gap by this (2 = twice the load)."),
     fmt: str = typer.Option("native", "--format", help=f"Output format: {' or '.join(FORMATS)}."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing output file."),

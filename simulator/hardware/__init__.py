@@ -5,6 +5,7 @@ measured latency of that GEMM on an A100-SXM4-80GB, tagged exact, interpolated,
 extrapolated or assumed.
 """
 
-from simulator.hardware.tables import TAGS, Estimate, GpuTables, HardwareError, gpu_specs, load_gpu
+from simulator.errors import HardwareError
+from simulator.hardware.tables import TAGS, Estimate, GpuTables, gpu_specs, load_gpu
 
 __all__ = ["TAGS", "Estimate", "GpuTables", "HardwareError", "gpu_specs", "load_gpu"]

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from simulator.hardware.tables import HardwareError
+from simulator.errors import HardwareError
 
 
 @dataclass(frozen=True)

@@ -88,7 +88,7 @@ def _iteration_service(gpu: GpuTables, shape: ModelShape, style: str, task: GpuT
             cost = decode_step(gpu, shape, [int(c)] * int(r), style)
             points.append((r, c, cost.seconds))
             costs.append(cost)
-    R, C, s = (np.array(v, dtype=float) for v in zip(*points))
+    R, C, s = (np.array(v, dtype=float) for v in zip(*points, strict=True))
     (base, per_row, per_ctx), decode_fit = _fit(np.column_stack([np.ones_like(R), R, R * C]), s)
     fills = [prefill(gpu, shape, [P] * int(r), style) for r in rows]
     extra = np.array([f.seconds for f in fills]) - (base + per_row * rows + per_ctx * rows * P)
@@ -113,7 +113,7 @@ def _spec_service(gpu: GpuTables, target: ModelShape, draft: ModelShape, style: 
     def fitted(name: str, form: str, cases: list[tuple[tuple[float, ...], StepCost]]) -> dict[str, Any]:
         """The cost form ``form`` fitted to composed passes (``cases``: the form's variables, the pass)."""
         costs.extend(cost for _, cost in cases)
-        cols = FORMS[form][1](*(np.array(v, dtype=float) for v in zip(*(args for args, _ in cases))))
+        cols = FORMS[form][1](*(np.array(v, dtype=float) for v in zip(*(args for args, _ in cases), strict=True)))
         coef, fits[name] = _fit(cols, np.array([cost.seconds for _, cost in cases]))
         return {"form": form, "coef": [float(c) for c in coef]}
 

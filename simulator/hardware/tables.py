@@ -52,7 +52,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simulator.errors import SimctlError
+from simulator.errors import HardwareError
 
 DATA = Path(__file__).resolve().parent / "data"
 BF16 = 2
@@ -61,12 +61,6 @@ SPEC_FILE = "optable.json"
 TABLE_NAMES = ("gemm", "decode_attention", "prefill_attention")
 #: How an answer was obtained, most trustworthy first.
 TAGS = ("exact", "interpolated", "extrapolated", "assumed")
-
-
-class HardwareError(SimctlError):
-    """An unknown GPU or backend, or a shape no table can answer."""
-
-    kind = "hardware"
 
 
 @dataclass(frozen=True)
@@ -95,7 +89,7 @@ class GridTable:
         points = frame[self.axes].to_numpy(float)
         self.seconds = frame["seconds"].to_numpy(float)
         self.points = points
-        self.exact = {tuple(int(v) for v in p): s for p, s in zip(points, self.seconds)}
+        self.exact = {tuple(int(v) for v in p): s for p, s in zip(points, self.seconds, strict=True)}
         self.grid = [np.unique(points[:, i]) for i in range(points.shape[1])]
         index = tuple(np.searchsorted(self.grid[i], points[:, i]) for i in range(points.shape[1]))
         self.log_values = np.full([len(g) for g in self.grid], np.nan)
@@ -123,7 +117,7 @@ class GridTable:
     def interpolate(self, point: Sequence[float]) -> float | None:
         """Log-space multilinear interpolation, or None if a corner is missing or outside."""
         lows, weights = [], []
-        for value, axis in zip(point, self.grid):
+        for value, axis in zip(point, self.grid, strict=True):
             if not axis[0] <= value <= axis[-1]:
                 return None
             hi = int(np.searchsorted(axis, value))
@@ -138,7 +132,7 @@ class GridTable:
         for corner in np.ndindex(*(2,) * len(point)):
             w = 1.0
             idx = []
-            for bit, (lo, hi), t in zip(corner, lows, weights):
+            for bit, (lo, hi), t in zip(corner, lows, weights, strict=True):
                 w *= t if bit else 1 - t
                 idx.append(hi if bit else lo)
             if w == 0:

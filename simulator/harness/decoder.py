@@ -123,7 +123,7 @@ class Layer(nn.Module):
         q = self.q(h).view(B, T, s.heads, s.head_dim)
         k = self.k(h).view(B, T, s.kv_heads, s.head_dim)
         v = self.v(h).view(B, T, s.kv_heads, s.head_dim)
-        if self.q_norm is not None:
+        if self.q_norm is not None and self.k_norm is not None:  # both or neither (qk_norm)
             q, k = self.q_norm(q), self.k_norm(k)
         q = apply_rope(q.transpose(1, 2), cos, sin)
         k = apply_rope(k.transpose(1, 2), cos, sin)
@@ -139,6 +139,10 @@ class Layer(nn.Module):
 
 class Decoder(nn.Module):
     """A decoder of shape ``shape`` with random weights (std 0.02, as HF initialises)."""
+
+    # rotary tables [max_len, head_dim], registered as buffers so that they follow .to()
+    cos: torch.Tensor
+    sin: torch.Tensor
 
     def __init__(self, shape: ModelShape, device: str | torch.device = "cpu",
                  dtype: torch.dtype = torch.float32, seed: int = 0, max_len: int = 8192) -> None:

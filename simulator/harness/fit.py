@@ -20,8 +20,9 @@ scipy only; the forms and :class:`Cost` live with the replay side
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 from scipy.optimize import least_squares

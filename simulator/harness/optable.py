@@ -293,7 +293,7 @@ def _gemm_rows(dev: torch.device, dtype: torch.dtype, grid: OpGrid, weights: Seq
         samples = time_sequence(calls, dev, passes)
         for n, k in distinct:
             tick(f"gemm m={m} n={n} k={k}")
-            times = [t for (nn, kk, _), ts in zip(sequence, samples) if (nn, kk) == (n, k) for t in ts]
+            times = [t for (nn, kk, _), ts in zip(sequence, samples, strict=True) if (nn, kk) == (n, k) for t in ts]
             rows.append({"m": m, "n": n, "k": k, "seconds": float(statistics.median(times))})
     return rows
 

@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from simulator.errors import UnknownPreset
+
 
 @dataclass(frozen=True)
 class ModelShape:
@@ -85,16 +87,12 @@ PRESETS: dict[str, ModelShape] = {s.name: s for s in [
 ]}
 
 
-class UnknownPreset(ValueError):
-    """A preset name that is not in :data:`PRESETS`."""
-
-
 def get_preset(name: str) -> ModelShape:
     """The preset ``name``; :class:`UnknownPreset` listing the valid names otherwise."""
     try:
         return PRESETS[name]
     except KeyError:
-        raise UnknownPreset(f"unknown model preset {name!r}; valid: {', '.join(PRESETS)}") from None
+        raise UnknownPreset(None, None, None, f"unknown model preset {name!r}; valid: {', '.join(PRESETS)}") from None
 
 
 #: model_type -> (q/k/v projections carry biases, queries and keys RMS-normalised per head)
@@ -116,18 +114,18 @@ def shape_from_config(path: str | Path) -> ModelShape:
     try:
         raw = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UnknownPreset(f"{where}: not a readable config.json ({exc.__class__.__name__})") from None
+        raise UnknownPreset(where, None, None, f"not a readable config.json ({exc.__class__.__name__})") from None
     if not isinstance(raw, dict):
-        raise UnknownPreset(f"{where}: a config.json is a JSON object")
+        raise UnknownPreset(where, None, None, "a config.json is a JSON object")
     model_type = raw.get("model_type")
     if model_type not in ARCHITECTURES:
-        raise UnknownPreset(f"{where}: field 'model_type': {model_type!r} is not a decoder simctl can compose "
+        raise UnknownPreset(where, None, "model_type", f"{model_type!r} is not a decoder simctl can compose "
                             f"(valid: {', '.join(ARCHITECTURES)})")
 
     def need(field: str, default: Any = None) -> int:
         value = raw.get(field, default)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise UnknownPreset(f"{where}: field '{field}': must be an integer >= 1, got {value!r}")
+            raise UnknownPreset(where, None, field, f"must be an integer >= 1, got {value!r}")
         return value
 
     heads = need("num_attention_heads")
@@ -143,7 +141,7 @@ def shape_from_config(path: str | Path) -> ModelShape:
             qk_norm=qk_norm, rope_theta=float(raw.get("rope_theta", 10_000.0)),
             norm_eps=float(raw.get("rms_norm_eps", 1e-6)), source=f"{where} ({model_type})")
     except (TypeError, ValueError) as exc:
-        raise UnknownPreset(f"{where}: {exc}") from None
+        raise UnknownPreset(where, None, None, str(exc)) from None
 
 
 def load_shape(name_or_path: str | Path) -> ModelShape:

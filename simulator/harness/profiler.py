@@ -22,11 +22,13 @@ from __future__ import annotations
 import datetime as _dt
 import platform
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
+from simulator.errors import HarnessError
 from simulator.harness.decoder import Decoder
 from simulator.harness.fit import (
     Cost,
@@ -40,10 +42,6 @@ from simulator.harness.specdec import Acceptance, SpecDecoder, StepRunner, _buck
 from simulator.harness.timing import Timing, measure_bandwidth, synchronize, time_call
 
 OOM_ERRORS: tuple[type[BaseException], ...] = (torch.cuda.OutOfMemoryError,)
-
-
-class HarnessError(Exception):
-    """A profiling request that cannot run (no such device, unknown preset...). One line."""
 
 
 @dataclass(frozen=True)
@@ -67,7 +65,7 @@ class Grid:
     seed: int = 0
 
     @classmethod
-    def quick(cls) -> "Grid":
+    def quick(cls) -> Grid:
         return cls(target="tiny", draft="tiny", batch=(1, 2, 4), lookahead=(1, 3),
                    acceptance=(0.5, 0.8), prompt_tokens=(16, 64), max_tokens=24, repeats=3,
                    warmup=1, view_step=16)
@@ -89,21 +87,21 @@ class Grid:
 def resolve_device(gpu: int | None = None, device: str | None = None) -> torch.device:
     """``--gpu N`` or ``--device cpu|cuda[:N]`` → a torch device; :class:`HarnessError` if absent."""
     if gpu is not None and device not in (None, "cuda", f"cuda:{gpu}"):
-        raise HarnessError(f"--gpu {gpu} and --device {device} disagree; give one of them")
+        raise HarnessError(None, None, None, f"--gpu {gpu} and --device {device} disagree; give one of them")
     name = f"cuda:{gpu}" if gpu is not None else (device or "cpu")
     try:
         dev = torch.device(name)
     except RuntimeError:
-        raise HarnessError(f"unknown device {name!r} (use cpu, cuda or cuda:N)") from None
+        raise HarnessError(None, None, None, f"unknown device {name!r} (use cpu, cuda or cuda:N)") from None
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise HarnessError(f"no CUDA GPU is available here (asked for {name}); use --device cpu")
+            raise HarnessError(None, None, None, f"no CUDA GPU is available here (asked for {name}); use --device cpu")
         index = dev.index or 0
         if index >= torch.cuda.device_count():
-            raise HarnessError(f"no such GPU: {name} (this machine has {torch.cuda.device_count()})")
+            raise HarnessError(None, None, None, f"no such GPU: {name} (this machine has {torch.cuda.device_count()})")
         dev = torch.device("cuda", index)
     elif dev.type != "cpu":
-        raise HarnessError(f"unsupported device {name!r} (use cpu or cuda:N)")
+        raise HarnessError(None, None, None, f"unsupported device {name!r} (use cpu or cuda:N)")
     return dev
 
 
@@ -137,8 +135,8 @@ def run_profile(grid: Grid, dev: torch.device,
     """Measure ``grid`` on ``dev``; return the profile (``simctl-profile/1``, kind ``spec_decode``)."""
     target_shape, draft_shape = get_preset(grid.target), get_preset(grid.draft)
     if target_shape.vocab != draft_shape.vocab:
-        raise HarnessError(f"target {grid.target} (vocab {target_shape.vocab}) and draft {grid.draft} "
-                           f"(vocab {draft_shape.vocab}) must share a vocabulary")
+        raise HarnessError(None, None, None, f"target {grid.target} (vocab {target_shape.vocab}) and draft "
+                           f"{grid.draft} (vocab {draft_shape.vocab}) must share a vocabulary")
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     tick = progress or (lambda _desc: None)
     s_needed = max(grid.prompt_tokens) + grid.max_tokens + 4 * (max(grid.lookahead) + 1)
@@ -146,12 +144,13 @@ def run_profile(grid: Grid, dev: torch.device,
         target = Decoder(target_shape, dev, dtype, seed=grid.seed, max_len=s_needed)
         draft = Decoder(draft_shape, dev, dtype, seed=grid.seed + 1, max_len=s_needed)
     except OOM_ERRORS:
-        raise HarnessError(f"the models do not fit on {device_name(dev)}: out of memory loading "
+        raise HarnessError(None, None, None, f"the models do not fit on {device_name(dev)}: out of memory loading "
                            f"{grid.target} and {grid.draft}") from None
     if grid.compile:
         # Optional: compiled forwards (Inductor). CUDA graphs stay the default on a GPU.
         for model in (target, draft):
-            model.forward = torch.compile(model.forward, dynamic=False)
+            # this instance's forward only; mypy does not model assigning to a method
+            model.forward = torch.compile(model.forward, dynamic=False)  # type: ignore[method-assign]
     bandwidth = measure_bandwidth(dev) if dev.type == "cuda" else None
     m = Measurements()
     generator = torch.Generator(device="cpu").manual_seed(grid.seed)
@@ -189,12 +188,12 @@ def run_profile(grid: Grid, dev: torch.device,
     for model, op, kv in ((target, "prefill_target", kv_target), (draft, "prefill_draft", kv_draft)):
         for B in grid.batch:
             for P in grid.prompt_tokens:
-                def run(model=model, B=B, P=P):
+                def prefill(model: Decoder = model, B: int = B, P: int = P) -> Timing:
                     cache = model.new_cache(B, P + 1)
                     toks = tokens(B, P)
                     view = _bucket(P, grid.view_step, P + 1)
                     return time_call(lambda: model(toks, cache, view), dev, grid.warmup, grid.repeats)
-                measure(op, B, {"prompt_tokens": P}, run, model.weight_bytes() + B * P * kv)
+                measure(op, B, {"prompt_tokens": P}, prefill, model.weight_bytes() + B * P * kv)
 
     # 2. single steps at fixed contexts (through CUDA graphs on a GPU, as in generation)
     k_max = max(grid.lookahead)
@@ -203,7 +202,7 @@ def run_profile(grid: Grid, dev: torch.device,
     for B in grid.batch:
         for ctx in grid.contexts():
             for op, model, kv, T in step_ops:
-                def run(model=model, B=B, ctx=ctx, T=T):
+                def single_step(model: Decoder = model, B: int = B, ctx: int = ctx, T: int = T) -> Timing:
                     s_max = ctx + 2 * (k_max + 1)
                     cache = model.new_cache(B, s_max)
                     cache.pos.fill_(ctx)
@@ -212,7 +211,7 @@ def run_profile(grid: Grid, dev: torch.device,
                     toks = tokens(B, T)
                     return time_call(lambda: step(toks, view), dev, grid.warmup, grid.repeats)
                 view = _bucket(ctx + T, grid.view_step, ctx + 2 * (k_max + 1))
-                measure(op, B, {"context": ctx, "tokens": T, "view": view}, run,
+                measure(op, B, {"context": ctx, "tokens": T, "view": view}, single_step,
                         model.weight_bytes() + B * view * kv)
 
     # 3. whole generations with injected acceptance
@@ -232,13 +231,14 @@ def run_profile(grid: Grid, dev: torch.device,
                                          graphs=grid.graphs, view_step=grid.view_step, seed=grid.seed)
                         result: dict[str, Any] = {}
 
-                        def reseed(sd=sd):
+                        def reseed(sd: SpecDecoder = sd) -> None:
                             sd.generator.manual_seed(grid.seed)  # same draws every repeat: same iterations
 
-                        def run(sd=sd):
+                        def generate(sd: SpecDecoder = sd, result: dict[str, Any] = result,
+                                     prompts: torch.Tensor = prompts, P: int = P, B: int = B) -> None:
                             result["g"] = sd.generate(prompts, [P] * B, grid.max_tokens)
                         try:
-                            timing = time_call(run, dev, warmup=1, repeats=grid.generation_repeats, setup=reseed)
+                            timing = time_call(generate, dev, warmup=1, repeats=grid.generation_repeats, setup=reseed)
                         except OOM_ERRORS:
                             m.oom_from["generation"] = min(B, m.oom_from.get("generation", B))
                             m.errors.append({"op": "generation", "batch": B, "prompt_tokens": P, "lookahead": k,
@@ -260,7 +260,7 @@ def run_profile(grid: Grid, dev: torch.device,
 def _fit(rows: list[dict[str, Any]], op: str, form: str, keys: tuple[str, ...], notes: list[dict[str, Any]]):
     pts = [r for r in rows if r["op"] == op]
     if not pts:
-        raise HarnessError(f"no {op} measurement succeeded: nothing to fit (see the errors above)")
+        raise HarnessError(None, None, None, f"no {op} measurement succeeded: nothing to fit (see the errors above)")
     if len(pts) < 3:
         notes.append({"op": op, "batch": max(r["batch"] for r in pts),
                       "error": f"only {len(pts)} measurement(s): its 3-term cost is underdetermined"})
@@ -304,7 +304,7 @@ def build_profile(grid: Grid, dev: torch.device, dtype: torch.dtype, target_shap
             "torch": torch.__version__,
             "cuda": torch.version.cuda if dev.type == "cuda" else None,
             "dtype": str(dtype).removeprefix("torch."),
-            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             "target": target_shape.to_dict(),
             "draft": draft_shape.to_dict(),
             "grid": asdict(grid),

@@ -27,8 +27,8 @@ steps, to learn whether the batch is done (and, with adaptive lookahead, the nex
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import torch
 
@@ -67,13 +67,14 @@ class Acceptance:
             raise ValueError("replay needs a recorded table of accepted counts")
 
     @classmethod
-    def inject(cls, alpha: float) -> "Acceptance":
+    def inject(cls, alpha: float) -> Acceptance:
         return cls("inject", alpha=float(alpha))
 
     def describe(self) -> str:
         if self.kind == "inject":
             return f"inject(alpha={self.alpha:g})"
         if self.kind == "vector":
+            assert self.vector is not None  # __post_init__ checks each kind has its field
             return f"vector({', '.join(f'{a:g}' for a in self.vector)})"
         return self.kind
 
@@ -325,6 +326,7 @@ class SpecDecoder:
                 qd = q.gather(-1, drafts[..., None]).squeeze(-1)
                 ok = u * qd < pd           # u < p/q without dividing by a zero q
             elif src.kind == "inject":
+                assert src.alpha is not None  # Acceptance.__post_init__ checks it
                 ok = u < src.alpha
             else:
                 vec = torch.tensor(src.vector, device=drafts.device)

@@ -28,16 +28,16 @@ and the engine adds host time per pass, and computes each batch's host fraction.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from simulator.errors import ProfileError
+from simulator.errors import ProfileError, UnknownName
 from simulator.profile.kinds import KINDS, BatchShape, ServiceModel
 from simulator.profile.spec import Where, need_number
-from simulator.registry import UnknownName
 
 FORMAT = "simctl-profile/1"
 RESOURCES = ("gpu", "cpu")

@@ -25,8 +25,8 @@ occurs in "knowledge", so the weak rules only run after every strong rule failed
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 #: The task of a text that no rule matches.
 UNKNOWN = "unknown"
@@ -77,12 +77,12 @@ class KeywordRule:
         object.__setattr__(self, "groups", groups)
 
     @classmethod
-    def any_of(cls, task: str, phrases: Sequence[str]) -> "KeywordRule":
+    def any_of(cls, task: str, phrases: Sequence[str]) -> KeywordRule:
         """A rule that matches when any of ``phrases`` occurs in the text."""
         return cls(task, (tuple(phrases),))
 
     @classmethod
-    def all_of(cls, task: str, groups: Sequence[Sequence[str] | str]) -> "KeywordRule":
+    def all_of(cls, task: str, groups: Sequence[Sequence[str] | str]) -> KeywordRule:
         """A rule that matches when each group (a phrase or a list of alternatives) occurs."""
         return cls(task, tuple((g,) if isinstance(g, str) else tuple(g) for g in groups))
 
@@ -113,7 +113,7 @@ class KeywordClassifier:
         phrases: Mapping[str, Sequence[str]],
         weak: Mapping[str, Sequence[Sequence[str] | str]] | None = None,
         unknown: str = UNKNOWN,
-    ) -> "KeywordClassifier":
+    ) -> KeywordClassifier:
         """Rules from ``{task: [phrase, ...]}`` (any of), then ``weak`` ``{task: [group, ...]}``.
 
         Each ``weak`` entry is an all-of rule: every group (a phrase, or a list of

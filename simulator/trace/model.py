@@ -12,9 +12,10 @@ normalised to start at 0 by the readers).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -112,7 +113,7 @@ class Trace:
             prompt_index=np.arange(n, dtype=np.int64) - np.repeat(starts, sizes),
             task_names=tuple(codes), task_of=task_of, prompt_tokens=prompt_tokens, max_tokens=max_tokens)
 
-    def scaled(self, rate_scale: float) -> "Trace":
+    def scaled(self, rate_scale: float) -> Trace:
         """The same calls with inter-arrival times scaled by ``1 / rate_scale``.
 
         ``rate_scale`` 2 doubles the arrival rate (halves every gap); 0.5 halves it.
@@ -126,7 +127,7 @@ class Trace:
         meta = dict(self.meta, rate_scale=rate_scale * float(self.meta.get("rate_scale", 1.0)))
         return Trace(calls=calls, meta=meta, source=self.source)
 
-    def renamed(self, task_map: Mapping[str, str]) -> "Trace":
+    def renamed(self, task_map: Mapping[str, str]) -> Trace:
         """The same calls with each task named by ``task_map`` (names it lacks are kept)."""
         if not any(t in task_map for t in self.tasks):
             return self

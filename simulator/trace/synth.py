@@ -15,27 +15,19 @@ The same spec and seed always give the same trace.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
-from simulator.errors import SimctlError
+from simulator.errors import SynthSpecError
 from simulator.trace.model import Call, Prompt, Trace
 
 ARRIVAL_KINDS = ("poisson", "gamma", "lognormal", "weibull")
 #: Gaps are drawn in blocks of this many, so a longer duration extends a trace without
 #: changing its earlier arrivals.
 _GAP_BLOCK = 256
-
-
-class SynthSpecError(SimctlError):
-    """A synthetic-trace specification (or its textual form) is invalid.
-
-    ``field`` names the :class:`SynthSpec` field at fault (``task_mix``, ``mean`` ...).
-    """
-
-    kind = "synth"
 
 
 def _bad(field_name: str, message: str) -> SynthSpecError:
@@ -121,12 +113,12 @@ class TokenDist:
         object.__setattr__(self, "cv", float(self.cv))
 
     @classmethod
-    def fixed(cls, tokens: int) -> "TokenDist":
+    def fixed(cls, tokens: int) -> TokenDist:
         """Always ``tokens``."""
         return cls(tokens, 0.0)
 
     @classmethod
-    def lognormal(cls, mean: float, cv: float) -> "TokenDist":
+    def lognormal(cls, mean: float, cv: float) -> TokenDist:
         """Lognormal with mean ``mean`` and coefficient of variation ``cv`` (rounded, >= 1)."""
         return cls(mean, cv)
 
@@ -305,7 +297,7 @@ def synthesize(spec: SynthSpec, seed: int) -> Trace:
 
     calls = []
     start = 0
-    for n, (t, size) in enumerate(zip(times.tolist(), sizes.tolist())):
+    for n, (t, size) in enumerate(zip(times.tolist(), sizes.tolist(), strict=True)):
         prompts = tuple(
             Prompt(tasks[task_index[j]], int(prompt_tokens[j]), int(max_tokens[j]))
             for j in range(start, start + size)

@@ -6,8 +6,9 @@ device busy (seconds of exclusive use). Every kind implements :class:`ServiceMod
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -29,7 +30,7 @@ class BatchShape:
     rows_max_tokens: tuple[int, ...] | None = None
 
     @classmethod
-    def of(cls, prompts: Sequence[tuple[int, int]]) -> "BatchShape":
+    def of(cls, prompts: Sequence[tuple[int, int]]) -> BatchShape:
         """Shape of a batch given ``(prompt_tokens, max_tokens)`` per prompt."""
         return cls(
             size=len(prompts),
@@ -43,7 +44,10 @@ class ServiceModel(Protocol):
     """Batch service time of one task. ``mean``/``variance`` let theory tests read the
     parameters from the object under test; ``sample`` draws one service time."""
 
-    kind: str
+    @property
+    def kind(self) -> str:
+        """The profile's name of the kind (read-only: services are frozen dataclasses)."""
+        ...
 
     def mean(self, shape: BatchShape) -> float: ...
 
@@ -57,7 +61,5 @@ class ServiceModel(Protocol):
 #: kind name -> parser ``(spec: dict, where: Where) -> ServiceModel``
 KINDS: Registry[Callable[..., ServiceModel]] = Registry("profile service kind")
 
-from simulator.profile.kinds import distribution as _distribution  # noqa: E402,F401
-from simulator.profile.kinds import iteration as _iteration  # noqa: E402,F401
-from simulator.profile.kinds import spec_decode as _spec_decode  # noqa: E402,F401
-from simulator.profile.kinds import table as _table  # noqa: E402,F401
+# Each kind registers itself in KINDS when imported, so the imports come after it.
+from simulator.profile.kinds import distribution, iteration, spec_decode, table  # noqa: E402, F401

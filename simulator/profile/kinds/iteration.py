@@ -177,5 +177,7 @@ def parse(spec: dict[str, Any], where: Where) -> IterationService:
     finished = spec.get("finished_rows", "leave")
     if finished not in FINISHED_ROWS:
         raise where.error("finished_rows", f"must be one of {', '.join(FINISHED_ROWS)}, got {finished!r}")
-    return IterationService(dist=dist, cv=cv, finished_rows=finished, engine=parse_engine(spec.get("engine"), where),
-                            **values)
+    return IterationService(base=values["base"], per_row=values["per_row"],
+                            per_prefill_token=values["per_prefill_token"],
+                            per_context_token=values["per_context_token"], dist=dist, cv=cv,
+                            finished_rows=finished, engine=parse_engine(spec.get("engine"), where))

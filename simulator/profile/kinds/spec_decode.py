@@ -47,9 +47,9 @@ lookahead k: mean > 0.75 → k + 2 (at most 8), > 0.60 → k + 1, > 0.40 → k,
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -131,9 +131,9 @@ class SpecDecodeService:
     _moments: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def with_overrides(self, acceptance: float | None = None, lookahead: int | None = None,
-                       discipline: str | None = None) -> "SpecDecodeService":
+                       discipline: str | None = None) -> SpecDecodeService:
         """The same costs with another acceptance, lookahead or discipline (scenario/CLI overrides)."""
-        changes = {k: v for k, v in (("acceptance", acceptance), ("lookahead", lookahead),
+        changes: dict[str, Any] = {k: v for k, v in (("acceptance", acceptance), ("lookahead", lookahead),
                                       ("discipline", discipline)) if v is not None}
         return replace(self, **changes) if changes else self
 
@@ -279,12 +279,6 @@ def parse(spec: dict[str, Any], where: Where) -> SpecDecodeService:
     if not isinstance(kv_cache, bool):
         raise where.error("kv_cache", f"must be true or false, got {kv_cache!r}")
     return SpecDecodeService(costs, alpha, k, discipline, step, kv_cache, parse_engine(spec.get("engine"), where))
-
-
-def expected_iterations(max_new: int, alpha: float, k: int) -> float:
-    """Rough mean iterations of one row: (max_new - 1) / E[tokens per iteration]."""
-    per = k + 1 if alpha == 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
-    return max(max_new - 1, 0) / per if per else math.inf
 
 
 def adaptive_lookahead(base: int, history_mean: float | None) -> int:

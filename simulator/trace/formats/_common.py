@@ -12,10 +12,11 @@ import contextlib
 import json
 import math
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -121,7 +122,7 @@ def parse_time(path: Path, record: int, field: str, value: Any) -> tuple[float, 
                 f"must be a non-negative number or an ISO-8601 time, got {show(value)}",
             ) from None
         if when.tzinfo is None:
-            when = when.replace(tzinfo=timezone.utc)
+            when = when.replace(tzinfo=UTC)
         return when.timestamp(), True
     raise TraceError(path, record, field, f"must be a non-negative number, got {show(value)}")
 
@@ -200,7 +201,7 @@ def build_trace(
         times = times - start
         meta["epoch_start"] = start
         if first_iso:
-            meta["epoch_start_iso"] = datetime.fromtimestamp(start, timezone.utc).isoformat()
+            meta["epoch_start_iso"] = datetime.fromtimestamp(start, UTC).isoformat()
 
     seen: dict[str, int] = {}
     for rec in records:
@@ -211,7 +212,7 @@ def build_trace(
             )
         seen[rec.id] = rec.record
 
-    calls = [Call(rec.id, float(t), rec.prompts) for rec, t in zip(records, times)]
+    calls = [Call(rec.id, float(t), rec.prompts) for rec, t in zip(records, times, strict=True)]
     out_of_order = np.flatnonzero(np.diff(times) < 0)
     if out_of_order.size:
         first = records[int(out_of_order[0]) + 1].record

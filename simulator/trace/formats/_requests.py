@@ -9,9 +9,10 @@ arrive close together into one call, and the handling of bad rows.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -50,7 +51,7 @@ class ImportOptions:
 DEFAULT_OPTIONS = ImportOptions()
 
 
-def bad_rows(path: Path, lines: np.ndarray, bad: np.ndarray, reasons: list[tuple[np.ndarray, str, str]],
+def bad_rows(path: Path, lines: np.ndarray, bad: np.ndarray, reasons: list[tuple[np.ndarray, str | None, str]],
              options: ImportOptions) -> np.ndarray:
     """Rows to keep. ``reasons``: (mask, field, message) in check order. Without ``skip_bad``
     the first bad row (by line) raises a :class:`TraceError` naming line and field."""
@@ -107,11 +108,11 @@ def build(path: Path, t: np.ndarray, prompt_tokens: np.ndarray | None, max_token
 
     pt = [None] * t.size if prompt_tokens is None else prompt_tokens.tolist()
     mt = [None] * t.size if max_tokens is None else max_tokens.tolist()
-    prompts = [Prompt(n, p, m) for n, p, m in zip(names.tolist(), pt, mt)]
+    prompts = [Prompt(n, p, m) for n, p, m in zip(names.tolist(), pt, mt, strict=True)]
     times, ids = t.tolist(), lines.tolist()
     calls = []
     if options.group_gap is None:
-        calls = [Call(str(i), ti, (p,)) for i, ti, p in zip(ids, times, prompts)]
+        calls = [Call(str(i), ti, (p,)) for i, ti, p in zip(ids, times, prompts, strict=True)]
     else:
         gap, cap = options.group_gap, options.max_prompts
         start = 0

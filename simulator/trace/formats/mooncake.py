@@ -30,12 +30,12 @@ def looks_like(first_line: str) -> bool:
 def read_mooncake(path: str | Path, options: ImportOptions = DEFAULT_OPTIONS) -> Trace:
     path = Path(path)
     t, inp, out, lines, bad, blocks = [], [], [], [], [], 0
-    why: list[tuple[str, str]] = []
+    why: list[tuple[str | None, str]] = []
     with open(path, encoding="utf-8") as fh:
         for n, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
-            reason = None
+            reason: tuple[str | None, str] | None = None  # (field, message); no field: the whole line
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError as exc:

@@ -89,7 +89,7 @@ def read_servegen(path: str | Path, options: ImportOptions = DEFAULT_OPTIONS) ->
     window = float(np.median(np.diff(np.sort(start)))) if start.size > 1 else 600.0
     rng = np.random.default_rng(options.seed)
     times, origin_lines = [], []
-    for s, r, k, d, ln in zip(start, rate, shape, dist, lines[keep]):
+    for s, r, k, d, ln in zip(start, rate, shape, dist, lines[keep], strict=True):
         if r <= 0:
             continue
         mean = 1.0 / r
