@@ -34,18 +34,17 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def mmc_case(calls: int, seed: int, batching: bool):
     """Trace, scenario and profile of the M/M/4 or flush-window batching case."""
+    from simpy_baseline import mmc_inputs
+
     from simulator import build_scenario
     from simulator.profile import profile_from_dict
     from simulator.trace.model import Call, Prompt, Trace
-    from simpy_baseline import mmc_inputs
 
     arrivals, _ = mmc_inputs(calls, 4, 0.8, seed)
     if batching:
@@ -139,6 +138,7 @@ def cli_prompts_per_second(calls: int, seed: int) -> tuple[float, float]:
 
 def run(calls: int, reference_calls: int, repeat: int, seed: int, memory: bool) -> dict:
     from simpy_baseline import simpy_customers_per_second
+
     from simulator.model import simulate
 
     # Load (or compile once, then cache) the kernel before any clock runs.

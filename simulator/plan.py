@@ -28,8 +28,9 @@ import math
 import operator
 import os
 import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from simulator.errors import SimctlError
 from simulator.metrics import RUN_FIGURES, FigureError, figure_key
@@ -199,7 +200,7 @@ def plan(base: Base, slos: Sequence[SLO], axes: Mapping[str, Sequence[Any]] | No
         step = max(1, len(order) if full else (workers or os.cpu_count() or 2) * 4)
         for start in range(0, len(order), step):
             chunk = order[start:start + step]
-            for i, figs in zip(chunk, ev.evaluate(at(g, chunk))):
+            for i, figs in zip(chunk, ev.evaluate(at(g, chunk)), strict=True):
                 tried += 1
                 headroom[i] = score(slos, figs)
                 (passed if all(s.met(figs.get(s.figure)) for s in slos) else failed).append(i)
@@ -227,7 +228,7 @@ def plan(base: Base, slos: Sequence[SLO], axes: Mapping[str, Sequence[Any]] | No
         else:
             lo = mid
     _, passed = feasible(hi, full=True)
-    figs = dict(zip(passed, ev.evaluate(at(hi, passed))))
+    figs = dict(zip(passed, ev.evaluate(at(hi, passed)), strict=True))
     best = min(passed, key=lambda i: score(slos, figs[i]))
     config = at(hi, [best])[0]
     max_rate = max_rate_scale(ev, config, slos, load_tolerance, say) if find_max_rate else None
@@ -277,7 +278,7 @@ def load_points(ev: Evaluator, config: Mapping[str, Any], slos: Sequence[SLO], t
 
     rates = [top * (i + 1) / n for i in range(n)]
     figs = ev.evaluate([{**config, "rate_scale": r} for r in rates])
-    return pd.DataFrame([{"rate_scale": r, **{s.figure: f.get(s.figure) for s in slos}} for r, f in zip(rates, figs)])
+    return pd.DataFrame([{"rate_scale": r, **{s.figure: f.get(s.figure) for s in slos}} for r, f in zip(rates, figs, strict=True)])
 
 
 __all__ = ["AXES", "PlanError", "PlanResult", "SLO", "load_points", "parse_slo", "plan"]

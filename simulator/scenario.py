@@ -81,7 +81,7 @@ class Compositions:
         return {label: {k: sorted(v) for k, v in test.items()} for label, test in self.rules}
 
     @staticmethod
-    def parse(data: Any, where: str | None) -> "Compositions":
+    def parse(data: Any, where: str | None) -> Compositions:
         """From the ``[compositions]`` table; :class:`ScenarioError` naming the class and field."""
         if not isinstance(data, dict):
             raise ScenarioError(where, "compositions", None, "must be a table of classes")

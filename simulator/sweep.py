@@ -30,9 +30,10 @@ import json
 import math
 import multiprocessing
 import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -86,7 +87,7 @@ class SweepSpec:
         names = list(self.axes)
         seen: dict[str, dict[str, Any]] = {}
         for values in itertools.product(*self.axes.values()):
-            config = dict(zip(names, values))
+            config = dict(zip(names, values, strict=True))
             topology = config.get("topology")
             if isinstance(topology, str):
                 ignored = ignored_by(topology)

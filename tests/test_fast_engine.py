@@ -10,8 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from simulator import build_scenario, load_profile, load_trace
 from simulator.errors import ScenarioError
@@ -68,7 +67,7 @@ run_settings = st.fixed_dictionaries(
 @given(tasks=st.tuples(task_settings, task_settings, task_settings), run=run_settings,
        profile=st.sampled_from(range(len(PROFILES))), seed=st.integers(0, 3), rate=st.sampled_from([1.0, 3.0]))
 def test_kernel_equals_reference_on_every_supported_configuration(tasks, run, profile, seed, rate):
-    overrides = {f"tasks.{t}.{k}": v for t, values in zip(TASKS, tasks) for k, v in values.items()}
+    overrides = {f"tasks.{t}.{k}": v for t, values in zip(TASKS, tasks, strict=True) for k, v in values.items()}
     overrides.update({f"run.{k}": v for k, v in run.items()})
     scenario = build_scenario(path="design-notes", overrides=overrides)
     trace = TRACE.scaled(rate)
@@ -165,7 +164,7 @@ def test_table_interpolation_matches_scipy():
     scipy = RegularGridInterpolator(grid, seconds, bounds_error=False, fill_value=None)
     from simulator.profile.kinds import BatchShape
 
-    for size, out, prompt in zip(rng.integers(1, 12, 200), rng.integers(1, 400, 200), rng.integers(1, 150, 200)):
+    for size, out, prompt in zip(rng.integers(1, 12, 200), rng.integers(1, 400, 200), rng.integers(1, 150, 200), strict=True):
         expected = max(float(scipy([[size, out, prompt]])[0]), table.floor)
         got = table.mean(BatchShape(int(size), int(prompt), int(out)))
         assert got == pytest.approx(expected, rel=1e-12, abs=1e-12)

@@ -16,14 +16,26 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
-from helpers import assert_one_line_error
 from simulator.cli import app
 from simulator.errors import ScenarioError
 from simulator.scenario import Scenario, TaskConfig, build_scenario, parse_set
-from simulator.settings import (AXES, RUN, SETTINGS, TASK, RunSettings, _declared, check_values, for_command,
-                                ignored_by, reference_table, registry, setting)
+from simulator.settings import (
+    AXES,
+    RUN,
+    SETTINGS,
+    TASK,
+    RunSettings,
+    _declared,
+    check_values,
+    for_command,
+    ignored_by,
+    reference_table,
+    registry,
+    setting,
+)
 from simulator.sweep import SweepError, parse_axis_values
 
 ROOT = Path(__file__).resolve().parent.parent

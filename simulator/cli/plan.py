@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.table import Table
@@ -34,19 +33,19 @@ def _axis_help(setting: Setting) -> str:
 def plan_cli(
     trace: Path = typer.Argument(..., help="Trace file, or a bundled trace by name ('example')."),
     slo: list[str] = typer.Option(..., "--slo", help='Objective, e.g. "infobench.latency.p95<=60" (repeatable).'),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Base scenario: TOML file or bundled name "
+    config: Path | None = typer.Option(None, "--config", "-c", help="Base scenario: TOML file or bundled name "
                                           "(searched settings override it)."),
     profile: str = typer.Option(DEFAULT_PROFILE, "--profile", "-p", help="Profile file or bundled name."),
-    task: Optional[str] = typer.Option(None, "--task", help="Search settings of this task only "
+    task: str | None = typer.Option(None, "--task", help="Search settings of this task only "
                                        "(default: every GPU task)."),
     max_gpus: int = typer.Option(8, "--max-gpus", help="Largest GPU count to consider."),
     flags: Flags = GENERATED,  # one option per setting (simulator.settings): axes and run settings
     seeds: int = typer.Option(1, "--seeds", help="Seeds per configuration; figures are their mean."),
     set_values: list[str] = typer.Option([], "--set", help="Override any field of the base scenario: KEY=VALUE with a "
                                          "dotted KEY, e.g. tasks.graph.cpu_workers=4 (repeatable)."),
-    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Local processes (default: all cores)."),
-    json_out: Optional[str] = typer.Option(None, "--json", help="Write the recommendation as JSON (FILE or '-')."),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Draw the SLO figures against load (PNG)."),
+    jobs: int | None = typer.Option(None, "--jobs", "-j", help="Local processes (default: all cores)."),
+    json_out: str | None = typer.Option(None, "--json", help="Write the recommendation as JSON (FILE or '-')."),
+    plot: Path | None = typer.Option(None, "--plot", help="Draw the SLO figures against load (PNG)."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
 ) -> None:
     """Find the fewest GPUs, and the configuration at that count, meeting every SLO.

@@ -6,7 +6,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich import box
@@ -30,18 +30,18 @@ from simulator.sweep import Base
 def replay_cli(
     trace: Path = typer.Argument(..., help="Trace file (users' batch_arrivals.json, simctl-trace/1, or a production "
                                  "trace), or a bundled trace by name ('example')."),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Scenario: TOML file or bundled name "
+    config: Path | None = typer.Option(None, "--config", "-c", help="Scenario: TOML file or bundled name "
                                           "('design-notes'). Flags and --set override it."),
     profile: str = typer.Option(DEFAULT_PROFILE, "--profile", "-p", help="Profile JSON file or bundled profile name."),
     flags: Flags = GENERATED,  # one option per setting (simulator.settings)
     set_values: list[str] = typer.Option([], "--set", help="Override any scenario field: KEY=VALUE with a dotted KEY, "
                                          "e.g. tasks.infobench.flush=0.1 (repeatable; wins over flags and file)."),
-    task_map: Optional[str] = typer.Option(None, "--task-map", help="Rename the trace's tasks to the profile's: "
+    task_map: str | None = typer.Option(None, "--task-map", help="Rename the trace's tasks to the profile's: "
                                            "SOURCE=TASK,... (e.g. azure=infobench)."),
     seed: int = typer.Option(0, "--seed", help="Random seed, >= 0 (same seed, same result)."),
-    json_out: Optional[str] = typer.Option(None, "--json", help="Write the summary JSON to FILE ('-' for stdout)."),
-    events: Optional[str] = typer.Option(None, "--events", help="Write the per-prompt event log (.parquet or .csv)."),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Write the standard figures of this run into DIR."),
+    json_out: str | None = typer.Option(None, "--json", help="Write the summary JSON to FILE ('-' for stdout)."),
+    events: str | None = typer.Option(None, "--events", help="Write the per-prompt event log (.parquet or .csv)."),
+    plot: Path | None = typer.Option(None, "--plot", help="Write the standard figures of this run into DIR."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
 ) -> None:
     """Replay TRACE through micro-batching queues, workers and GPUs.

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -24,17 +23,17 @@ from simulator.trace.formats import load_trace
 def sweep_cli(
     trace: Path = typer.Argument(..., help="Trace file, or a bundled trace by name ('example')."),
     out: Path = typer.Option(..., "--out", "-o", help="Results file (.parquet); re-running resumes it."),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Base scenario: TOML file or bundled name "
+    config: Path | None = typer.Option(None, "--config", "-c", help="Base scenario: TOML file or bundled name "
                                           "(settings not swept; axes override it)."),
     profile: str = typer.Option(DEFAULT_PROFILE, "--profile", "-p", help="Profile file or bundled name."),
-    task: Optional[str] = typer.Option(None, "--task", help="Apply task axes to this task only "
+    task: str | None = typer.Option(None, "--task", help="Apply task axes to this task only "
                                        "(default: every GPU task)."),
     flags: Flags = GENERATED,  # one option per setting (simulator.settings): axes and run settings
     seeds: int = typer.Option(1, "--seeds", help="Seeds per configuration (0..N-1); figures get 95 % CIs."),
     set_values: list[str] = typer.Option([], "--set", help="Override any field of the base scenario: KEY=VALUE with a "
                                          "dotted KEY, e.g. tasks.graph.cpu_workers=4 (repeatable)."),
-    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Local processes (default: all cores)."),
-    cluster: Optional[str] = typer.Option(None, "--cluster", help="Run on a Dask cluster, e.g. tcp://HOST:8786."),
+    jobs: int | None = typer.Option(None, "--jobs", "-j", help="Local processes (default: all cores)."),
+    cluster: str | None = typer.Option(None, "--cluster", help="Run on a Dask cluster, e.g. tcp://HOST:8786."),
     metric: str = typer.Option("overall.latency.p95", "--metric", help="Figure to rank configurations by at the end."),
     force: bool = typer.Option(False, "--force", help="Start over: discard an existing results file."),
 ) -> None:

@@ -11,8 +11,7 @@ shared between tasks.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -27,8 +27,8 @@ import pandas as pd
 from simulator.errors import ScenarioError
 from simulator.events import SERVED
 from simulator.model.dispatch import DISPATCH_RULES, DispatchRule
-from simulator.model.kernel import ARRIVAL, SimEnvironment
 from simulator.model.fast import simulate_fast, task_key, unsupported
+from simulator.model.kernel import ARRIVAL, SimEnvironment
 from simulator.model.log import STATUS_CODE, Outcome, PromptColumns, build_event_log
 from simulator.model.policies import POLICIES, BatchingPolicy
 from simulator.model.resources import GPU_SHARING, Batch, Device, HostLock, RetimedGpu, ServerPool

@@ -166,7 +166,7 @@ def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int) -> _Low
                        int(cfg.sticky_gpu), task, len(queue_names) - 1, 0, 0, 0, 0, 0, 0, 0, share[0], share[1]])
         return len(queues) - 1
 
-    for t, (task, cfg, tp) in enumerate(zip(names, configs, task_profiles)):
+    for t, (task, cfg, tp) in enumerate(zip(names, configs, task_profiles, strict=True)):
         resource = cfg.resource or tp.resource
         if resource == "gpu":
             task_devices = list(range(gpus))
@@ -216,7 +216,7 @@ def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int) -> _Low
     gvals: list[np.ndarray] = []
     counts = np.bincount(task_of, minlength=n_tasks) if n_tasks else np.zeros(0, np.int64)
     noise: list[np.ndarray] = []
-    for t, (task, cfg, tp) in enumerate(zip(names, configs, task_profiles)):
+    for t, (task, cfg, tp) in enumerate(zip(names, configs, task_profiles, strict=True)):
         service = tp.service
         dist = DIST_CODES[service.dist]
         cv = service.cv
@@ -225,7 +225,7 @@ def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int) -> _Low
                 dist = 0
             TK[t, 1], TK[t, 2] = 1, len(service.axes)
             TMEAN[t, 0] = service.floor
-            for a, (axis, grid) in enumerate(zip(service.axes, service.grid)):
+            for a, (axis, grid) in enumerate(zip(service.axes, service.grid, strict=True)):
                 GAXIS[t, a] = TABLE_AXES[axis]
                 GLEN[t, a] = len(grid)
                 GRID[t, a, :len(grid)] = grid
@@ -276,7 +276,7 @@ def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int) -> _Low
         np.concatenate(noise) if noise else np.zeros(0), NOISE0, TPI, GRID, GLEN, GVAL, GAXIS,
         float(scenario.cold_start), len(workers), dispatch_rng,
     )
-    resources = [c.resource or tp.resource for c, tp in zip(configs, task_profiles)]
+    resources = [c.resource or tp.resource for c, tp in zip(configs, task_profiles, strict=True)]
     prompts = PromptColumns(call_ids=cols.call_ids, call_of=cols.call_of, prompt_index=cols.prompt_index,
                             task_names=names, task_of=task_of, resources=resources, prompt_tokens=ptok,
                             max_tokens=mtok, arrived_at=arrived)
@@ -289,8 +289,15 @@ def _grid_size(service) -> int:
 
 def simulate_fast(trace: Trace, scenario: Scenario, profile: Profile, seed: int) -> pd.DataFrame:
     """The event log of a supported scenario, computed by the compiled kernel."""
-    from simulator.model.batch_kernel import BF_FORMED, BF_STARTED, BI_DEVICE, BI_NAME, BI_SIZE, BI_WORKER_ID
-    from simulator.model.batch_kernel import run_kernel
+    from simulator.model.batch_kernel import (
+        BF_FORMED,
+        BF_STARTED,
+        BI_DEVICE,
+        BI_NAME,
+        BI_SIZE,
+        BI_WORKER_ID,
+        run_kernel,
+    )
 
     lowered = lower(trace, scenario, profile, seed)
     BI, BF, _, batch_of, done_at, first_at, status = run_kernel(*lowered.args)

@@ -19,8 +19,9 @@ test holds without tolerances.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from heapq import heappush
-from typing import Any, Callable
+from typing import Any
 
 import simpy
 from simpy.events import Event

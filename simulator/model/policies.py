@@ -34,9 +34,8 @@ Timelines (flush window W, max batch B, one worker)::
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 from simulator.registry import Registry

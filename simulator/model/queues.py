@@ -18,7 +18,8 @@ arrived is dropped (``timeout_action = "drop"``) or stays and is served, marked
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from simulator.model.kernel import TIMER
 from simulator.model.policies import BatchingPolicy, ReleaseNow

@@ -20,10 +20,11 @@ different GPUs slow each other down through the host process's interpreter lock.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 import itertools
+from abc import ABC, abstractmethod
+from collections.abc import Callable
 from heapq import heappop, heappush
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from simulator.model.kernel import COMPLETION
 from simulator.registry import Registry
@@ -275,6 +276,6 @@ class RetimedGpu(Device):
             watcher()
 
 
-GPU_SHARING: Registry[Callable[["SimEnvironment", int], Device]] = Registry("GPU sharing mode")
+GPU_SHARING: Registry[Callable[[SimEnvironment, int], Device]] = Registry("GPU sharing mode")
 GPU_SHARING.register("exclusive")(lambda env, gpu_id: ServerPool(env, gpu_id, servers=1))
 GPU_SHARING.register("processor-sharing")(lambda env, gpu_id: RetimedGpu(env, gpu_id, Clock(), exclusive=False))

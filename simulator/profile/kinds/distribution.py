@@ -53,7 +53,7 @@ class BatchMean:
 
     def to_json(self) -> Any:
         if self.sizes:
-            return {"by_batch_size": {str(s): m for s, m in zip(self.sizes, self.means)}}
+            return {"by_batch_size": {str(s): m for s, m in zip(self.sizes, self.means, strict=True)}}
         if self.per_prompt:
             return {"base": self.base, "per_prompt": self.per_prompt}
         return self.base

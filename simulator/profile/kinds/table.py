@@ -75,7 +75,7 @@ class TableService:
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "kind": self.kind,
-            "axes": {a: list(g) for a, g in zip(self.axes, self.grid)},
+            "axes": {a: list(g) for a, g in zip(self.axes, self.grid, strict=True)},
             "seconds": self.seconds.tolist(),
         }
         if self.dist != "deterministic":
@@ -123,7 +123,7 @@ def parse(spec: dict[str, Any], where: Where) -> TableService:
         if not isinstance(values, list) or not values:
             raise where.error(f"axes.{name}", "must be a non-empty list")
         xs = [need_number(v, where, f"axes.{name}", positive=True) for v in values]
-        if any(b <= a for a, b in zip(xs, xs[1:])):
+        if any(b <= a for a, b in zip(xs, xs[1:], strict=False)):
             raise where.error(f"axes.{name}", "must be strictly increasing")
         axes.append(name)
         grid.append(tuple(xs))
