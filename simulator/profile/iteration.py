@@ -53,10 +53,13 @@ class StepCost(Protocol):
     #: The tokens every decoding row commits per iteration where that is fixed, so
     #: :meth:`tokens` draws nothing and need not be called; ``None`` where they are drawn.
     fixed_tokens: int | None
+    #: Whether :meth:`step` reads ``context`` and ``capacity`` (else any value will do).
+    reads_lengths: bool
 
 
 class IterationKindCost:
     fixed_tokens = 1
+    reads_lengths = True
 
     def __init__(self, service) -> None:
         self.service = service
@@ -71,6 +74,7 @@ class IterationKindCost:
 
 class SpecDecodeCost:
     fixed_tokens = None
+    reads_lengths = True
 
     def __init__(self, service) -> None:
         self.service = service
@@ -79,6 +83,9 @@ class SpecDecodeCost:
         # float every time.
         self._prefill: dict[tuple[int, int], float] = {}
         self._decode: dict[tuple[int, int], float] = {}
+        from simulator.profile.kinds.spec_decode import draw_accepted
+
+        self._draw_accepted = draw_accepted
 
     def step(self, decode_rows, prefill_prompts, context, rng, capacity=None):
         s = self.service
@@ -114,12 +121,12 @@ class SpecDecodeCost:
                      + s.round_overhead(rows))
 
     def tokens(self, rows, rng):
-        from simulator.profile.kinds.spec_decode import draw_accepted
-
-        return draw_accepted(rng, self.service.acceptance, self.service.lookahead, rows) + 1
+        return self._draw_accepted(rng, self.service.acceptance, self.service.lookahead, rows) + 1
 
 
 class BatchAverageCost:
+    reads_lengths = False
+
     def __init__(self, service, prompt_tokens: int, max_tokens: int, tokens_per_iteration: float) -> None:
         self.service = service
         self.prompt_tokens = prompt_tokens

@@ -187,6 +187,12 @@ class FixedGainRows:
         if self.counts_blocks:
             self._push_growth(pid, number, j + 1, tokens + 1)
 
+    def lengths(self) -> dict[int, int]:
+        """Tokens in the cache (prompt and generated) of each running row between
+        iterations, in admission order (O(rows): for inspection, not used per iteration)."""
+        made = self.gain * self.iteration
+        return {pid: self.prompt_tokens[pid] + self.origin[pid] + made for pid in self.stint}
+
     def finish(self, decoding: int) -> tuple[int, list[int]]:
         """The iteration ended: the tokens the ``decoding`` rows made, and the rows that now
         have all their tokens, in admission order (they leave)."""
@@ -222,6 +228,7 @@ class DrawnGainRows:
         self.length = np.zeros(16, dtype=np.int64)
         self.limit = np.zeros(16, dtype=np.int64)
         self.gains = np.zeros(0, dtype=np.int64)
+        self._widest: int | None = 0  # the largest limit of the rows; None: to recompute
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -247,6 +254,7 @@ class DrawnGainRows:
             free += int(held[rows])
             pid = self.prompts.pop()
             victims.append((pid, int(length[rows]) - self.prompt_tokens[pid]))
+            self._widest = None
         return free - extra, victims
 
     def bounds(self) -> tuple[int, int]:
@@ -254,7 +262,9 @@ class DrawnGainRows:
         rows = len(self.prompts)
         if not rows:
             return 0, 0
-        return int(self.length[:rows].max()), int(self.limit[:rows].max())
+        if self._widest is None:
+            self._widest = int(self.limit[:rows].max())
+        return int(self.length[:rows].max()), self._widest
 
     def admit(self, pid: int, tokens: int, made: int) -> None:
         """As :meth:`FixedGainRows.admit`."""
@@ -265,6 +275,11 @@ class DrawnGainRows:
         self.length[rows] = tokens
         self.limit[rows] = self.prompt_tokens[pid] + self.max_tokens[pid]
         self.prompts.append(pid)
+        self._widest = None
+
+    def lengths(self) -> dict[int, int]:
+        """As :meth:`FixedGainRows.lengths`."""
+        return dict(zip(self.prompts, self.length[:len(self.prompts)].tolist()))
 
     def finish(self, decoding: int) -> tuple[int, list[int]]:
         """As :meth:`FixedGainRows.finish`."""
@@ -286,6 +301,7 @@ class DrawnGainRows:
         length[:kept] = length[:rows][keep]
         limit[:kept] = limit[:rows][keep]
         self.prompts = [p for p, k in zip(self.prompts, keep.tolist()) if k]
+        self._widest = None
         return made, finished
 
 
@@ -322,6 +338,7 @@ class Engine:
         self.drop_on_timeout = config.timeout_action == "drop"
         self.priority = config.priority
         self.cost = step_cost(system.profile.tasks[task], system.service_of(task))
+        self.reads_lengths = self.cost.reads_lengths
         self.rng = system.service_rng(task)
         self.waiting: deque[int] = deque()
         self.resumed: dict[int, int] = {}  # tokens made before preemption, per preempted waiting prompt
@@ -380,13 +397,10 @@ class Engine:
         # comes after ARRIVAL), so prompts arriving at a boundary, or with the same call,
         # join it.
         self.busy = True
-        self.env.call_at(self.env._now, TIMER, self._on_boundary)
-
-    def _on_boundary(self, event) -> None:
-        self._iterate()
+        self.env.call_at(self.env._now, TIMER, self._iterate)
 
     # -- one iteration --------------------------------------------------------------------
-    def _iterate(self) -> None:
+    def _iterate(self, event=None) -> None:
         system = self.system
         ptoks = system.prompt_tokens
         rows = self.rows
@@ -404,7 +418,7 @@ class Engine:
                     self.waiting.appendleft(pid)
                 decoding = len(rows)
         self.running = decoding
-        context, capacity = rows.bounds()
+        context, capacity = rows.bounds() if self.reads_lengths else (0, 0)
         # 2. admissions
         prefill: list[int] = []
         fresh: list[int] = []
