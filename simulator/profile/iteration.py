@@ -58,8 +58,8 @@ class StepCost(Protocol):
 
 
 class IterationKindCost:
-    fixed_tokens = 1
-    reads_lengths = True
+    fixed_tokens: int | None = 1
+    reads_lengths: bool = True
 
     def __init__(self, service) -> None:
         self.service = service
@@ -73,8 +73,8 @@ class IterationKindCost:
 
 
 class SpecDecodeCost:
-    fixed_tokens = None
-    reads_lengths = True
+    fixed_tokens: int | None = None
+    reads_lengths: bool = True
 
     def __init__(self, service) -> None:
         self.service = service
@@ -125,7 +125,7 @@ class SpecDecodeCost:
 
 
 class BatchAverageCost:
-    reads_lengths = False
+    reads_lengths: bool = False
 
     def __init__(self, service, prompt_tokens: int, max_tokens: int, tokens_per_iteration: float) -> None:
         self.service = service

@@ -43,8 +43,8 @@ finished, preempted, or growing into a new KV block), not to the rows running:
   (:class:`DrawnGainRows`);
 * with an unlimited cache no blocks are counted at all (nothing can be preempted).
 
-Either way the random draws are the reference's, call for call: one ``tokens(rows)`` per
-iteration with decoding rows (where tokens are drawn) and one ``step`` per iteration.
+Either way the engine's random draws are the same, call for call: one ``tokens(rows)`` per
+iteration with decoding rows (where tokens are drawn), then one ``step`` per iteration.
 """
 
 from __future__ import annotations
