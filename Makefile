@@ -33,6 +33,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/replay_throughput.py --write-docs
 	$(BIN)/python benchmarks/sweep_throughput.py --write-docs
+	$(BIN)/python benchmarks/continuous_speed.py --write-docs
 
 # Execute the notebooks in place (the suite checks the committed outputs are current).
 notebooks: $(STAMP)

@@ -123,3 +123,19 @@ def test_composition_cpu_quick_mode(capsys):
         assert r["composed_s"] > 0 and r["measured_s"] > 0 and math.isfinite(r["error"])
     for summary in result["summary"].values():
         assert summary["points"] > 0 and math.isfinite(summary["median_abs_error"])
+
+
+@pytest.mark.benchmark
+def test_continuous_speed_quick_mode(capsys):
+    """Structure only (the machine is shared: no timing is asserted)."""
+    bench = load("continuous_speed")
+    assert bench.main(["--quick", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["prompts"] == 347 and result["repeat"] == 3
+    assert result["continuous_tasks"] == ["infobench", "mmlu"]
+    assert [r["topology"] for r in result["rows"]] == ["continuous", "shared"]
+    for r in result["rows"]:
+        assert r["replay_ms"] > 0
+        assert r["simpy_customers"] == pytest.approx(r["replay_ms"] / 1000 * result["simpy_customers_per_s"])
+    table = bench.table(result)
+    assert sum(line.startswith("| ") for line in table.splitlines()) == 3  # header and two rows

@@ -4,6 +4,7 @@ budget, limits of the model that have exact answers, and the link to static batc
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import theory
 from helpers import run, timeline
@@ -211,3 +212,112 @@ def test_engine_queue_limits_reject_and_drop_waiting_prompts():
                queue_timeout=2.5, timeout_action="send")
     assert list(sent["status"]) == ["served", "sent_after_timeout", "sent_after_timeout", "sent_after_timeout"]
     assert timeline(sent) == [("0.0", 3.0), ("1.0", 6.0), ("2.0", 9.0), ("3.0", 12.0)]
+
+
+# -- the engine's incremental bookkeeping -----------------------------------------------------
+
+def run_checking_blocks(trace: Trace, profile, seed: int = 0, gpus: int = 1, **settings):
+    """Simulate with continuous engines, recording at every iteration start, per engine,
+    ``(instant, blocks in use, sum over running rows of ceil(tokens in cache / block size))``."""
+    from simulator.model.engine import System
+
+    scenario = build_scenario(defaults={"topology": "continuous", **settings}, run={"gpus": gpus})
+    system = System(trace, scenario, profile, seed)
+    fronts = {id(front): front for groups in system.groups for front, _ in groups}
+    seen: list[tuple[float, int, int]] = []
+
+    def check(engine):
+        iterate = engine._iterate
+
+        def checked(event=None):
+            held = sum(-(-n // engine.block_size) for n in engine.rows.lengths().values())
+            seen.append((engine.env.now, engine.total_blocks - engine.free_blocks, held))
+            iterate(event)
+        engine._iterate = checked
+
+    for front in fronts.values():
+        for engine in front.engines:
+            check(engine)
+    return system.run(), seen
+
+
+def test_kv_blocks_in_use_are_the_running_rows_blocks_at_every_iteration_by_hand():
+    """Blocks of 4 tokens, 10 blocks; prompts of 3 tokens; iteration 1 s. a (6 tokens) and b
+    (3 tokens) arrive at 0, c (2 tokens) at 0.5.
+
+    t=0  a, b admitted: 3 + 1 tokens, 1 block each (2 in use)
+    t=1  a, b grow to 5 tokens, a 2nd block each; c admitted, 1 block (5 in use)
+    t=2  a, b grow to 6 tokens, c to 5 (its 2nd block) -> t=3: b, c done (a's 2 in use)
+    t=3  a: 7 tokens; t=4: 8; t=5: 9 tokens, its 3rd block -> t=6: a done (none in use)
+    """
+    trace = token_trace([(0, [6, 3]), (0.5, [2])])
+    log, seen = run_checking_blocks(trace, iteration_profile(base=1.0, prompt_tokens=3),
+                                    kv_blocks=10, block_size=4)
+    assert timeline(log) == [("0.0", 6.0), ("0.1", 3.0), ("1.0", 3.0)]
+    assert timeline(log, "first_token_at") == [("0.0", 1.0), ("0.1", 1.0), ("1.0", 2.0)]
+    assert seen == [(0.0, 0, 0), (1.0, 2, 2), (2.0, 5, 5), (3.0, 2, 2), (4.0, 2, 2), (5.0, 2, 2), (6.0, 0, 0)]
+
+
+def distribution_profile(tokens_per_iteration: float) -> object:
+    return profile_from_dict({"tasks": {"x": {
+        "resource": "gpu", "prompt_tokens": 5, "max_tokens": 30, "tokens_per_iteration": tokens_per_iteration,
+        "service": {"kind": "distribution", "dist": "gamma", "cv": 0.3, "mean": {"base": 3.0, "per_prompt": 0.5}}}}})
+
+
+def spec_decode_profile() -> object:
+    costs = {"prefill_target": {"form": "prefill", "coef": [0.05, 0.001, 0.0]},
+             "prefill_draft": {"form": "prefill", "coef": [0.01, 0.0, 0.0]},
+             "draft_step": {"form": "step", "coef": [0.01, 0.0, 0.0001]},
+             "verify": {"form": "step", "coef": [0.03, 0.001, 0.0]},
+             "iteration": {"form": "iteration", "coef": [0.003, 0.0]}}
+    return profile_from_dict({"tasks": {"x": {
+        "resource": "gpu", "prompt_tokens": 5, "max_tokens": 30,
+        "service": {"kind": "spec_decode", "costs": costs, "acceptance": 0.6, "lookahead": 3, "view_step": 8}}}})
+
+
+BOOKS = {
+    "one token per iteration": lambda: iteration_profile(dist="exponential", prompt_tokens=5, base=0.1, per_row=0.02),
+    "three tokens per iteration": lambda: distribution_profile(3.0),
+    "drawn: 2.5 tokens per iteration": lambda: distribution_profile(2.5),
+    "drawn: speculative decoding": spec_decode_profile,
+}
+
+
+@pytest.mark.parametrize("book", list(BOOKS))
+def test_kv_blocks_in_use_stay_the_running_rows_blocks_through_preemptions(book):
+    # 60 prompts of 5 + up to 30 tokens on 2 engines of 14 blocks of 4 tokens: rows grow
+    # into new blocks, are preempted and recomputed.
+    rng = np.random.default_rng(11)
+    starts = np.sort(rng.uniform(0, 20, size=30))
+    trace = token_trace([(float(t), [int(m) for m in rng.integers(1, 31, size=2)]) for t in starts])
+    log, seen = run_checking_blocks(trace, BOOKS[book](), gpus=2, kv_blocks=14, block_size=4,
+                                    max_num_seqs=8, dispatch="jsq-tokens")
+    assert (log["status"] == "served").all() and log["done_at"].notna().all()
+    assert log["preemptions"].sum() > 0
+    assert len(seen) > 100
+    assert all(in_use == held for _, in_use, held in seen)
+
+
+@pytest.mark.parametrize("book", ["one token per iteration", "three tokens per iteration"])
+def test_fixed_and_drawn_gain_bookkeeping_give_the_same_log(book, monkeypatch):
+    """Where every row makes the same tokens per iteration, the per-row arrays (as for drawn
+    tokens) and the precomputed iterations agree to the last instant and preemption."""
+    from simulator.profile import iteration
+
+    rng = np.random.default_rng(5)
+    starts = np.sort(rng.uniform(0, 20, size=30))
+    trace = token_trace([(float(t), [int(m) for m in rng.integers(1, 31, size=2)]) for t in starts])
+    settings = {"topology": "continuous", "gpus": 2, "kv_blocks": 14, "block_size": 4, "max_num_seqs": 8,
+                "max_batched_tokens": 12, "dispatch": "jsq-tokens"}
+    fixed = run(trace, BOOKS[book](), seed=3, **settings)
+    # the engines now take every cost's tokens as drawn
+    monkeypatch.setattr(iteration.IterationKindCost, "fixed_tokens", None)
+    average_init = iteration.BatchAverageCost.__init__
+
+    def drawn_average_init(self, *args):
+        average_init(self, *args)
+        self.fixed_tokens = None
+    monkeypatch.setattr(iteration.BatchAverageCost, "__init__", drawn_average_init)
+    drawn = run(trace, BOOKS[book](), seed=3, **settings)
+    assert fixed["preemptions"].sum() > 0
+    pd.testing.assert_frame_equal(fixed, drawn)

@@ -50,8 +50,17 @@ class StepCost(Protocol):
     def tokens(self, rows: int, rng: np.random.Generator) -> np.ndarray:
         """Tokens each of ``rows`` decoding rows commits this iteration (each >= 1)."""
 
+    #: The tokens every decoding row commits per iteration where that is fixed, so
+    #: :meth:`tokens` draws nothing and need not be called; ``None`` where they are drawn.
+    fixed_tokens: int | None
+    #: Whether :meth:`step` reads ``context`` and ``capacity`` (else any value will do).
+    reads_lengths: bool
+
 
 class IterationKindCost:
+    fixed_tokens: int | None = 1
+    reads_lengths: bool = True
+
     def __init__(self, service) -> None:
         self.service = service
 
@@ -64,34 +73,60 @@ class IterationKindCost:
 
 
 class SpecDecodeCost:
+    fixed_tokens: int | None = None
+    reads_lengths: bool = True
+
     def __init__(self, service) -> None:
         self.service = service
+        # The prefill term depends on (prompts, longest prompt) only and the decoding term
+        # on (rows, view) only: each is computed once per distinct key and reused, the same
+        # float every time.
+        self._prefill: dict[tuple[int, int], float] = {}
+        self._decode: dict[tuple[int, int], float] = {}
+        from simulator.profile.kinds.spec_decode import draw_accepted
+
+        self._draw_accepted = draw_accepted
 
     def step(self, decode_rows, prefill_prompts, context, rng, capacity=None):
         s = self.service
-        c, k = s.costs, s.lookahead
+        k = s.lookahead
         t = 0.0
         if prefill_prompts:
-            n, longest = len(prefill_prompts), max(prefill_prompts)
-            t += float(s.passes("prefill", c["prefill_target"](n, longest)) + s.passes("draft", c["prefill_draft"](n, longest)))
+            key = (len(prefill_prompts), max(prefill_prompts))
+            prefill = self._prefill.get(key)
+            if prefill is None:
+                prefill = self._prefill[key] = self._prefill_seconds(*key)
+            t += prefill
         if decode_rows:
             view = s.view_step * math.ceil((context + k + 1) / s.view_step)
             if capacity is not None:
                 # The cache a row gets holds its prompt, its max tokens and two rounds of drafts.
                 view = min(view, capacity + 2 * (k + 1))
-            t += float(s.passes("draft", c["draft_step"](decode_rows, 2, view))
-                       + (k - 1) * s.passes("draft", c["draft_step"](decode_rows, 1, view))
-                       + s.passes("verify", c["verify"](decode_rows, k + 1, view)) + c["iteration"](k)
-                       + s.round_overhead(decode_rows))
+            key = (decode_rows, view)
+            decode = self._decode.get(key)
+            if decode is None:
+                decode = self._decode[key] = self._decode_seconds(*key)
+            t += decode
         return t
 
-    def tokens(self, rows, rng):
-        from simulator.profile.kinds.spec_decode import draw_accepted
+    def _prefill_seconds(self, n: int, longest: int) -> float:
+        s, c = self.service, self.service.costs
+        return float(s.passes("prefill", c["prefill_target"](n, longest)) + s.passes("draft", c["prefill_draft"](n, longest)))
 
-        return draw_accepted(rng, self.service.acceptance, self.service.lookahead, rows) + 1
+    def _decode_seconds(self, rows: int, view: int) -> float:
+        s, c, k = self.service, self.service.costs, self.service.lookahead
+        return float(s.passes("draft", c["draft_step"](rows, 2, view))
+                     + (k - 1) * s.passes("draft", c["draft_step"](rows, 1, view))
+                     + s.passes("verify", c["verify"](rows, k + 1, view)) + c["iteration"](k)
+                     + s.round_overhead(rows))
+
+    def tokens(self, rows, rng):
+        return self._draw_accepted(rng, self.service.acceptance, self.service.lookahead, rows) + 1
 
 
 class BatchAverageCost:
+    reads_lengths: bool = False
+
     def __init__(self, service, prompt_tokens: int, max_tokens: int, tokens_per_iteration: float) -> None:
         self.service = service
         self.prompt_tokens = prompt_tokens
@@ -99,6 +134,9 @@ class BatchAverageCost:
         self.per_iteration = tokens_per_iteration
         self.iterations = batch_iterations(max_tokens, tokens_per_iteration)
         self._means: dict[int, float] = {}
+        self._whole = math.floor(tokens_per_iteration)
+        self._frac = tokens_per_iteration - self._whole
+        self.fixed_tokens = self._whole if self._frac == 0 else None
 
     def step(self, decode_rows, prefill_prompts, context, rng, capacity=None):
         rows = decode_rows + len(prefill_prompts)
@@ -108,8 +146,7 @@ class BatchAverageCost:
         return mean
 
     def tokens(self, rows, rng):
-        whole = math.floor(self.per_iteration)
-        frac = self.per_iteration - whole
+        whole, frac = self._whole, self._frac
         if frac == 0:
             return np.full(rows, whole, dtype=np.int64)
         return whole + (rng.random(rows) < frac).astype(np.int64)

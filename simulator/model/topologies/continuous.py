@@ -29,23 +29,292 @@ that many waiting, ``queue_timeout`` drops (or marks) a prompt not admitted in t
 
 KV-cache capacity per engine: the task's ``kv_blocks``, else the profile's ``kv_cache``,
 else unlimited; a row holds ceil(tokens in cache / ``block_size``) blocks.
+
+Bookkeeping. An iteration costs in proportion to what changes in it (rows admitted,
+finished, preempted, or growing into a new KV block), not to the rows running:
+
+* where every row commits the same fixed number of tokens ``g`` per iteration (the
+  ``iteration`` kind, and the batch kinds with a whole ``tokens_per_iteration``), a row's
+  tokens are a function of the iteration number, so the iteration it ends in is known at
+  its admission (:class:`FixedGainRows`: heaps keyed by that iteration, by the iteration it
+  needs its next KV block, and by its length for the longest row);
+* where tokens are drawn per row (``spec_decode``, a fractional ``tokens_per_iteration``),
+  the rows live in numpy arrays and each iteration is a few array operations
+  (:class:`DrawnGainRows`);
+* with an unlimited cache no blocks are counted at all (nothing can be preempted).
+
+Either way the engine's random draws are the same, call for call: one ``tokens(rows)`` per
+iteration with decoding rows (where tokens are drawn), then one ``step`` per iteration.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
-from typing import TYPE_CHECKING
+from heapq import heapify, heappop, heappush
+from typing import TYPE_CHECKING, cast
+
+import numpy as np
 
 from simulator.errors import ScenarioError
 from simulator.model.kernel import TIMER
 from simulator.model.resources import Batch, Device
 from simulator.model.topologies import TOPOLOGIES, Topology
-from simulator.profile.iteration import step_cost
+from simulator.profile.iteration import StepCost, step_cost
 
 if TYPE_CHECKING:
     from simulator.model.engine import System
     from simulator.scenario import TaskConfig
+
+
+def _blocks(tokens: int, block_size: int) -> int:
+    """KV blocks that hold ``tokens`` tokens."""
+    return -(-tokens // block_size)
+
+
+class FixedGainRows:
+    """The running rows of an engine whose rows each commit ``gain`` tokens per iteration
+    (a row's last iteration commits what it still lacks).
+
+    Iterations are numbered from 1 by :meth:`start`. A row admitted (prefilled) in iteration
+    ``a`` with ``d`` tokens already made has, after iteration ``i >= a``, made
+    ``origin + gain·i`` tokens with ``origin = d + 1 − gain·a``, until it has them all; so
+    the iteration it ends in, and the iterations its length crosses into a new KV block,
+    are known when it is admitted. Rows are kept in admission order (the newest is
+    preempted first); each admission is a new *stint* (a number increasing in admission
+    order), and heap entries of a stint that ended (finished or preempted) are skipped
+    when they surface. No work is done per running row per iteration.
+    """
+
+    def __init__(self, gain: int, prompt_tokens: list[int], max_tokens: list[int], block_size: int,
+                 counts_blocks: bool) -> None:
+        self.gain = gain
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
+        self.block_size = block_size
+        self.counts_blocks = counts_blocks
+        self.iteration = 0
+        self.stint: dict[int, int] = {}   # running rows, in admission order -> their stint
+        self.origin: dict[int, int] = {}  # tokens made after iteration i: origin + gain * i
+        self._next_stint = 0
+        self._first_new = 0  # the first stint admitted in the current iteration
+        self._ends: list[tuple[int, int, int]] = []     # (iteration it ends in, stint, prompt)
+        self._grows: list[tuple[int, int, int]] = []    # (iteration it needs another block, stint, prompt)
+        self._longest: list[tuple[int, int, int]] = []  # (-(prompt tokens + origin), stint, prompt)
+        self._widest: list[tuple[int, int, int]] = []   # (-(prompt tokens + max tokens), stint, prompt)
+
+    def __len__(self) -> int:
+        return len(self.stint)
+
+    def start(self, rng: np.random.Generator) -> int:
+        """Begin the next iteration; the rows that decode in it."""
+        self.iteration += 1
+        self._first_new = self._next_stint
+        return len(self.stint)
+
+    def reserve(self, free: int) -> tuple[int, list[tuple[int, int]]]:
+        """Reserve the KV blocks the decoding rows grow into this iteration, preempting the
+        newest rows while ``free`` blocks do not suffice: the blocks then free, and the
+        preempted rows, newest first, as ``(prompt, tokens made)``."""
+        j, g, bs = self.iteration, self.gain, self.block_size
+        ptoks, mtoks, stint, origin = self.prompt_tokens, self.max_tokens, self.stint, self.origin
+        grows = self._grows
+        growing: dict[int, int] = {}
+        extra = 0
+        while grows and grows[0][0] <= j:
+            _, number, pid = heappop(grows)
+            if stint.get(pid) != number:
+                continue
+            made = origin[pid] + g * (j - 1)
+            length = ptoks[pid] + made
+            more = _blocks(length + min(g, mtoks[pid] - made), bs) - _blocks(length, bs)
+            growing[pid] = more
+            extra += more
+        victims: list[tuple[int, int]] = []
+        while extra > free:
+            pid, _ = stint.popitem()
+            extra -= growing.pop(pid, 0)
+            made = origin.pop(pid) + g * (j - 1)
+            free += _blocks(ptoks[pid] + made, bs)
+            victims.append((pid, made))
+        for pid in growing:
+            made = origin[pid] + g * (j - 1)
+            if mtoks[pid] - made > g:  # (a row that ends in this iteration grows no more)
+                self._push_growth(pid, stint[pid], j + 1, ptoks[pid] + made + g)
+        return free - extra, victims
+
+    def _push_growth(self, pid: int, number: int, iteration: int, length: int) -> None:
+        """A row that starts ``iteration`` with ``length`` tokens in its blocks: the first
+        iteration from there whose tokens reach past its last block (none if it ends first)."""
+        bs = self.block_size
+        first_new = _blocks(length, bs) * bs + 1  # the first token of its next block
+        if first_new <= self.prompt_tokens[pid] + self.max_tokens[pid]:
+            heappush(self._grows, (iteration + (first_new - length - 1) // self.gain, number, pid))
+
+    def bounds(self) -> tuple[int, int]:
+        """The longest decoding row's tokens now, and the longest any of them may grow to."""
+        if not self.stint:
+            return 0, 0
+        longest = self._top(self._longest)
+        widest = self._top(self._widest)
+        return self.gain * (self.iteration - 1) - longest, -widest
+
+    def _top(self, heap: list[tuple[int, int, int]]) -> int:
+        stint = self.stint
+        if len(heap) > 2 * len(stint) + 64:
+            # Drop the entries of ended stints now and then, so the heap stays O(rows).
+            heap[:] = [e for e in heap if stint.get(e[2]) == e[1]]
+            heapify(heap)
+        while stint.get(heap[0][2]) != heap[0][1]:
+            heappop(heap)
+        return heap[0][0]
+
+    def admit(self, pid: int, tokens: int, made: int) -> None:
+        """Prefill a row of ``tokens`` tokens (``made`` of them generated before) this
+        iteration; it makes its next token with it."""
+        j, g = self.iteration, self.gain
+        number = self._next_stint
+        self._next_stint += 1
+        self.stint[pid] = number
+        made += 1
+        self.origin[pid] = origin = made - g * j
+        max_tokens = self.max_tokens[pid]
+        ends = j if made >= max_tokens else j + -(-(max_tokens - made) // g)
+        heappush(self._ends, (ends, number, pid))
+        ptoks = self.prompt_tokens[pid]
+        heappush(self._longest, (-(ptoks + origin), number, pid))
+        heappush(self._widest, (-(ptoks + max_tokens), number, pid))
+        if self.counts_blocks:
+            self._push_growth(pid, number, j + 1, tokens + 1)
+
+    def lengths(self) -> dict[int, int]:
+        """Tokens in the cache (prompt and generated) of each running row between
+        iterations, in admission order (O(rows): for inspection, not used per iteration)."""
+        made = self.gain * self.iteration
+        return {pid: self.prompt_tokens[pid] + self.origin[pid] + made for pid in self.stint}
+
+    def finish(self, decoding: int) -> tuple[int, list[int]]:
+        """The iteration ended: the tokens the ``decoding`` rows made, and the rows that now
+        have all their tokens, in admission order (they leave)."""
+        j, g = self.iteration, self.gain
+        made = g * decoding
+        finished: list[int] = []
+        ends, stint, origin = self._ends, self.stint, self.origin
+        while ends and ends[0][0] <= j:
+            _, number, pid = heappop(ends)
+            if stint.get(pid) != number:
+                continue
+            finished.append(pid)
+            if number < self._first_new:  # a decoding row: its last gain is what it lacked
+                made -= g - (self.max_tokens[pid] - origin[pid] - g * (j - 1))
+            del stint[pid]
+            del origin[pid]
+        return made, finished
+
+
+class DrawnGainRows:
+    """The running rows of an engine whose rows' tokens per iteration are drawn (``tokens``
+    of its :class:`StepCost`), in admission order, as numpy arrays of their tokens in the
+    cache and their limit (prompt plus max tokens): each iteration is a few array
+    operations, whatever the rows."""
+
+    def __init__(self, cost: StepCost, prompt_tokens: list[int], max_tokens: list[int],
+                 block_size: int) -> None:
+        self.cost = cost
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
+        self.block_size = block_size
+        self.prompts: list[int] = []
+        self.length = np.zeros(16, dtype=np.int64)
+        self.limit = np.zeros(16, dtype=np.int64)
+        self.gains = np.zeros(0, dtype=np.int64)
+        self._widest: int | None = 0  # the largest limit of the rows; None: to recompute
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+    def start(self, rng: np.random.Generator) -> int:
+        """Begin the next iteration: draw the tokens each decoding row commits in it."""
+        rows = len(self.prompts)
+        if rows:
+            self.gains = self.cost.tokens(rows, rng)
+        return rows
+
+    def reserve(self, free: int) -> tuple[int, list[tuple[int, int]]]:
+        """As :meth:`FixedGainRows.reserve`."""
+        rows, bs = len(self.prompts), self.block_size
+        length = self.length[:rows]
+        held = -(-length // bs)
+        more = -(-(length + np.minimum(self.gains, self.limit[:rows] - length)) // bs) - held
+        extra = int(more.sum())
+        victims: list[tuple[int, int]] = []
+        while extra > free:
+            rows -= 1
+            extra -= int(more[rows])
+            free += int(held[rows])
+            pid = self.prompts.pop()
+            victims.append((pid, int(length[rows]) - self.prompt_tokens[pid]))
+            self._widest = None
+        return free - extra, victims
+
+    def bounds(self) -> tuple[int, int]:
+        """As :meth:`FixedGainRows.bounds`."""
+        rows = len(self.prompts)
+        if not rows:
+            return 0, 0
+        if self._widest is None:
+            self._widest = int(self.limit[:rows].max())
+        return int(self.length[:rows].max()), self._widest
+
+    def admit(self, pid: int, tokens: int, made: int) -> None:
+        """As :meth:`FixedGainRows.admit`."""
+        rows = len(self.prompts)
+        if rows == len(self.length):
+            self.length = np.concatenate([self.length, np.zeros_like(self.length)])
+            self.limit = np.concatenate([self.limit, np.zeros_like(self.limit)])
+        self.length[rows] = tokens
+        self.limit[rows] = self.prompt_tokens[pid] + self.max_tokens[pid]
+        self.prompts.append(pid)
+        self._widest = None
+
+    def lengths(self) -> dict[int, int]:
+        """As :meth:`FixedGainRows.lengths`."""
+        return dict(zip(self.prompts, self.length[:len(self.prompts)].tolist()))
+
+    def finish(self, decoding: int) -> tuple[int, list[int]]:
+        """As :meth:`FixedGainRows.finish`."""
+        rows = len(self.prompts)
+        length, limit = self.length, self.limit
+        made = 0
+        if decoding:
+            step = np.minimum(self.gains[:decoding], limit[:decoding] - length[:decoding])
+            length[:decoding] += step
+            made = int(step.sum())
+        if rows > decoding:
+            length[decoding:rows] += 1
+        done = length[:rows] >= limit[:rows]
+        if not done.any():
+            return made, []
+        keep = ~done
+        finished = [self.prompts[i] for i in np.flatnonzero(done).tolist()]
+        kept = rows - len(finished)
+        length[:kept] = length[:rows][keep]
+        limit[:kept] = limit[:rows][keep]
+        self.prompts = [p for p, k in zip(self.prompts, keep.tolist()) if k]
+        self._widest = None
+        return made, finished
+
+
+class _Rows:
+    """What a device counts of an engine's iteration: ``len`` is its rows."""
+
+    __slots__ = ("rows",)
+
+    def __init__(self) -> None:
+        self.rows = 0
+
+    def __len__(self) -> int:
+        return self.rows
 
 
 class Engine:
@@ -63,32 +332,48 @@ class Engine:
         kv = config.kv_blocks if config.kv_blocks is not None else system.profile.tasks[task].kv_blocks(config.block_size)
         self.total_blocks = kv if kv is not None else math.inf
         self.free_blocks = self.total_blocks
+        self.counts_blocks = kv is not None  # an unlimited cache never preempts: nothing to count
         self.max_queue = config.max_queue
         self.queue_timeout = config.queue_timeout
         self.drop_on_timeout = config.timeout_action == "drop"
         self.priority = config.priority
         self.cost = step_cost(system.profile.tasks[task], system.service_of(task))
+        self.reads_lengths = self.cost.reads_lengths
         self.rng = system.service_rng(task)
         self.waiting: deque[int] = deque()
-        self.running: list[int] = []      # in admission order; the newest is preempted first
-        self.generated: dict[int, int] = {}  # tokens made so far, per prompt in the engine
-        self.blocks: dict[int, int] = {}     # KV blocks held, per running prompt
+        self.resumed: dict[int, int] = {}  # tokens made before preemption, per preempted waiting prompt
+        ptoks, mtoks = system.prompt_tokens, system.max_tokens
+        gain = self.cost.fixed_tokens
+        self.rows: FixedGainRows | DrawnGainRows = (
+            FixedGainRows(gain, ptoks, mtoks, config.block_size, self.counts_blocks) if gain is not None
+            else DrawnGainRows(self.cost, ptoks, mtoks, config.block_size))
+        self.running = 0  # rows running, as the dispatch rules count them (not those being prefilled)
         self.busy = False
         self.outstanding_tokens = 0
+        # The iteration in flight (one at a time): one Batch, reused, for the device.
+        self._in_flight = _Rows()
+        item = Batch(-1, task, self.name, cast("list[int]", self._in_flight), -1, 0.0, 0.0)
+        item.priority = self.priority
+        item.host_fraction = system.profile.tasks[task].host_fraction
+        item.on_done = self._iteration_done
+        self._item = item
+        self._decoding = 0          # rows that decode in the iteration in flight
+        self._admitted = 0          # rows it prefills ...
+        self._admitted_tokens = 0   # ... and their tokens
+        self._fresh: list[int] = []  # the prompts it prefills for the first time
 
     # -- arrivals -----------------------------------------------------------------------
     def add(self, pid: int) -> None:
         system = self.system
         need = system.prompt_tokens[pid] + system.max_tokens[pid]
-        if self._blocks_for(need) > self.total_blocks:
+        if _blocks(need, self.block_size) > self.total_blocks:
             raise ScenarioError(system.scenario.source, f"tasks.{self.task}", "kv_blocks",
                                 f"a prompt of {system.prompt_tokens[pid]} + {system.max_tokens[pid]} tokens "
-                                f"needs {self._blocks_for(need)} KV blocks; the cache has {self.total_blocks}")
+                                f"needs {_blocks(need, self.block_size)} KV blocks; the cache has {self.total_blocks}")
         if self.max_queue is not None and len(self.waiting) >= self.max_queue:
             system.turn_away([pid], "rejected")
             return
         self.waiting.append(pid)
-        self.generated[pid] = 0
         self.outstanding_tokens += need
         if self.queue_timeout is not None:
             self.env.call_at(self.env._now + self.queue_timeout, TIMER, self._on_queue_timeout, pid)
@@ -103,7 +388,6 @@ class Engine:
         if self.drop_on_timeout:
             self.waiting.remove(pid)
             self.outstanding_tokens -= system.prompt_tokens[pid] + system.max_tokens[pid]
-            del self.generated[pid]
             system.turn_away([pid], "dropped")
         else:
             system.status[pid] = "sent_after_timeout"
@@ -113,117 +397,105 @@ class Engine:
         # comes after ARRIVAL), so prompts arriving at a boundary, or with the same call,
         # join it.
         self.busy = True
-        self.env.call_at(self.env._now, TIMER, self._on_boundary)
-
-    def _on_boundary(self, event) -> None:
-        self._iterate()
-
-    def _blocks_for(self, tokens: int) -> int:
-        return -(-tokens // self.block_size)
+        self.env.call_at(self.env._now, TIMER, self._iterate)
 
     # -- one iteration --------------------------------------------------------------------
-    def _iterate(self) -> None:
+    def _iterate(self, event=None) -> None:
         system = self.system
-        ptoks, mtoks, generated = system.prompt_tokens, system.max_tokens, self.generated
-        running = self.running
+        ptoks = system.prompt_tokens
+        rows = self.rows
         # 1. tokens of the running rows, preempting the newest while the cache is short
-        gains = list(map(int, self.cost.tokens(len(running), self.rng))) if running else []
+        decoding = rows.start(self.rng)
         preempted = False
-        while running:
-            needs = [self._blocks_for(ptoks[pid] + generated[pid] + min(gain, mtoks[pid] - generated[pid]))
-                     for pid, gain in zip(running, gains)]
-            extra = sum(n - self.blocks[pid] for pid, n in zip(running, needs))
-            if extra <= self.free_blocks:
-                # Reserve them now, so admissions below cannot take them.
-                for pid, n in zip(running, needs):
-                    self.blocks[pid] = n
-                self.free_blocks -= extra
-                break
-            victim = running.pop()
-            gains.pop()
-            self.free_blocks += self.blocks.pop(victim)
-            system.preemptions[victim] += 1
-            self.outstanding_tokens += ptoks[victim] + generated[victim]  # to recompute
-            self.waiting.appendleft(victim)
-            preempted = True
+        if decoding and self.counts_blocks:
+            self.free_blocks, victims = rows.reserve(cast(int, self.free_blocks))
+            if victims:
+                preempted = True
+                for pid, made in victims:  # newest first: the oldest ends up at the head
+                    system.preemptions[pid] += 1
+                    self.outstanding_tokens += ptoks[pid] + made  # to recompute
+                    self.resumed[pid] = made
+                    self.waiting.appendleft(pid)
+                decoding = len(rows)
+        self.running = decoding
+        context, capacity = rows.bounds() if self.reads_lengths else (0, 0)
         # 2. admissions
-        admitted: list[int] = []
         prefill: list[int] = []
+        fresh: list[int] = []
         if not preempted:
-            budget = self.token_budget - len(running)
-            while self.waiting and len(running) + len(admitted) < self.max_rows:
-                pid = self.waiting[0]
-                tokens = ptoks[pid] + generated[pid]
-                if tokens > budget and (running or admitted):
+            waiting, resumed, bs = self.waiting, self.resumed, self.block_size
+            budget = self.token_budget - decoding
+            room = self.max_rows - decoding
+            while waiting and len(prefill) < room:
+                pid = waiting[0]
+                made = resumed.get(pid, 0)
+                tokens = ptoks[pid] + made
+                if tokens > budget and (decoding or prefill):
                     break
-                blocks = self._blocks_for(tokens + 1)
-                if blocks > self.free_blocks:
-                    break
-                self.waiting.popleft()
-                self.free_blocks -= blocks
-                self.blocks[pid] = blocks
-                admitted.append(pid)
+                if self.counts_blocks:
+                    blocks = _blocks(tokens + 1, bs)
+                    if blocks > self.free_blocks:
+                        break
+                    self.free_blocks -= blocks
+                waiting.popleft()
+                if made:
+                    del resumed[pid]
+                else:
+                    fresh.append(pid)
+                rows.admit(pid, tokens, made)
                 prefill.append(tokens)
                 budget -= tokens
-        if not running and not admitted:
+        if not decoding and not prefill:
             self.busy = False
             return
-        context = max((ptoks[p] + generated[p] for p in running), default=0)
-        capacity = max((ptoks[p] + mtoks[p] for p in running), default=0)
-        work = self.cost.step(len(running), prefill, context, self.rng, capacity)
+        work = self.cost.step(decoding, prefill, context, self.rng, capacity)
         now = self.env._now
-        item = Batch(system.new_batch_id(), self.task, self.name, running + admitted, -1, now, work)
-        item.priority = self.priority
-        item.host_fraction = system.profile.tasks[self.task].host_fraction
-        item.on_done = self._iteration_done
-        item.holder = (list(running), gains, admitted, prefill)
-        if admitted:
-            fresh = [p for p in admitted if system.batch_of[p] < 0]
-            if fresh:
-                # The admission record: these prompts' batch in the event log.
-                record = Batch(item.id, self.task, self.name, fresh, -1, now, work)
-                record.started_at = now
-                record.device = self.device.gpu_id
-                system.batches.append(record)
-                for p in fresh:
-                    system.batch_of[p] = item.id
+        item = self._item
+        item.id = system.new_batch_id()
+        item.formed_at = now
+        item.work = item.first_token_work = work
+        self._in_flight.rows = decoding + len(prefill)
+        self._decoding = decoding
+        self._admitted = len(prefill)
+        self._admitted_tokens = sum(prefill)
+        self._fresh = fresh
+        if fresh:
+            # The admission record: these prompts' batch in the event log.
+            record = Batch(item.id, self.task, self.name, fresh, -1, now, work)
+            record.started_at = now
+            record.device = self.device.gpu_id
+            system.batches.append(record)
+            batch_of = system.batch_of
+            for p in fresh:
+                batch_of[p] = item.id
         self.busy = True
         self.device.submit(item)
 
     def _iteration_done(self, item: Batch) -> None:
         system = self.system
-        ptoks, mtoks, generated = system.prompt_tokens, system.max_tokens, self.generated
-        decoded, gains, admitted, prefill = item.holder
         now = self.env._now
-        finished: list[int] = []
-        for pid, gain in zip(decoded, gains):
-            gain = min(gain, mtoks[pid] - generated[pid])
-            generated[pid] += gain
-            self.outstanding_tokens -= gain
-            if generated[pid] >= mtoks[pid]:
-                finished.append(pid)
-        for pid, tokens in zip(admitted, prefill):
-            if generated[pid] == 0:
-                system.first_token_at[pid] = now
-            self.outstanding_tokens -= tokens + 1  # its prefill, and the token it made
-            generated[pid] += 1
-            if generated[pid] >= mtoks[pid]:
-                finished.append(pid)
-        self.running.extend(admitted)
+        made, finished = self.rows.finish(self._decoding)
+        # decoding rows' tokens; each admitted row's prefill and the token it made
+        self.outstanding_tokens -= made + self._admitted_tokens + self._admitted
+        first_token_at = system.first_token_at
+        for pid in self._fresh:
+            first_token_at[pid] = now
+        self.running = len(self.rows)
         if finished:
-            gone = set(finished)
-            self.running = [p for p in self.running if p not in gone]
+            done_at = system.done_at
             for pid in finished:
-                self.free_blocks += self.blocks.pop(pid)
-                del generated[pid]
-                system.done_at[pid] = now
+                done_at[pid] = now
+            if self.counts_blocks:
+                ptoks, mtoks, bs = system.prompt_tokens, system.max_tokens, self.block_size
+                # a row ends with its prompt and max tokens (one token if it has none)
+                self.free_blocks += sum(_blocks(ptoks[p] + max(mtoks[p], 1), bs) for p in finished)
             system.prompts_finished(finished)
         self._start_soon()
 
     @property
     def outstanding(self) -> int:
         """Prompts waiting or running here."""
-        return len(self.waiting) + len(self.running)
+        return len(self.waiting) + self.running
 
     @property
     def waiting_count(self) -> int:
