@@ -279,7 +279,7 @@ class DrawnGainRows:
 
     def lengths(self) -> dict[int, int]:
         """As :meth:`FixedGainRows.lengths`."""
-        return dict(zip(self.prompts, self.length[:len(self.prompts)].tolist()))
+        return dict(zip(self.prompts, self.length[:len(self.prompts)].tolist(), strict=True))
 
     def finish(self, decoding: int) -> tuple[int, list[int]]:
         """As :meth:`FixedGainRows.finish`."""
@@ -300,7 +300,7 @@ class DrawnGainRows:
         kept = rows - len(finished)
         length[:kept] = length[:rows][keep]
         limit[:kept] = limit[:rows][keep]
-        self.prompts = [p for p, k in zip(self.prompts, keep.tolist()) if k]
+        self.prompts = [p for p, k in zip(self.prompts, keep.tolist(), strict=True) if k]
         self._widest = None
         return made, finished
 
