@@ -322,6 +322,12 @@ def _local_results(jobs: list, task: str | None, base: Base, workers: int) -> It
             yield run_job(job, task)
         return
     ctx = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
+    if ctx is not None:
+        # The first job runs here: forked workers then inherit the loaded compiled kernel
+        # instead of each loading it again (a plan makes a pool per step).
+        _set_base(base)
+        yield run_job(jobs[0], task)
+        jobs = jobs[1:]
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_set_base,
                                 initargs=(base,)) as pool:
         # Chunks amortise the inter-process round trip over several millisecond-long replays.

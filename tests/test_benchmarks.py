@@ -32,7 +32,7 @@ def test_replay_throughput_quick_mode(capsys):
 @pytest.mark.benchmark
 def test_sweep_throughput_quick_mode(capsys):
     bench = load("sweep_throughput")
-    assert bench.main(["--repeat", "1", "--json"]) == 0
+    assert bench.main(["--repeat", "1", "--small", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["configurations"] == 200
     assert result["configurations_per_s"] == pytest.approx(200 / result["seconds"])
