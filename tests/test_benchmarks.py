@@ -19,14 +19,15 @@ def load(name: str):
 
 
 @pytest.mark.benchmark
-def test_replay_throughput_quick_mode(capsys):
-    bench = load("replay_throughput")
-    assert bench.main(["--calls", "300", "--repeat", "1", "--json"]) == 0
+def test_engine_speed_quick_mode(capsys):
+    bench = load("engine_speed")
+    assert bench.main(["--quick", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert result["calls"] == 300
-    assert 300 <= result["prompts"] <= 8 * 300
-    assert result["simulate_prompts_per_s"] == pytest.approx(result["prompts"] / result["simulate_s"])
-    assert result["replay_s"] >= result["simulate_s"] > 0
+    assert [r["case"] for r in result["rows"]] == ["M/M/4", "flush-window batching", "design-notes"]
+    for row in result["rows"]:
+        assert row["fast_x_simpy"] == pytest.approx(row["fast_prompts_per_s"] / result["simpy_customers_per_s"])
+        assert row["fast_prompts_per_s"] > 0 and row["reference_prompts_per_s"] > 0
+    assert result["cli_prompts_per_s"] > 0
 
 
 @pytest.mark.benchmark
