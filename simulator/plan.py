@@ -143,7 +143,7 @@ class PlanResult:
     config: dict[str, Any]
     slos: list[SLO]
     met: bool
-    figures: dict[str, float]
+    figures: dict[str, float | None]
     max_rate_scale: float | None
     replays: int
     search: list[dict[str, Any]]
@@ -176,14 +176,14 @@ def plan(base: Base, slos: Sequence[SLO], axes: Mapping[str, Sequence[Any]] | No
         raise PlanError(None, None, None, "give at least one --slo")
     if max_gpus < 1:
         raise PlanError(None, None, None, f"--max-gpus must be >= 1, got {max_gpus}")
-    axes = {**DEFAULT_AXES, **(axes or {})}
+    axis_values = {name: tuple(values) for name, values in {**DEFAULT_AXES, **(axes or {})}.items()}
     for name in ("gpus", "rate_scale"):
-        if name in axes:
+        if name in axis_values:
             raise PlanError(None, None, None, f"--{name.replace('_', '-')} is what plan searches; do not fix it")
-    validate(SweepSpec(axes, tuple(seeds), task), base)
+    validate(SweepSpec(axis_values, tuple(seeds), task), base)
     say = progress or (lambda _m: None)
     ev = Evaluator(base, tuple(seeds), task, workers)
-    grid = SweepSpec(axes, tuple(seeds), task).configurations()
+    grid = SweepSpec(axis_values, tuple(seeds), task).configurations()
     failed_at: dict[int, int] = {}   # config -> largest GPU count at which it missed an SLO
     headroom: dict[int, tuple[float, float, float]] = {}
     search: list[dict[str, Any]] = []
@@ -196,7 +196,9 @@ def plan(base: Base, slos: Sequence[SLO], axes: Mapping[str, Sequence[Any]] | No
         # Dominance: what misses an SLO with g' GPUs misses it with fewer, so skip it for g <= g'.
         candidates = [i for i in range(len(grid)) if failed_at.get(i, 0) < g]
         order = sorted(candidates, key=lambda i: headroom.get(i, (0.0, 0.0, 0.0)))
-        passed, failed, tried = [], [], 0
+        passed: list[int] = []
+        failed: list[int] = []
+        tried = 0
         step = max(1, len(order) if full else (workers or os.cpu_count() or 2) * 4)
         for start in range(0, len(order), step):
             chunk = order[start:start + step]
@@ -228,11 +230,11 @@ def plan(base: Base, slos: Sequence[SLO], axes: Mapping[str, Sequence[Any]] | No
         else:
             lo = mid
     _, passed = feasible(hi, full=True)
-    figs = dict(zip(passed, ev.evaluate(at(hi, passed)), strict=True))
-    best = min(passed, key=lambda i: score(slos, figs[i]))
+    figs_of = dict(zip(passed, ev.evaluate(at(hi, passed)), strict=True))
+    best = min(passed, key=lambda i: score(slos, figs_of[i]))
     config = at(hi, [best])[0]
     max_rate = max_rate_scale(ev, config, slos, load_tolerance, say) if find_max_rate else None
-    return PlanResult(hi, config, list(slos), True, _report(figs[best], slos), max_rate, ev.replays, search)
+    return PlanResult(hi, config, list(slos), True, _report(figs_of[best], slos), max_rate, ev.replays, search)
 
 
 def group_of(figure: str) -> str:
@@ -240,7 +242,7 @@ def group_of(figure: str) -> str:
     return "overall" if figure.startswith("overall.") else ".".join(figure.split(".")[:2])
 
 
-def _report(figs: Mapping[str, float], slos: Sequence[SLO]) -> dict[str, float]:
+def _report(figs: Mapping[str, float], slos: Sequence[SLO]) -> dict[str, float | None]:
     groups = dict.fromkeys([group_of(s.figure) for s in slos] + ["overall"])
     keys = [s.figure for s in slos] + ["overall.latency.mean", "overall.latency.p95", "overall.latency.p99",
                                        "overall.timed_out", "makespan_s"]

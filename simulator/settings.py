@@ -230,7 +230,7 @@ def setting(default: T, help: str, **spec: Any) -> T:
     """A settings field: ``default``, with ``help`` and the rest of ``spec`` (the keywords of
     :class:`Setting`) kept as its metadata. Typed as its default, so that the dataclass's
     field type is the setting's."""
-    return typing.cast(T, field(default=default, metadata={"setting": Setting(help=help, **spec)}))
+    return field(default=default, metadata={"setting": Setting(help=help, **spec)})
 
 
 # -- the client grammar (a run setting's value) ------------------------------------------

@@ -33,7 +33,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 import pandas as pd
@@ -191,6 +191,8 @@ def _set_base(base: Base) -> None:
 def run_job(job: tuple[str, dict[str, Any], int], task: str | None, base: Base | None = None) -> dict[str, Any]:
     """Replay one (configuration, seed); the result row. ``base`` defaults to the process's."""
     base = base or _BASE
+    if base is None:
+        raise RuntimeError("run_job needs a base: pass one, or set the process's with _set_base")
     key, config, seed = job
     scenario = scenario_for(base, config, task)
     trace = base.trace.scaled(scenario.rate_scale) if scenario.rate_scale != 1 else base.trace
@@ -216,7 +218,7 @@ class ResultStore:
         else:
             self._load()
         self.resumed = len(self.rows)
-        self._handle = None
+        self._handle: TextIO | None = None
 
     def _check(self, found: Mapping[str, Any], where: Path) -> None:
         for part in ("trace", "profile", "scenario"):

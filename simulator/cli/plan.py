@@ -68,6 +68,7 @@ def plan_cli(
                 ev = Evaluator(base, tuple(range(max(1, seeds))), task, jobs)
                 from simulator import plots
 
+                assert result.max_rate_scale is not None  # plan() finds it for a met result (find_max_rate)
                 points = load_points(ev, result.config, slos, top=1.25 * result.max_rate_scale)
                 plots.load_curve(points, slos, f"{result.gpus} GPU(s): " + ", ".join(
                     f"{k}={v}" for k, v in result.config.items() if k != "gpus"), path=plot)

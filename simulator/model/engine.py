@@ -36,6 +36,7 @@ from simulator.model.topologies import TOPOLOGIES, Topology
 from simulator.profile import Profile
 from simulator.profile.iteration import first_token_seconds
 from simulator.profile.kinds import BatchShape
+from simulator.profile.kinds.spec_decode import SpecDecodeService
 from simulator.scenario import Scenario, TaskConfig
 from simulator.settings import service_overrides
 from simulator.trace.model import Trace
@@ -208,7 +209,9 @@ class System:
             cfg = self.scenario.for_task(task)
             overrides = {k: getattr(cfg, k) for k in service_overrides()
                          if getattr(cfg, k) is not None}
-            if overrides and not hasattr(service, "with_overrides"):
+            if overrides and isinstance(service, SpecDecodeService):
+                service = service.with_overrides(**overrides)
+            elif overrides:
                 # Defaults (CLI flags, [defaults]) apply where they can; a task's own setting
                 # that cannot apply is a mistake worth stopping for.
                 own = [k for k in overrides if k in self.scenario.tasks.get(task, {})]
@@ -216,9 +219,6 @@ class System:
                     raise ScenarioError(self.scenario.source, f"tasks.{task}", own[0],
                                         f"applies to spec_decode profiles only; task '{task}' has a "
                                         f"'{service.kind}' service model")
-                overrides = {}
-            if overrides:
-                service = service.with_overrides(**overrides)
             self._services[task] = service
         return service
 
@@ -312,11 +312,11 @@ class System:
                     self._start_group(*pending.popleft())
         if self._on_call_done is None:
             return
-        left, call_of = self._left_in_call, self.call_of
+        left_in_call, call_of = self._left_in_call, self.call_of
         for i in ids:
             ci = call_of[i]
-            left[ci] -= 1
-            if left[ci] == 0:
+            left_in_call[ci] -= 1
+            if left_in_call[ci] == 0:
                 self._on_call_done(ci)
 
     # -- running ------------------------------------------------------------------------
@@ -389,7 +389,7 @@ class System:
         task = self.task_of[ids[0]]
         if task in self._shared_tasks and task not in self._rotation_takers:
             # A group that does not take a GPU from the rotation (a CPU task) still advances it.
-            self.shared_rotation.choose(self.gpus, self.dispatch_rng)
+            self.shared_rotation.choose(range(len(self.gpus)), self.dispatch_rng)
         front.accept(ids)
 
     def _check_stalled(self) -> None:

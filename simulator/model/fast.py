@@ -27,6 +27,8 @@ import pandas as pd
 from simulator.model.dispatch import DISPATCH_RULES
 from simulator.model.log import Outcome, PromptColumns, build_event_log
 from simulator.profile import Profile
+from simulator.profile.kinds.distribution import DistributionService
+from simulator.profile.kinds.table import TableService
 from simulator.scenario import Scenario
 from simulator.settings import service_overrides
 from simulator.trace.model import Trace
@@ -148,7 +150,10 @@ def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int) -> _Low
     gpus = scenario.gpus
     sharing = SHARING_CODES[scenario.gpu_sharing]
     devices: list[tuple[int, int, int]] = [(sharing, 1, g) for g in range(gpus)]  # kind, servers, gpu id
-    fronts, queues, workers, rules = [], [], [], []
+    fronts: list[list[int]] = []
+    queues: list[list[int]] = []
+    workers: list[int] = []
+    rules: list[tuple[int, int, int]] = []
     devlist: list[int] = []
     queue_names: list[str] = []
 
@@ -191,7 +196,11 @@ def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int) -> _Low
             q = new_queue(t, task, cfg, bound, picker, rule, task_devices[0] if len(task_devices) == 1 else -1, share)
             fronts.append([0, q, q + 1, rule, 0, 0, 0, cfg.max_batch, 0, t])
         elif cfg.topology == "split":
-            per_queue = task_devices if resource == "gpu" else task_devices * cfg.cpu_workers
+            if resource == "gpu":
+                per_queue = task_devices
+            else:
+                assert cfg.cpu_workers is not None  # unsupported() leaves a split CPU task without it to the reference
+                per_queue = task_devices * cfg.cpu_workers
             share = device_list(per_queue) if resource == "gpu" else (0, 0)
             q0 = len(queues)
             for i, device in enumerate(per_queue):
@@ -218,9 +227,11 @@ def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int) -> _Low
     noise: list[np.ndarray] = []
     for t, (task, cfg, tp) in enumerate(zip(names, configs, task_profiles, strict=True)):
         service = tp.service
+        # unsupported() admits only these two kinds.
+        assert isinstance(service, (DistributionService, TableService)), service.kind
         dist = DIST_CODES[service.dist]
         cv = service.cv
-        if service.kind == "table":
+        if isinstance(service, TableService):
             if cv == 0:
                 dist = 0
             TK[t, 1], TK[t, 2] = 1, len(service.axes)

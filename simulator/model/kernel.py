@@ -24,17 +24,17 @@ from heapq import heappush
 from typing import Any
 
 import simpy
-from simpy.events import Event
+from simpy.events import Event, EventPriority
 
-COMPLETION = 0
-ARRIVAL = 1
-TIMER = 2
+COMPLETION = EventPriority(0)
+ARRIVAL = EventPriority(1)
+TIMER = EventPriority(2)
 
 
 class SimEnvironment(simpy.Environment):
     """A simpy environment that can call a function at an absolute instant."""
 
-    def call_at(self, at: float, priority: int, handler: Callable[[Event], Any], value: Any = None) -> Event:
+    def call_at(self, at: float, priority: EventPriority, handler: Callable[[Event], Any], value: Any = None) -> Event:
         """Schedule ``handler(event)`` at instant ``at``; ``event.value`` is ``value``."""
         if at < self._now:
             raise ValueError(f"cannot schedule in the past ({at} < {self._now})")
