@@ -418,15 +418,20 @@ def _form(st, task, name, size, worker_id, worker, q, now):
 
 
 @njit(cache=True, inline="always")
-def _link_append(st, d, b):
-    """Append batch ``b`` to device ``d``'s list (its line, or its running batches)."""
-    st.BI[b, BI_NEXT] = -1
-    st.BI[b, BI_PREV] = st.DI[d, DI_RUN_TAIL]
-    if st.DI[d, DI_RUN_TAIL] < 0:
+def _link_insert(st, d, b, after):
+    """Put batch ``b`` after ``after`` (-1: first) in device ``d``'s list (its line, or its
+    running batches)."""
+    before = st.DI[d, DI_RUN_HEAD] if after < 0 else st.BI[after, BI_NEXT]
+    st.BI[b, BI_PREV] = after
+    st.BI[b, BI_NEXT] = before
+    if after < 0:
         st.DI[d, DI_RUN_HEAD] = b
     else:
-        st.BI[st.DI[d, DI_RUN_TAIL], BI_NEXT] = b
-    st.DI[d, DI_RUN_TAIL] = b
+        st.BI[after, BI_NEXT] = b
+    if before < 0:
+        st.DI[d, DI_RUN_TAIL] = b
+    else:
+        st.BI[before, BI_PREV] = b
     st.DI[d, DI_RUN_COUNT] += 1
 
 
@@ -458,23 +463,12 @@ def _submit(st, b, d, now):
             after = st.DI[d, DI_RUN_TAIL]
             while after >= 0 and st.TK[st.BI[after, BI_TASK], 3] < st.TK[st.BI[b, BI_TASK], 3]:
                 after = st.BI[after, BI_PREV]
-            before = st.DI[d, DI_RUN_HEAD] if after < 0 else st.BI[after, BI_NEXT]
-            st.BI[b, BI_PREV] = after
-            st.BI[b, BI_NEXT] = before
-            if after < 0:
-                st.DI[d, DI_RUN_HEAD] = b
-            else:
-                st.BI[after, BI_NEXT] = b
-            if before < 0:
-                st.DI[d, DI_RUN_TAIL] = b
-            else:
-                st.BI[before, BI_PREV] = b
-            st.DI[d, DI_RUN_COUNT] += 1
+            _link_insert(st, d, b, after)
         return
     _shared_advance(st, d, now)
     st.BF[b, BF_STARTED] = now
     st.BF[b, BF_REMAINING] = st.BF[b, BF_WORK]
-    _link_append(st, d, b)
+    _link_insert(st, d, b, st.DI[d, DI_RUN_TAIL])
     _shared_reschedule(st, d, now)
 
 
