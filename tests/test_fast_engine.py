@@ -168,3 +168,27 @@ def test_table_interpolation_matches_scipy():
         expected = max(float(scipy([[size, out, prompt]])[0]), table.floor)
         got = table.mean(BatchShape(int(size), int(prompt), int(out)))
         assert got == pytest.approx(expected, rel=1e-12, abs=1e-12)
+
+
+calls_strategy = st.lists(
+    st.tuples(st.sampled_from([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 8.0, 13.0]),
+              st.lists(st.tuples(st.sampled_from(TASKS), st.none() | st.integers(0, 900),
+                                 st.none() | st.integers(0, 600)), min_size=1, max_size=5)),
+    max_size=30)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(calls=calls_strategy, tasks=st.tuples(task_settings, task_settings, task_settings), run=run_settings,
+       profile=st.sampled_from(range(len(PROFILES))), seed=st.integers(0, 3))
+def test_kernel_equals_reference_on_small_traces_with_ties(calls, tasks, run, profile, seed):
+    """Arrivals at shared instants (flush timers and completions landing on them too), empty
+    and zero-token prompts, the empty trace."""
+    from simulator.trace.model import Call, Prompt, Trace
+
+    trace = Trace(tuple(Call(str(i), t, tuple(Prompt(task, p, m) for task, p, m in prompts))
+                        for i, (t, prompts) in enumerate(sorted(calls, key=lambda c: c[0]))))
+    overrides = {f"tasks.{t}.{k}": v for t, values in zip(TASKS, tasks, strict=True) for k, v in values.items()}
+    overrides.update({f"run.{k}": v for k, v in run.items()})
+    scenario = build_scenario(path="design-notes", overrides=overrides)
+    if unsupported(trace, scenario, PROFILES[profile]) is None:
+        assert_same_log(trace, scenario, PROFILES[profile], seed)

@@ -141,8 +141,8 @@ def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int) -> _Low
     order = np.lexsort((position, first_pos, rank[task_of] if n_tasks and rank_of else np.zeros(n, np.int64),
                         cols.call_of))
     sorted_pair = pair[order]
-    boundary = np.flatnonzero(np.diff(sorted_pair)) + 1 if n else np.zeros(0, np.int64)
-    g_start = np.concatenate([[0], boundary, [n]]).astype(np.int64)
+    boundary = np.flatnonzero(np.diff(sorted_pair)) + 1
+    g_start = np.concatenate([[0], boundary, [n]] if n else [[0]]).astype(np.int64)
     g_front = task_of[order[g_start[:-1]]].astype(np.int64)
     call_g0 = np.searchsorted(cols.call_of[order[g_start[:-1]]], np.arange(len(cols.call_t) + 1)).astype(np.int64)
 
