@@ -114,7 +114,9 @@ def test_wheel_installs_and_runs_from_a_temporary_folder(tmp_path):
         return done.stdout
 
     assert simctl("--version").strip().startswith("simctl ")
-    assert "Latency per task" in simctl("replay", "example", "--flush", "0.5")
+    replayed = simctl("replay", "example", "--flush", "0.5")
+    assert "Latency per task" in replayed
+    assert "engine=fast" in replayed  # the compiled kernel compiles and caches in the installed package
     simctl("replay", "example", "-c", "design-notes", "-p", "seed-calibrated", "--json", "out.json")
     assert json.loads((work / "out.json").read_text())["overall"]["prompts"] == 347
     simctl("sweep", "example", "--flush", "0,1", "-j", "1", "-o", "s.parquet")
