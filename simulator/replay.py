@@ -64,9 +64,18 @@ def replay(
         scenario = build_scenario()
     if not isinstance(profile, Profile):
         profile = load_profile(profile)
+    log, summary = simulate_and_summarize(trace, scenario, profile, seed,
+                                          resolved_config(trace, scenario, profile, seed))
+    return ReplayResult(log=log, summary=summary, scenario=scenario, profile=profile, seed=seed)
+
+
+def simulate_and_summarize(trace: Trace, scenario: Scenario, profile: Profile, seed: int,
+                           config: dict[str, Any] | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The one way a run becomes figures (replay, every sweep row): ``trace`` scaled by the
+    scenario's ``rate_scale``, simulated, and summarised with the scenario's deadline, GPU
+    count, client timeout and composition classes; ``config`` goes into the summary as is."""
     scaled = trace.scaled(scenario.rate_scale)
     log = simulate(scaled, scenario, profile, seed)
-    summary = summarize(log, resolved_config(trace, scenario, profile, seed),
-                        deadline=scenario.deadline, gpus=scenario.gpus,
+    summary = summarize(log, config, deadline=scenario.deadline, gpus=scenario.gpus,
                         client_timeout=scenario.client_timeout, compositions=scenario.compositions)
-    return ReplayResult(log=log, summary=summary, scenario=scenario, profile=profile, seed=seed)
+    return log, summary

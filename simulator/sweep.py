@@ -39,9 +39,9 @@ import numpy as np
 import pandas as pd
 
 from simulator.errors import ScenarioError, SimctlError
-from simulator.metrics import FigureError, figure_key, summarize
-from simulator.model import simulate
+from simulator.metrics import FigureError, figure_key
 from simulator.profile import Profile
+from simulator.replay import simulate_and_summarize
 from simulator.scenario import Scenario
 from simulator.settings import AXES, RUN_AXES, SETTINGS, TASK_AXES, ignored_by
 from simulator.trace.model import Trace
@@ -195,10 +195,7 @@ def run_job(job: tuple[str, dict[str, Any], int], task: str | None, base: Base |
         raise RuntimeError("run_job needs a base: pass one, or set the process's with _set_base")
     key, config, seed = job
     scenario = scenario_for(base, config, task)
-    trace = base.trace.scaled(scenario.rate_scale) if scenario.rate_scale != 1 else base.trace
-    log = simulate(trace, scenario, base.profile, seed)
-    summary = summarize(log, config=None, deadline=scenario.deadline, gpus=scenario.gpus,
-                        client_timeout=scenario.client_timeout, compositions=scenario.compositions)
+    _, summary = simulate_and_summarize(base.trace, scenario, base.profile, seed)
     return {"config_key": key, "seed": seed, **config, **flatten(summary)}
 
 

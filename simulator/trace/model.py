@@ -125,7 +125,10 @@ class Trace:
             return self
         calls = tuple(replace(c, t=c.t / rate_scale) for c in self.calls)
         meta = dict(self.meta, rate_scale=rate_scale * float(self.meta.get("rate_scale", 1.0)))
-        return Trace(calls=calls, meta=meta, source=self.source)
+        scaled = Trace(calls=calls, meta=meta, source=self.source)
+        if "columns" in self.__dict__:  # computed already: the same columns at the new times
+            scaled.__dict__["columns"] = replace(self.columns, call_t=self.columns.call_t / rate_scale)
+        return scaled
 
     def renamed(self, task_map: Mapping[str, str]) -> Trace:
         """The same calls with each task named by ``task_map`` (names it lacks are kept)."""
