@@ -387,6 +387,7 @@ def _form(st, task, name, size, worker_id, worker, q, now):
             max_out = st.mtok[p]
         tokens += st.ptok[p] + st.mtok[p]
     mean = _mean(st, task, size, max_prompt, max_out)
+    # The noise of simulator.profile.noise.sample, from its standard variates drawn in bulk.
     dist = st.TK[task, 0]
     if dist == K_DETERMINISTIC:
         work = mean

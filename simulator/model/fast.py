@@ -18,7 +18,6 @@ test fail), so a new rule can never run as another.
 from __future__ import annotations
 
 import hashlib
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,7 +25,7 @@ import pandas as pd
 
 from simulator.model.dispatch import DISPATCH_RULES
 from simulator.model.log import Outcome, PromptColumns, build_event_log
-from simulator.profile import Profile
+from simulator.profile import Profile, noise
 from simulator.profile.kinds.distribution import DistributionService
 from simulator.profile.kinds.table import TableService
 from simulator.scenario import Scenario
@@ -42,7 +41,6 @@ UNIT_CODES = {"prompts": 0, "tokens": 1, "waiting": 2}
 #: Topologies the kernel implements (its front codes); the others run on the reference engine.
 TOPOLOGY_CODES = {"shared": 0, "split": 1, "direct": 2}
 SHARING_CODES = {"exclusive": 0, "processor-sharing": 1}
-DIST_CODES = {"deterministic": 0, "exponential": 1, "gamma": 2, "lognormal": 3}
 TABLE_AXES = {"batch_size": 0, "prompt_tokens": 1, "max_tokens": 2}
 #: Task settings that only the reference engine models, with the value that means "off".
 REFERENCE_ONLY_TASK_SETTINGS = {"queue_timeout": None, "batch_forming": "eager", "rows_per_prompt": 1,
@@ -224,16 +222,14 @@ def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int) -> _Low
     GAXIS = np.zeros((n_tasks, 3), dtype=np.int64)
     gvals: list[np.ndarray] = []
     counts = np.bincount(task_of, minlength=n_tasks) if n_tasks else np.zeros(0, np.int64)
-    noise: list[np.ndarray] = []
+    draws: list[np.ndarray] = []
     for t, (task, cfg, tp) in enumerate(zip(names, configs, task_profiles, strict=True)):
         service = tp.service
         # unsupported() admits only these two kinds.
         assert isinstance(service, (DistributionService, TableService)), service.kind
-        dist = DIST_CODES[service.dist]
         cv = service.cv
+        dist = 0 if noise.is_noiseless(service.dist, cv) else noise.CODES[service.dist]
         if isinstance(service, TableService):
-            if cv == 0:
-                dist = 0
             TK[t, 1], TK[t, 2] = 1, len(service.axes)
             TMEAN[t, 0] = service.floor
             for a, (axis, grid) in enumerate(zip(service.axes, service.grid, strict=True)):
@@ -246,20 +242,10 @@ def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int) -> _Low
             for size in range(1, max_size + 1):
                 TMEAN[t, size] = service.batch_mean(size)
         TK[t, 0], TK[t, 3] = dist, cfg.priority
+        TSCALE[t] = noise.parameters(service.dist, cv)
         rng = np.random.default_rng([seed, 1, task_key(task)])
-        if dist == 1:
-            noise.append(rng.standard_exponential(int(counts[t])))
-        elif dist == 2:
-            k = 1.0 / (cv * cv)
-            TSCALE[t, 0] = k
-            noise.append(rng.standard_gamma(k, int(counts[t])))
-        elif dist == 3:
-            s2 = math.log1p(cv * cv)
-            TSCALE[t] = (s2, math.sqrt(s2))
-            noise.append(rng.standard_normal(int(counts[t])))
-        else:
-            noise.append(np.zeros(0))
-    NOISE0 = np.concatenate([[0], np.cumsum([len(x) for x in noise])]).astype(np.int64)
+        draws.append(noise.standard_draws(service.dist, cv, int(counts[t]), rng))
+    NOISE0 = np.concatenate([[0], np.cumsum([len(x) for x in draws])]).astype(np.int64)
     GVAL = np.zeros((n_tasks, max([len(v) for v in gvals] + [1])))
     for t, v in enumerate(gvals):
         GVAL[t, :len(v)] = v
@@ -284,7 +270,7 @@ def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int) -> _Low
         mtok.astype(np.int64), int_table(fronts, 10), QI, QF, worker_device,
         np.arange(len(worker_device), dtype=np.int64), DI, np.zeros((n_dev, 1)), np.array(devlist, dtype=np.int64),
         int_table(rules, 3), TK, TMEAN, TSCALE,
-        np.concatenate(noise) if noise else np.zeros(0), NOISE0, TPI, GRID, GLEN, GVAL, GAXIS,
+        np.concatenate(draws) if draws else np.zeros(0), NOISE0, TPI, GRID, GLEN, GVAL, GAXIS,
         float(scenario.cold_start), len(workers), dispatch_rng,
     )
     resources = [c.resource or tp.resource for c, tp in zip(configs, task_profiles, strict=True)]

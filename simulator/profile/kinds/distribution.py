@@ -14,12 +14,12 @@ two take ``cv`` (standard deviation over mean). Token counts are ignored by this
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from simulator.profile import noise
 from simulator.profile.kinds import KINDS, BatchShape
 from simulator.profile.spec import Where, need_number
 
@@ -104,17 +104,7 @@ class DistributionService:
         return (self.cv * self.batch_mean(shape.size)) ** 2
 
     def sample(self, shape: BatchShape, rng: np.random.Generator) -> float:
-        m = self.batch_mean(shape.size)
-        if self.dist == "deterministic":
-            return m
-        if self.dist == "exponential":
-            return float(rng.exponential(m))
-        if self.dist == "gamma":
-            k = 1.0 / (self.cv * self.cv)
-            return float(rng.gamma(k, m / k))
-        # lognormal with the given mean and cv
-        s2 = math.log1p(self.cv * self.cv)
-        return float(rng.lognormal(math.log(m) - s2 / 2.0, math.sqrt(s2)))
+        return noise.sample(self.dist, self.batch_mean(shape.size), self.cv, rng)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind, "dist": self.dist, "mean": self.batch_mean.to_json()}

@@ -18,12 +18,12 @@ run-to-run noise around the interpolated mean.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from simulator.profile import noise
 from simulator.profile.kinds import KINDS, BatchShape
 from simulator.profile.spec import Where, need_number
 
@@ -63,14 +63,7 @@ class TableService:
         return (self.cv * self.mean(shape)) ** 2
 
     def sample(self, shape: BatchShape, rng: np.random.Generator) -> float:
-        m = self.mean(shape)
-        if self.dist == "deterministic" or self.cv == 0:
-            return m
-        if self.dist == "gamma":
-            k = 1.0 / (self.cv * self.cv)
-            return float(rng.gamma(k, m / k))
-        s2 = math.log1p(self.cv * self.cv)
-        return float(rng.lognormal(math.log(m) - s2 / 2.0, math.sqrt(s2)))
+        return noise.sample(self.dist, self.mean(shape), self.cv, rng)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
