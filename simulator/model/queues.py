@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from simulator.model.kernel import TIMER
 from simulator.model.policies import BatchingPolicy, ReleaseNow
@@ -29,6 +30,35 @@ if TYPE_CHECKING:
     from simpy.events import Event
 
     from simulator.model.engine import System
+    from simulator.model.kernel import SimEnvironment
+    from simulator.scenario import TaskConfig
+
+
+@dataclass(frozen=True)
+class QueueLimits:
+    """Triton's queue policy, for a micro-batch queue and a continuous engine's waiting line
+    alike: at most ``max_queue`` prompts wait (one that finds the line full is rejected); a
+    prompt waits at most ``timeout`` seconds, then it is dropped (``drop``) or marked
+    ``sent_after_timeout`` and still served."""
+
+    max_queue: int | None = None
+    timeout: float | None = None
+    drop: bool = True
+
+    @classmethod
+    def of(cls, config: TaskConfig) -> QueueLimits:
+        return cls(config.max_queue, config.queue_timeout, config.timeout_action == "drop")
+
+    def room(self, waiting: int, arriving: int) -> int:
+        """How many of ``arriving`` prompts join a line of ``waiting`` (the rest are rejected)."""
+        if self.max_queue is None:
+            return arriving
+        return min(arriving, max(self.max_queue - waiting, 0))
+
+    def watch(self, env: SimEnvironment, handler: Callable[[Event], Any], joined: Any) -> None:
+        """Call ``handler`` when prompts that ``joined`` now have waited ``timeout`` (if any)."""
+        if self.timeout is not None:
+            env.call_at(env._now + self.timeout, TIMER, handler, joined)
 
 
 class Worker:
@@ -76,9 +106,7 @@ class BatchQueue:
         self.outstanding_tokens = 0  # prompt + max tokens of prompts waiting or in service
         self.devices = devices or []
         config = system.configs[task]
-        self.max_queue = config.max_queue
-        self.queue_timeout = config.queue_timeout
-        self.drop_on_timeout = config.timeout_action == "drop"
+        self.limits = QueueLimits.of(config)
         self.sticky = config.sticky_gpu
         self.form_when_free = config.batch_forming == "gpu-free"
         if self.form_when_free:
@@ -93,18 +121,16 @@ class BatchQueue:
 
     def add(self, prompt_ids: list[int]) -> None:
         """Prompts join the queue now (a call's group for this task)."""
-        if self.max_queue is not None:
-            room = max(self.max_queue - len(self.waiting), 0)
-            if room < len(prompt_ids):
-                self.system.turn_away(prompt_ids[room:], "rejected")
-                prompt_ids = prompt_ids[:room]
+        room = self.limits.room(len(self.waiting), len(prompt_ids))
+        if room < len(prompt_ids):
+            self.system.turn_away(prompt_ids[room:], "rejected")
+            prompt_ids = prompt_ids[:room]
         if not prompt_ids:
             return
         self.waiting.extend(prompt_ids)
         system = self.system
         self.outstanding_tokens += sum(system.prompt_tokens[i] + system.max_tokens[i] for i in prompt_ids)
-        if self.queue_timeout is not None:
-            self.env.call_at(self.env._now + self.queue_timeout, TIMER, self._on_queue_timeout, prompt_ids)
+        self.limits.watch(self.env, self._on_queue_timeout, prompt_ids)
         self.poll()
 
     @property
@@ -170,7 +196,7 @@ class BatchQueue:
         late = [i for i in event._value if system.batch_of[i] < 0 and system.status[i] == "served"]
         if not late:
             return
-        if self.drop_on_timeout:
+        if self.limits.drop:
             gone = set(late)
             self.waiting = deque(i for i in self.waiting if i not in gone)
             self.outstanding_tokens -= sum(system.prompt_tokens[i] + system.max_tokens[i] for i in late)

@@ -87,6 +87,16 @@ class Device(ABC):
     def submit(self, batch: Batch) -> None:
         """Take ``batch`` now: start it, or queue it until the device can."""
 
+    # The one place a device counts what it holds (what the dispatch rules compare).
+    def _take(self, batch: Batch) -> None:
+        batch.device = self.gpu_id
+        self.outstanding += len(batch.prompts)
+        self.outstanding_tokens += batch.tokens
+
+    def _release(self, batch: Batch) -> None:
+        self.outstanding -= len(batch.prompts)
+        self.outstanding_tokens -= batch.tokens
+
 
 class ServerPool(Device):
     """``servers`` identical servers with one FIFO line (``None``: unlimited servers).
@@ -106,9 +116,7 @@ class ServerPool(Device):
         self.outstanding_tokens = 0
 
     def submit(self, batch: Batch) -> None:
-        batch.device = self.gpu_id
-        self.outstanding += len(batch.prompts)
-        self.outstanding_tokens += batch.tokens
+        self._take(batch)
         if self.servers is None or self.busy < self.servers:
             self._start(batch)
         else:
@@ -124,8 +132,7 @@ class ServerPool(Device):
         batch: Batch = event._value
         batch.done_at = self.env._now
         self.busy -= 1
-        self.outstanding -= len(batch.prompts)
-        self.outstanding_tokens -= batch.tokens
+        self._release(batch)
         # The next waiting batch starts before the finished batch's worker is told, so a
         # batch already waiting for this GPU keeps its FIFO place.
         if self.line:
@@ -240,9 +247,7 @@ class RetimedGpu(Device):
             self.env.call_at(at, COMPLETION, self._on_timer, self.version)
 
     def submit(self, batch: Batch) -> None:
-        batch.device = self.gpu_id
-        self.outstanding += len(batch.prompts)
-        self.outstanding_tokens += batch.tokens
+        self._take(batch)
         if self.exclusive and self.remaining:
             heappush(self.line, (-batch.priority, next(self._order), batch))
             return
@@ -265,8 +270,7 @@ class RetimedGpu(Device):
         for batch in finished:
             del self.remaining[batch]
             batch.done_at = now
-            self.outstanding -= len(batch.prompts)
-            self.outstanding_tokens -= batch.tokens
+            self._release(batch)
         if self.exclusive and self.line and not self.remaining:
             self._begin(heappop(self.line)[2])
         self.host.after_change()

@@ -58,6 +58,7 @@ import numpy as np
 
 from simulator.errors import ScenarioError
 from simulator.model.kernel import TIMER
+from simulator.model.queues import QueueLimits
 from simulator.model.resources import Batch, Device
 from simulator.model.topologies import TOPOLOGIES, Topology
 from simulator.profile.iteration import StepCost, step_cost
@@ -333,9 +334,7 @@ class Engine:
         self.total_blocks = kv if kv is not None else math.inf
         self.free_blocks = self.total_blocks
         self.counts_blocks = kv is not None  # an unlimited cache never preempts: nothing to count
-        self.max_queue = config.max_queue
-        self.queue_timeout = config.queue_timeout
-        self.drop_on_timeout = config.timeout_action == "drop"
+        self.limits = QueueLimits.of(config)
         self.priority = config.priority
         self.cost = step_cost(system.profile.tasks[task], system.service_of(task))
         self.reads_lengths = self.cost.reads_lengths
@@ -370,13 +369,12 @@ class Engine:
             raise ScenarioError(system.scenario.source, f"tasks.{self.task}", "kv_blocks",
                                 f"a prompt of {system.prompt_tokens[pid]} + {system.max_tokens[pid]} tokens "
                                 f"needs {_blocks(need, self.block_size)} KV blocks; the cache has {self.total_blocks}")
-        if self.max_queue is not None and len(self.waiting) >= self.max_queue:
+        if self.limits.room(len(self.waiting), 1) == 0:
             system.turn_away([pid], "rejected")
             return
         self.waiting.append(pid)
         self.outstanding_tokens += need
-        if self.queue_timeout is not None:
-            self.env.call_at(self.env._now + self.queue_timeout, TIMER, self._on_queue_timeout, pid)
+        self.limits.watch(self.env, self._on_queue_timeout, pid)
         if not self.busy:
             self._start_soon()
 
@@ -385,7 +383,7 @@ class Engine:
         system = self.system
         if system.batch_of[pid] >= 0:
             return  # admitted in time (a preempted prompt is not timed out again)
-        if self.drop_on_timeout:
+        if self.limits.drop:
             self.waiting.remove(pid)
             self.outstanding_tokens -= system.prompt_tokens[pid] + system.max_tokens[pid]
             system.turn_away([pid], "dropped")
