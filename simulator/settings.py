@@ -71,6 +71,8 @@ class Setting:
     ``unset`` what the default ``None`` means (``per GPU``). ``read_by``: the topologies that
     read it (empty: every one); ``kinds``: the profile kinds (empty: every one). ``cli``: the
     commands that take it as a flag; ``sweepable``: a sweep may vary it (an axis).
+    ``reference_only``: only the reference engine models it, so a value other than the
+    default runs the scenario there (:func:`simulator.model.fast.unsupported`).
     """
 
     help: str
@@ -87,6 +89,7 @@ class Setting:
     kinds: tuple[str, ...] = ()
     cli: tuple[str, ...] = ()
     sweepable: bool = False
+    reference_only: bool = False
     # From the field (filled in by :func:`_declared`).
     name: str = ""
     scope: str = ""
@@ -318,7 +321,7 @@ class TaskConfig:
         read_by=WAITING_LINE, cli=REPLAY)
     queue_timeout: float | None = setting(
         None, "Seconds a prompt may wait in a queue", min=0, above=True, noun="a number of seconds",
-        unset="unlimited", read_by=WAITING_LINE, cli=REPLAY)
+        unset="unlimited", read_by=WAITING_LINE, cli=REPLAY, reference_only=True)
     timeout_action: str = setting(
         "drop", "At the queue timeout: drop the prompt, or send it anyway (served, counted as timed out)",
         choices=("drop", "send"), read_by=WAITING_LINE, cli=REPLAY)
@@ -340,15 +343,16 @@ class TaskConfig:
     batch_forming: str = setting(
         "eager", "eager: a free worker forms its batch, then waits for its GPU (a per-GPU lock taken after "
         "dequeuing); gpu-free: it forms one only when its GPU is free", choices=("eager", "gpu-free"),
-        read_by=QUEUED)
+        read_by=QUEUED, reference_only=True)
     rows_per_prompt: int = setting(
-        1, "Rows a prompt occupies in a batch (best-of-n sampling: n)", min=1, read_by=BATCHED)
+        1, "Rows a prompt occupies in a batch (best-of-n sampling: n)", min=1, read_by=BATCHED,
+        reference_only=True)
     single_prompt: str = setting(
         "batched", "A batch of one prompt is served batched like any other, or sequential: its rows one "
         "generation after another", choices=("batched", "sequential"), read_by=BATCHED)
     adaptive_lookahead: bool = setting(
         False, "Speculative decoding picks each batch's lookahead from the GPU's recent acceptance history",
-        read_by=BATCHED, kinds=SPEC_DECODE)
+        read_by=BATCHED, kinds=SPEC_DECODE, reference_only=True)
 
 
 @dataclass(frozen=True)
@@ -367,18 +371,21 @@ class RunSettings:
         sweepable=True, cli=REPLAY_SWEEP)
     client: str = setting(
         "open", "open (replay arrival times) or closed:N[:THINK] (N calls outstanding, the next sent THINK s "
-        "after one ends)", grammar=parse_client, noun="open or closed:N[:THINK]", cli=REPLAY)
+        "after one ends)", grammar=parse_client, noun="open or closed:N[:THINK]", cli=REPLAY,
+        reference_only=True)
     client_timeout: float | None = setting(
         None, "A call not done this many seconds after it was sent failed (the server still serves it)",
         min=0, finite=True, noun="a number of seconds", unset="none")
     cold_start: float = setting(
         0.0, "Nothing is served before this many seconds", min=0, finite=True, noun="a number of seconds")
     host_lock: bool = setting(
-        False, "One process (one interpreter lock) drives every GPU: running GPU batches slow down together")
+        False, "One process (one interpreter lock) drives every GPU: running GPU batches slow down together",
+        reference_only=True)
     shared_rotation: tuple[str, ...] = setting(
-        (), "Tasks whose groups all advance one round-robin counter; their round-robin dispatch takes from it")
+        (), "Tasks whose groups all advance one round-robin counter; their round-robin dispatch takes from it",
+        reference_only=True)
     max_concurrent_groups: int | None = setting(
-        None, "A call's task groups run at most this many at a time", min=1, unset="unlimited")
+        None, "A call's task groups run at most this many at a time", min=1, unset="unlimited", reference_only=True)
     group_order: tuple[str, ...] = setting(
         (), "The order a call's task groups start in (tasks it does not list keep their order, after)")
     engine: str = setting(

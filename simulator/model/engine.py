@@ -435,20 +435,11 @@ class System:
 def prompt_columns(trace: Trace, names: list[str], code: dict[str, int], task_of: list[str],
                    resources: list[str], prompt_tokens, max_tokens, arrived_at) -> PromptColumns:
     """The :class:`PromptColumns` of a run of ``trace`` (tasks coded by ``code``)."""
-    calls = trace.calls
-    sizes = np.fromiter((len(c.prompts) for c in calls), dtype=np.int64, count=len(calls))
-    starts = np.cumsum(sizes) - sizes
-    n = int(sizes.sum())
-    call_of = np.repeat(np.arange(len(calls), dtype=np.int64), sizes)
+    cols = trace.columns
     return PromptColumns(
-        call_ids=np.array([c.id for c in calls], dtype=object),
-        call_of=call_of,
-        prompt_index=np.arange(n, dtype=np.int64) - np.repeat(starts, sizes),
-        task_names=names,
-        task_of=np.array([code[t] for t in task_of], dtype=np.int64),
-        resources=resources,
-        prompt_tokens=np.asarray(prompt_tokens, dtype=np.int64),
-        max_tokens=np.asarray(max_tokens, dtype=np.int64),
+        call_ids=cols.call_ids, call_of=cols.call_of, prompt_index=cols.prompt_index, task_names=names,
+        task_of=np.array([code[t] for t in task_of], dtype=np.int64), resources=resources,
+        prompt_tokens=np.asarray(prompt_tokens, dtype=np.int64), max_tokens=np.asarray(max_tokens, dtype=np.int64),
         arrived_at=np.asarray(arrived_at, dtype=float),
     )
 

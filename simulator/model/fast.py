@@ -8,7 +8,7 @@ policy and dispatch rule; exclusive and processor-sharing GPUs; CPU pools; queue
 continuous batching, the host lock, closed-loop clients, queue timeouts, spec_decode and
 iteration kinds, and the behaviours of :class:`~simulator.scenario.TaskConfig` marked for
 real servers — runs on the reference engine; :func:`unsupported` names the first setting
-that needs it.
+that needs it (settings declare it: ``reference_only`` in :mod:`simulator.settings`).
 
 Policies and dispatch rules are coded in :data:`POLICY_CODES` and :data:`RULE_CODES`; a name
 registered in the model but missing here makes :func:`unsupported` say so (and the contract
@@ -27,9 +27,9 @@ from simulator.model.dispatch import DISPATCH_RULES
 from simulator.model.log import Outcome, PromptColumns, build_event_log
 from simulator.profile import Profile, noise
 from simulator.profile.kinds.distribution import DistributionService
-from simulator.profile.kinds.table import TableService
+from simulator.profile.kinds.table import AXES as TABLE_AXIS_NAMES, TableService
 from simulator.scenario import Scenario
-from simulator.settings import service_overrides
+from simulator.settings import RUN, TASK, service_overrides
 from simulator.trace.model import Trace
 
 #: Batching policies the kernel implements (its integer codes).
@@ -41,10 +41,8 @@ UNIT_CODES = {"prompts": 0, "tokens": 1, "waiting": 2}
 #: Topologies the kernel implements (its front codes); the others run on the reference engine.
 TOPOLOGY_CODES = {"shared": 0, "split": 1, "direct": 2}
 SHARING_CODES = {"exclusive": 0, "processor-sharing": 1}
-TABLE_AXES = {"batch_size": 0, "prompt_tokens": 1, "max_tokens": 2}
-#: Task settings that only the reference engine models, with the value that means "off".
-REFERENCE_ONLY_TASK_SETTINGS = {"queue_timeout": None, "batch_forming": "eager", "rows_per_prompt": 1,
-                                "adaptive_lookahead": False}
+#: The table kind's axes, coded in the order simulator.profile.kinds.table.AXES lists them.
+TABLE_AXES = {axis: code for code, axis in enumerate(TABLE_AXIS_NAMES)}
 
 
 def task_key(task: str) -> int:
@@ -55,14 +53,9 @@ def task_key(task: str) -> int:
 def unsupported(trace: Trace, scenario: Scenario, profile: Profile) -> str | None:
     """Why the kernel cannot run this scenario (the setting, as the user names it), or
     ``None`` when it can."""
-    if scenario.host_lock:
-        return "run.host_lock"
-    if scenario.client != "open":
-        return "run.client (closed loop)"
-    if scenario.max_concurrent_groups is not None:
-        return "run.max_concurrent_groups"
-    if scenario.shared_rotation:
-        return "run.shared_rotation"
+    for spec in RUN.values():
+        if spec.reference_only and getattr(scenario, spec.name) != spec.default:
+            return f"run.{spec.name}"
     if scenario.gpu_sharing not in SHARING_CODES:
         return f"run.gpu_sharing = {scenario.gpu_sharing!r}"
     for task in trace.tasks:
@@ -74,9 +67,9 @@ def unsupported(trace: Trace, scenario: Scenario, profile: Profile) -> str | Non
             return f"{where}.policy = {cfg.policy!r} (registered, but not in the compiled kernel)"
         if cfg.dispatch not in RULE_CODES:
             return f"{where}.dispatch = {cfg.dispatch!r} (registered, but not in the compiled kernel)"
-        for key, off in REFERENCE_ONLY_TASK_SETTINGS.items():
-            if getattr(cfg, key) != off:
-                return f"{where}.{key}"
+        for spec in TASK.values():
+            if spec.reference_only and getattr(cfg, spec.name) != spec.default:
+                return f"{where}.{spec.name}"
         own = scenario.tasks.get(task, {})
         for key in service_overrides():
             if own.get(key) is not None:
