@@ -268,7 +268,7 @@ def with_observed_lengths(trace: Trace, observed: ObservedRun, tasks: tuple[str,
     meta = dict(trace.meta)
     meta["output_lengths"] = {"run": observed.path, "tasks": sorted(wanted), "prompts": len(lengths),
                               "chars_per_token": chars_per_token}
-    return replace(trace, calls=tuple(calls), meta=meta)
+    return Trace(calls=tuple(calls), meta=meta, source=trace.source)
 
 
 def observed_to_json(run: ObservedRun) -> dict[str, Any]:

@@ -13,7 +13,6 @@ small), so every example finishes in well under a second.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -30,6 +29,7 @@ from simulator.profile import load_profile
 from simulator.replay import replay
 from simulator.scenario import build_scenario
 from simulator.trace.formats import load_trace, save_trace
+from simulator.trace.model import Trace
 
 runner = CliRunner()
 REPO = Path(__file__).resolve().parents[1]
@@ -47,7 +47,7 @@ def files(tmp_path_factory) -> dict[str, Path]:
     trace = d / "trace.json"
     # A dozen calls of the bundled trace: every task, and replays that take milliseconds.
     full = load_trace(REPO / "traces" / "batch_arrivals.json")
-    save_trace(dataclasses.replace(full, calls=full.calls[:12]), trace)
+    save_trace(Trace(calls=full.calls[:12], meta=full.meta, source=full.source), trace)
     result = replay(load_trace(trace), build_scenario(path=REPO / "scenarios" / "design-notes.toml"),
                     load_profile("seed-calibrated"), seed=0)
     events = d / "events.parquet"

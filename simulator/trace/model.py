@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -45,7 +45,8 @@ class TraceColumns:
     """A trace as numpy columns: one entry per call, or per prompt in trace order.
 
     Absent token counts are ``-1`` (prompt tokens) and ``0`` (max tokens), as a replay reads
-    them: the task's default applies."""
+    them: the task's default applies. ``texts`` holds the prompts' texts (``None`` where a
+    prompt has none), or is ``None`` when no prompt has one."""
 
     call_t: np.ndarray         # float64, per call
     call_ids: np.ndarray       # object, per call
@@ -55,29 +56,130 @@ class TraceColumns:
     task_of: np.ndarray        # int64, per prompt: index into task_names
     prompt_tokens: np.ndarray  # int64, -1: absent
     max_tokens: np.ndarray     # int64, 0: absent
+    texts: np.ndarray | None = None  # object, per prompt
+
+    @classmethod
+    def of_calls(cls, calls: tuple[Call, ...]) -> TraceColumns:
+        """The columns of ``calls``."""
+        sizes = np.fromiter((len(c.prompts) for c in calls), dtype=np.int64, count=len(calls))
+        n = int(sizes.sum())
+        codes: dict[str, int] = {}
+        task_of = np.fromiter((codes.setdefault(p.task, len(codes)) for c in calls for p in c.prompts),
+                              dtype=np.int64, count=n)
+        prompt_tokens = np.fromiter((-1 if p.prompt_tokens is None else p.prompt_tokens
+                                     for c in calls for p in c.prompts), dtype=np.int64, count=n)
+        max_tokens = np.fromiter((p.max_tokens or 0 for c in calls for p in c.prompts), dtype=np.int64, count=n)
+        texts = None
+        if any(p.text is not None for c in calls for p in c.prompts):
+            texts = np.empty(n, dtype=object)
+            texts[:] = [p.text for c in calls for p in c.prompts]
+        call_ids = np.empty(len(calls), dtype=object)
+        call_ids[:] = [c.id for c in calls]
+        return cls.of_sizes(
+            call_t=np.fromiter((c.t for c in calls), dtype=float, count=len(calls)), call_ids=call_ids, sizes=sizes,
+            task_names=tuple(codes), task_of=task_of, prompt_tokens=prompt_tokens, max_tokens=max_tokens, texts=texts)
+
+    @classmethod
+    def of_sizes(cls, call_t: np.ndarray, call_ids: np.ndarray, sizes: np.ndarray, task_names: tuple[str, ...],
+                 task_of: np.ndarray, prompt_tokens: np.ndarray, max_tokens: np.ndarray,
+                 texts: np.ndarray | None = None) -> TraceColumns:
+        """The columns of calls of ``sizes`` prompts each (the per-prompt columns in trace order)."""
+        n = len(task_of)
+        starts = np.cumsum(sizes) - sizes
+        return cls(call_t=call_t, call_ids=call_ids,
+                   call_of=np.repeat(np.arange(len(call_t), dtype=np.int64), sizes),
+                   prompt_index=np.arange(n, dtype=np.int64) - np.repeat(starts, sizes),
+                   task_names=task_names, task_of=task_of, prompt_tokens=prompt_tokens, max_tokens=max_tokens,
+                   texts=texts)
+
+    def calls(self) -> tuple[Call, ...]:
+        """The calls these columns hold."""
+        names = self.task_names
+        texts = self.texts.tolist() if self.texts is not None else [None] * len(self.task_of)
+        prompts = [Prompt(names[k], None if pt < 0 else pt, mt or None, text)
+                   for k, pt, mt, text in zip(self.task_of.tolist(), self.prompt_tokens.tolist(),
+                                              self.max_tokens.tolist(), texts, strict=True)]
+        ends = np.cumsum(np.bincount(self.call_of, minlength=len(self.call_t))).tolist()
+        starts = [0, *ends[:-1]]
+        return tuple(Call(i, t, tuple(prompts[a:b]))
+                     for i, t, a, b in zip(self.call_ids.tolist(), self.call_t.tolist(), starts, ends, strict=True))
 
 
-@dataclass(frozen=True)
 class Trace:
     """An arrival trace: calls sorted by arrival time (stable for equal times).
 
     ``meta`` carries free-form provenance (source file, generator command, format);
     ``source`` is the path the trace was read from, if any.
+
+    A trace is held as its calls or as its columns (:class:`TraceColumns`), whichever it
+    was made from; the other is computed when first asked for. A replay reads only the
+    columns, so a trace read into columns never makes an object per prompt. Traces are
+    immutable: the methods that change one return a new trace.
     """
 
-    calls: tuple[Call, ...]
-    meta: dict[str, Any] = field(default_factory=dict)
-    source: str | None = None
+    __slots__ = ("__dict__", "meta", "source")
+    meta: dict[str, Any]
+    source: str | None
+
+    def __init__(self, calls: tuple[Call, ...] | None = None, meta: dict[str, Any] | None = None,
+                 source: str | None = None, *, columns: TraceColumns | None = None) -> None:
+        if (calls is None) == (columns is None):
+            raise TypeError("give a trace its calls or its columns (exactly one)")
+        if calls is not None:
+            self.__dict__["calls"] = tuple(calls)
+        else:
+            self.__dict__["columns"] = columns
+        object.__setattr__(self, "meta", {} if meta is None else meta)
+        object.__setattr__(self, "source", source)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"a Trace is immutable (cannot set {name!r})")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Trace):
+            return NotImplemented
+        return (self.calls, self.meta, self.source) == (other.calls, other.meta, other.source)
+
+    __hash__ = None  # type: ignore[assignment]  # meta is a dict: no hash, as before
+
+    def __repr__(self) -> str:
+        return f"Trace({len(self):,} calls, {self.n_prompts:,} prompts, source={self.source!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Columns travel (to sweep workers) without the calls computed from them.
+        held = {"columns": self.__dict__["columns"]} if "columns" in self.__dict__ else {"calls": self.calls}
+        return {**held, "meta": self.meta, "source": self.source}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for key in ("calls", "columns"):
+            if key in state:
+                self.__dict__[key] = state[key]
+        object.__setattr__(self, "meta", state["meta"])
+        object.__setattr__(self, "source", state["source"])
 
     def __len__(self) -> int:
+        if "columns" in self.__dict__:
+            return len(self.columns.call_t)
         return len(self.calls)
 
     def __iter__(self) -> Iterator[Call]:
         return iter(self.calls)
 
+    @cached_property
+    def calls(self) -> tuple[Call, ...]:
+        """The calls, in time order (computed from the columns when the trace was read into them)."""
+        return self.columns.calls()
+
+    @cached_property
+    def columns(self) -> TraceColumns:
+        """The trace as :class:`TraceColumns` (computed once per trace object)."""
+        return TraceColumns.of_calls(self.calls)
+
     @property
     def n_prompts(self) -> int:
         """Total number of prompts over all calls."""
+        if "columns" in self.__dict__:
+            return len(self.columns.task_of)
         return sum(len(c.prompts) for c in self.calls)
 
     @property
@@ -87,31 +189,13 @@ class Trace:
 
     def task_counts(self) -> Counter[str]:
         """Number of prompts per task."""
-        return Counter(p.task for c in self.calls for p in c.prompts)
+        cols = self.columns
+        counts = np.bincount(cols.task_of, minlength=len(cols.task_names)).tolist()
+        return Counter({name: n for name, n in zip(cols.task_names, counts, strict=True) if n})
 
     def arrival_times(self) -> np.ndarray:
         """Arrival instants of the calls, in trace order."""
-        return np.fromiter((c.t for c in self.calls), dtype=float, count=len(self.calls))
-
-    @cached_property
-    def columns(self) -> TraceColumns:
-        """The trace as :class:`TraceColumns` (computed once per trace object)."""
-        calls = self.calls
-        sizes = np.fromiter((len(c.prompts) for c in calls), dtype=np.int64, count=len(calls))
-        n = int(sizes.sum())
-        codes: dict[str, int] = {}
-        task_of = np.fromiter((codes.setdefault(p.task, len(codes)) for c in calls for p in c.prompts),
-                              dtype=np.int64, count=n)
-        prompt_tokens = np.fromiter((-1 if p.prompt_tokens is None else p.prompt_tokens
-                                     for c in calls for p in c.prompts), dtype=np.int64, count=n)
-        max_tokens = np.fromiter((p.max_tokens or 0 for c in calls for p in c.prompts), dtype=np.int64, count=n)
-        starts = np.cumsum(sizes) - sizes
-        return TraceColumns(
-            call_t=np.fromiter((c.t for c in calls), dtype=float, count=len(calls)),
-            call_ids=np.array([c.id for c in calls], dtype=object),
-            call_of=np.repeat(np.arange(len(calls), dtype=np.int64), sizes),
-            prompt_index=np.arange(n, dtype=np.int64) - np.repeat(starts, sizes),
-            task_names=tuple(codes), task_of=task_of, prompt_tokens=prompt_tokens, max_tokens=max_tokens)
+        return self.columns.call_t.copy()
 
     def scaled(self, rate_scale: float) -> Trace:
         """The same calls with inter-arrival times scaled by ``1 / rate_scale``.
@@ -123,35 +207,35 @@ class Trace:
             raise ValueError(f"rate_scale must be > 0, got {rate_scale}")
         if rate_scale == 1:
             return self
-        calls = tuple(replace(c, t=c.t / rate_scale) for c in self.calls)
         meta = dict(self.meta, rate_scale=rate_scale * float(self.meta.get("rate_scale", 1.0)))
-        scaled = Trace(calls=calls, meta=meta, source=self.source)
-        if "columns" in self.__dict__:  # computed already: the same columns at the new times
-            scaled.__dict__["columns"] = replace(self.columns, call_t=self.columns.call_t / rate_scale)
-        return scaled
+        if "columns" in self.__dict__:
+            cols = self.columns
+            return Trace(columns=replace(cols, call_t=cols.call_t / rate_scale), meta=meta, source=self.source)
+        calls = tuple(replace(c, t=c.t / rate_scale) for c in self.calls)
+        return Trace(calls=calls, meta=meta, source=self.source)
 
     def renamed(self, task_map: Mapping[str, str]) -> Trace:
         """The same calls with each task named by ``task_map`` (names it lacks are kept)."""
         if not any(t in task_map for t in self.tasks):
             return self
-        calls = tuple(replace(c, prompts=tuple(replace(p, task=task_map.get(p.task, p.task)) for p in c.prompts))
-                      for c in self.calls)
-        return Trace(calls=calls, meta=dict(self.meta, task_map=dict(task_map)), source=self.source)
+        meta = dict(self.meta, task_map=dict(task_map))
+        cols = self.columns
+        # Task names stay in order of first appearance: a name two old names map to takes
+        # the place of the first of them.
+        mapped = [task_map.get(t, t) for t in cols.task_names]
+        names = tuple(dict.fromkeys(mapped))
+        code = np.array([names.index(m) for m in mapped], dtype=np.int64)
+        return Trace(columns=replace(cols, task_names=names, task_of=code[cols.task_of]), meta=meta,
+                     source=self.source)
 
     def to_frame(self) -> pd.DataFrame:
         """One row per prompt: call_index, call_id, t, prompt_index, task, tokens."""
-        rows = [
-            (ci, c.id, c.t, pi, p.task, p.prompt_tokens, p.max_tokens)
-            for ci, c in enumerate(self.calls)
-            for pi, p in enumerate(c.prompts)
-        ]
-        frame = pd.DataFrame(
-            rows,
-            columns=[
-                "call_index", "call_id", "t", "prompt_index", "task",
-                "prompt_tokens", "max_tokens",
-            ],
-        )
-        for col in ("prompt_tokens", "max_tokens"):
-            frame[col] = frame[col].astype("Int64")
+        cols = self.columns
+        names = np.array(cols.task_names, dtype=object)
+        frame = pd.DataFrame({
+            "call_index": cols.call_of, "call_id": cols.call_ids[cols.call_of], "t": cols.call_t[cols.call_of],
+            "prompt_index": cols.prompt_index, "task": names[cols.task_of] if len(names) else [],
+            "prompt_tokens": pd.arrays.IntegerArray(cols.prompt_tokens.copy(), cols.prompt_tokens < 0),
+            "max_tokens": pd.arrays.IntegerArray(cols.max_tokens.copy(), cols.max_tokens <= 0),
+        })
         return frame

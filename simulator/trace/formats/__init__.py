@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from simulator import bundled
+from simulator import bundled, inputs
 from simulator.errors import TraceError
 from simulator.outputs import open_output
 from simulator.trace.classify import DEFAULT_CLASSIFIER, KeywordClassifier
@@ -27,7 +27,7 @@ from simulator.trace.formats import azure, burstgpt, mooncake, servegen
 from simulator.trace.formats._common import read_json, readable
 from simulator.trace.formats._requests import DEFAULT_OPTIONS, ImportOptions
 from simulator.trace.formats.client import read_client, write_client
-from simulator.trace.formats.native import read_native, write_native
+from simulator.trace.formats.native import read_native, read_native_fast, write_native
 from simulator.trace.model import Trace
 
 #: Names of the formats :func:`save_trace` writes.
@@ -105,10 +105,15 @@ def load_trace(path: str | Path, classifier: KeywordClassifier = DEFAULT_CLASSIF
                              f"{' '.join(str(exc).split())[:160]})") from None
     if kind not in ("json", *FORMATS):
         raise ValueError(f"unknown trace format {kind!r}")
-    obj = read_json(path)
-    if detect_format(obj) == "client":
-        return read_client(obj, path, classifier)
-    return read_native(obj, path)
+    raw = inputs.read_bytes(path, TraceError, "trace file")
+    with inputs.gc_paused():
+        trace = read_native_fast(raw, path)
+        if trace is not None:
+            return trace
+        obj = read_json(path, raw)
+        if detect_format(obj) == "client":
+            return read_client(obj, path, classifier)
+        return read_native(obj, path)
 
 
 def save_trace(

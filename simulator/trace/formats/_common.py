@@ -34,9 +34,12 @@ def readable(path: str | Path) -> contextlib.AbstractContextManager[Path]:
     return inputs.readable(path, TraceError, "trace file")
 
 
-def read_json(path: str | Path) -> Any:
-    """The parsed JSON content of ``path``; :class:`TraceError` if unreadable or not JSON."""
-    text = inputs.read_text(path, TraceError, "trace file")
+def read_json(path: str | Path, raw: bytes | None = None) -> Any:
+    """The parsed JSON content of ``path`` (whose bytes are ``raw`` when read already);
+    :class:`TraceError` if unreadable or not JSON."""
+    if raw is None:
+        raw = inputs.read_bytes(path, TraceError, "trace file")
+    text = inputs.decode_text(raw, path, TraceError)
     if not text.strip():
         raise TraceError(path, None, None, "empty file (expected a JSON list of calls)")
     return inputs.parse_json(text, path, TraceError)
@@ -79,10 +82,17 @@ def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+#: The largest token count a trace may give: counts are held as 64-bit integers.
+MAX_COUNT = 2**63 - 1
+
+
 def check_count(path: Path, record: int, field: str, value: Any, minimum: int) -> int:
-    """An integer token count ``>= minimum``, else :class:`TraceError`."""
+    """An integer token count ``>= minimum`` (and at most :data:`MAX_COUNT`), else
+    :class:`TraceError`."""
     if not is_int(value) or value < minimum:
         raise TraceError(path, record, field, f"must be an integer >= {minimum}, got {show(value)}")
+    if value > MAX_COUNT:
+        raise TraceError(path, record, field, f"is too large (at most {MAX_COUNT:,}), got {show(value)}")
     return int(value)
 
 

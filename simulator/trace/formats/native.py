@@ -26,10 +26,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Annotated, Any
+
+import msgspec
+import numpy as np
 
 from simulator.errors import TraceError
 from simulator.trace.formats._common import (
+    EPOCH_THRESHOLD,
+    MAX_COUNT,
     CallRecord,
     UnknownFields,
     build_trace,
@@ -42,13 +47,108 @@ from simulator.trace.formats._common import (
     show,
     type_name,
 )
-from simulator.trace.model import Prompt, Trace
+from simulator.trace.model import Prompt, Trace, TraceColumns
 
 FORMAT_NAME = "simctl-trace/1"
 TIME_KEYS = ("t", "timestamp", "arrival_time", "time")
 TASK_KEYS = ("task", "task_type", "type")
 _CALL_KEYS = ("id", "prompts", *TIME_KEYS)
 _PROMPT_KEYS = ("prompt_tokens", "max_tokens", "text", *TASK_KEYS)
+
+
+# The canonical form of the format (what write_native writes), as typed records that
+# msgspec decodes and checks in one pass: read_native_fast. Anything else (synonyms, ISO
+# times, integer ids, unknown fields, unsorted calls, any invalid value) is left to
+# read_native, which accepts what the format allows and names what is wrong.
+_Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]
+_Positive = Annotated[int, msgspec.Meta(ge=1, le=MAX_COUNT)]
+
+
+class _Prompt(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    task: str
+    prompt_tokens: _Count | None = None
+    max_tokens: _Positive | None = None
+    text: str | None = None
+
+
+class _Call(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    t: Annotated[float, msgspec.Meta(ge=0)]
+    prompts: Annotated[list[str | _Prompt], msgspec.Meta(min_length=1)]
+    id: Annotated[str, msgspec.Meta(min_length=1)] | None = None
+
+
+class _File(msgspec.Struct):
+    calls: list[_Call]
+    format: str = FORMAT_NAME
+    meta: dict[str, Any] = {}
+
+
+_DECODER = msgspec.json.Decoder(list[_Call] | _File)
+
+
+def read_native_fast(raw: bytes, path: str | Path) -> Trace | None:
+    """The trace in ``raw`` (the bytes of ``path``) when it is in the canonical form of the
+    format, sorted and valid, read straight into columns; ``None`` for anything else, which
+    :func:`read_native` then reads (and reports on).
+
+    The same trace as :func:`read_native` gives, at a tenth of the cost: no Python object per
+    prompt outlives the read.
+    """
+    try:
+        decoded = _DECODER.decode(raw)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    meta: dict[str, Any] = {}
+    if isinstance(decoded, _File):
+        if decoded.format != FORMAT_NAME:
+            return None
+        meta.update(decoded.meta)
+        calls = decoded.calls
+    else:
+        calls = decoded
+    if not calls:
+        return None
+    meta["format"] = "native"
+
+    n_calls = len(calls)
+    call_t = np.fromiter((c.t for c in calls), dtype=float, count=n_calls)
+    if not np.isfinite(call_t).all() or (np.diff(call_t) < 0).any():
+        return None
+    start = float(call_t.min())
+    if start >= EPOCH_THRESHOLD:
+        call_t = call_t - start
+        meta["epoch_start"] = start
+    ids = [str(i) if c.id is None else c.id for i, c in enumerate(calls)]
+    if len(set(ids)) != n_calls:
+        return None
+    call_ids = np.empty(n_calls, dtype=object)
+    call_ids[:] = ids
+
+    sizes = np.fromiter((len(c.prompts) for c in calls), dtype=np.int64, count=n_calls)
+    prompts = [p for c in calls for p in c.prompts]
+    n = len(prompts)
+    codes: dict[str, int] = {}
+    task_of = np.fromiter((codes.setdefault(p if p.__class__ is str else p.task, len(codes))  # type: ignore[union-attr]
+                           for p in prompts), dtype=np.int64, count=n)
+    if any(not name.strip() for name in codes):
+        return None
+    records = [p for p in prompts if p.__class__ is _Prompt]
+    prompt_tokens = np.full(n, -1, dtype=np.int64)
+    max_tokens = np.zeros(n, dtype=np.int64)
+    texts = None
+    if records:
+        at = np.fromiter((i for i, p in enumerate(prompts) if p.__class__ is _Prompt), dtype=np.int64,
+                         count=len(records))
+        prompt_tokens[at] = np.fromiter((-1 if p.prompt_tokens is None else p.prompt_tokens for p in records),
+                                        dtype=np.int64, count=len(records))
+        max_tokens[at] = np.fromiter((p.max_tokens or 0 for p in records), dtype=np.int64, count=len(records))
+        if any(p.text is not None for p in records):
+            texts = np.full(n, None, dtype=object)
+            texts[at] = [p.text for p in records]
+    columns = TraceColumns.of_sizes(call_t=call_t, call_ids=call_ids, sizes=sizes, task_names=tuple(codes),
+                                    task_of=task_of, prompt_tokens=prompt_tokens, max_tokens=max_tokens,
+                                    texts=texts)
+    return Trace(columns=columns, meta=meta, source=str(path))
 
 
 def read_native(obj: Any, path: str | Path) -> Trace:

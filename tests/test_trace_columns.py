@@ -1,0 +1,191 @@
+"""A trace held as columns: the fast native reader, and every trace operation on columns.
+
+The fast reader (:func:`simulator.trace.formats.native.read_native_fast`) reads the
+canonical form of ``simctl-trace/1`` straight into columns and leaves everything else to
+the general reader. Whichever reads a file, the trace, its warnings and its errors must be
+the same: these tests read each drawn file both ways and compare.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from simulator.errors import TraceError
+from simulator.trace.formats import load_trace, save_trace
+from simulator.trace.formats._common import read_json
+from simulator.trace.formats.native import read_native, read_native_fast
+from simulator.trace.model import Call, Prompt, Trace, TraceColumns
+
+# -- drawn files: a valid file in the canonical form, then at most one change ------------
+
+valid_prompts = st.one_of(
+    st.sampled_from(["graph", "mmlu", "infobench", "a b", "ünï"]),
+    st.fixed_dictionaries({"task": st.sampled_from(["graph", "mmlu", "infobench"])}, optional={
+        "prompt_tokens": st.one_of(st.none(), st.integers(0, 5000)),
+        "max_tokens": st.one_of(st.none(), st.integers(1, 5000)),
+        "text": st.one_of(st.none(), st.text(max_size=5))}),
+)
+valid_calls = st.lists(
+    st.fixed_dictionaries({"t": st.floats(0, 1e4), "prompts": st.lists(valid_prompts, min_size=1, max_size=4)},
+                          optional={"id": st.text(min_size=1, max_size=3)}),
+    min_size=1, max_size=6,
+).map(lambda calls: sorted(calls, key=lambda c: c["t"]))
+
+#: One change each: what the format allows outside its canonical form, and what it refuses.
+CHANGES = {
+    "none": lambda call, prompt: None,
+    "synonym of t": lambda call, prompt: call.update(timestamp=call.pop("t")),
+    "synonym of task": lambda call, prompt: isinstance(prompt, dict) and prompt.update(type=prompt.pop("task")),
+    "unknown call field": lambda call, prompt: call.update(other=1),
+    "unknown prompt field": lambda call, prompt: isinstance(prompt, dict) and prompt.update(extra=None),
+    "iso time": lambda call, prompt: call.update(t="2025-01-01T00:00:00"),
+    "epoch time": lambda call, prompt: call.update(t=call["t"] + 1.5e9),
+    "negative time": lambda call, prompt: call.update(t=-1.0),
+    "time as text": lambda call, prompt: call.update(t="soon"),
+    "time null": lambda call, prompt: call.update(t=None),
+    "no prompts": lambda call, prompt: call.update(prompts=[]),
+    "prompt a number": lambda call, prompt: call["prompts"].append(3),
+    "blank task": lambda call, prompt: call["prompts"].append(" "),
+    "negative tokens": lambda call, prompt: call["prompts"].append({"task": "mmlu", "prompt_tokens": -1}),
+    "zero max tokens": lambda call, prompt: call["prompts"].append({"task": "mmlu", "max_tokens": 0}),
+    "huge tokens": lambda call, prompt: call["prompts"].append({"task": "mmlu", "max_tokens": 2**63}),
+    "boolean tokens": lambda call, prompt: call["prompts"].append({"task": "mmlu", "prompt_tokens": True}),
+    "fractional tokens": lambda call, prompt: call["prompts"].append({"task": "mmlu", "prompt_tokens": 1.5}),
+    "integer id": lambda call, prompt: call.update(id=7),
+    "empty id": lambda call, prompt: call.update(id=""),
+    "duplicate id": lambda call, prompt: call.update(id="0"),
+    "out of order": lambda call, prompt: call.update(t=1e5),
+}
+
+
+@st.composite
+def documents(draw):
+    calls = draw(valid_calls)
+    change = draw(st.sampled_from(sorted(CHANGES)))
+    call = calls[draw(st.integers(0, len(calls) - 1))]
+    CHANGES[change](call, call["prompts"][0])
+    if change == "out of order" and len(calls) > 1:
+        calls.remove(call)
+        calls.insert(0, call)
+    if change == "duplicate id":
+        calls[0]["id"] = "0"
+    form = draw(st.sampled_from(["list", "wrapped", "wrapped, other format", "wrapped, meta a number"]))
+    if form == "list":
+        return calls
+    meta = 5 if form.endswith("number") else draw(st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+    return {"format": "other" if "other" in form else "simctl-trace/1", "meta": meta, "calls": calls}
+
+
+def read_both(path: Path) -> tuple[object, object]:
+    """What ``load_trace`` gives for ``path`` and what the general reader gives: a trace and
+    the warnings' texts, or the error's fields."""
+    def outcome(read):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                trace = read()
+            except TraceError as exc:
+                return ("error", exc.record, exc.field, str(exc))
+        return ("trace", trace, [str(w.message) for w in caught])
+    return outcome(lambda: load_trace(path)), outcome(lambda: read_native(read_json(path), path))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(documents())
+def test_the_fast_reader_changes_nothing_a_reader_says(tmp_path, document):
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(document))
+    fast, general = read_both(path)
+    assert fast == general
+    if fast[0] == "trace":
+        assert_same_columns(fast[1].columns, TraceColumns.of_calls(general[1].calls))
+
+
+written_prompts = st.builds(Prompt, st.sampled_from(["graph", "mmlu", "infobench"]),
+                            st.one_of(st.none(), st.integers(0, 4000)), st.one_of(st.none(), st.integers(1, 4096)),
+                            st.one_of(st.none(), st.text(max_size=4)))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.floats(0, 1e6), st.lists(written_prompts, min_size=1, max_size=8)),
+                min_size=1, max_size=30))
+def test_what_save_trace_writes_is_read_into_columns_alone(tmp_path, drawn):
+    drawn.sort(key=lambda c: c[0])
+    trace = Trace(tuple(Call(f"c{i}", t, tuple(ps)) for i, (t, ps) in enumerate(drawn)))
+    path = tmp_path / "t.json"
+    save_trace(trace, path, force=True)
+    read = load_trace(path)
+    assert "calls" not in read.__dict__  # the fast reader read it: no Call objects made
+    assert read_native_fast(path.read_bytes(), path) is not None
+    assert read.calls == trace.calls
+    assert_same_columns(read.columns, trace.columns)
+
+
+def assert_same_columns(a: TraceColumns, b: TraceColumns) -> None:
+    for name in TraceColumns.__dataclass_fields__:
+        x, y = getattr(a, name), getattr(b, name)
+        if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+            assert x is not None and y is not None, name
+            assert x.dtype == y.dtype and x.tolist() == y.tolist(), name
+        else:
+            assert x == y, name
+
+
+# -- every trace operation on columns equals the same on calls --------------------------
+
+
+@pytest.fixture
+def pair() -> tuple[Trace, Trace]:
+    calls = (
+        Call("a", 0.0, (Prompt("mmlu", 10, 20), Prompt("graph"))),
+        Call("b", 1.5, (Prompt("infobench", None, 7, "hello"),)),
+        Call("c", 4.0, (Prompt("graph", 3), Prompt("mmlu"), Prompt("infobench", 0, None))),
+    )
+    on_calls = Trace(calls=calls, meta={"x": 1}, source="s")
+    on_columns = Trace(columns=TraceColumns.of_calls(calls), meta={"x": 1}, source="s")
+    assert "calls" not in on_columns.__dict__ and "columns" not in on_calls.__dict__
+    return on_calls, on_columns
+
+
+def test_operations_on_columns_equal_those_on_calls(pair):
+    on_calls, on_columns = pair
+    assert on_columns == on_calls
+    assert len(on_columns) == len(on_calls) == 3
+    assert on_columns.n_prompts == on_calls.n_prompts == 6
+    assert on_columns.tasks == on_calls.tasks == ["mmlu", "graph", "infobench"]
+    assert on_columns.task_counts() == on_calls.task_counts() == {"mmlu": 2, "graph": 2, "infobench": 2}
+    assert on_columns.arrival_times().tolist() == [0.0, 1.5, 4.0]
+    assert on_columns.scaled(3.0) == on_calls.scaled(3.0)
+    assert on_columns.scaled(3.0).arrival_times().tolist() == [0.0, 0.5, 4.0 / 3.0]
+    assert on_columns.to_frame().equals(on_calls.to_frame())
+    frame = on_columns.to_frame()
+    assert frame["prompt_tokens"].isna().tolist() == [False, True, True, False, True, False]
+    assert frame["max_tokens"].isna().tolist() == [False, True, False, True, True, True]
+    assert frame["max_tokens"].dtype == "Int64" and frame["max_tokens"].iloc[2] == 7
+
+
+def test_renaming_merges_tasks_in_order_of_first_appearance(pair):
+    on_calls, on_columns = pair
+    renamed = on_columns.renamed({"mmlu": "qa", "infobench": "qa"})
+    assert renamed.tasks == ["qa", "graph"]
+    assert [p.task for c in renamed.calls for p in c.prompts] == ["qa", "graph", "qa", "graph", "qa", "qa"]
+    assert renamed.meta["task_map"] == {"mmlu": "qa", "infobench": "qa"}
+    assert renamed.calls[1].prompts[0].text == "hello"
+    assert on_columns.renamed({"other": "x"}) is on_columns
+
+
+def test_a_trace_is_immutable_and_pickles_as_what_it_holds(pair):
+    _, on_columns = pair
+    with pytest.raises(AttributeError):
+        on_columns.meta = {}  # type: ignore[misc]
+    copy = pickle.loads(pickle.dumps(on_columns))
+    assert "calls" not in copy.__dict__ and copy == on_columns
+    with pytest.raises(TypeError):
+        Trace()
