@@ -571,3 +571,54 @@ def _shared_finish(st, d, now):
     _shared_reschedule(st, d, now)
     for k in range(n):
         _batch_done(st, finished[k], now)
+
+
+@njit(cache=True)
+def group_prompts(call_start, task_of, rank, n_tasks):
+    """The task groups of every call, in one pass over the prompts.
+
+    A call's prompts of one task form a group; a call's groups come in the order of their
+    tasks' ``rank`` (the scenario's group order), ties in the order the tasks first appear
+    in the call; a group's prompts keep their order in the call. Returns the prompts in
+    group order, each group's first index into that order (and the end), each group's task,
+    and each call's first group (and the number of groups)."""
+    n = len(task_of)
+    n_calls = len(call_start) - 1
+    order = np.empty(n, dtype=np.int64)
+    g_start = np.empty(n + 1, dtype=np.int64)
+    g_front = np.empty(n, dtype=np.int64)
+    call_g0 = np.empty(n_calls + 1, dtype=np.int64)
+    seen = np.full(max(n_tasks, 1), -1, dtype=np.int64)  # the last call each task was seen in
+    tasks = np.empty(max(n_tasks, 1), dtype=np.int64)
+    k = 0
+    g = 0
+    for c in range(n_calls):
+        call_g0[c] = g
+        s = call_start[c]
+        e = call_start[c + 1]
+        d = 0
+        for i in range(s, e):
+            t = task_of[i]
+            if seen[t] != c:
+                seen[t] = c
+                tasks[d] = t
+                d += 1
+        for a in range(1, d):  # stable insertion sort by rank: d is at most the task count
+            x = tasks[a]
+            b = a - 1
+            while b >= 0 and rank[tasks[b]] > rank[x]:
+                tasks[b + 1] = tasks[b]
+                b -= 1
+            tasks[b + 1] = x
+        for j in range(d):
+            t = tasks[j]
+            g_start[g] = k
+            g_front[g] = t
+            g += 1
+            for i in range(s, e):
+                if task_of[i] == t:
+                    order[k] = i
+                    k += 1
+    call_g0[n_calls] = g
+    g_start[g] = k
+    return order, g_start[:g + 1].copy(), g_front[:g].copy(), call_g0

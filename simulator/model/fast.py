@@ -122,20 +122,13 @@ def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int) -> _Low
 
     # Groups: per call, the prompts of one task, in the scenario's group order, else in the
     # order the tasks first appear in the call; prompts in call order within a group.
-    n = len(task_of)
-    position = np.arange(n, dtype=np.int64)
-    pair = cols.call_of * max(n_tasks, 1) + task_of
-    _, first_index, inverse = np.unique(pair, return_index=True, return_inverse=True)
-    first_pos = first_index[inverse]
+    from simulator.model.batch_kernel import group_prompts
+
     rank_of = {t: r for r, t in enumerate(scenario.group_order)}
     rank = np.array([rank_of.get(t, len(rank_of)) for t in names], dtype=np.int64)
-    order = np.lexsort((position, first_pos, rank[task_of] if n_tasks and rank_of else np.zeros(n, np.int64),
-                        cols.call_of))
-    sorted_pair = pair[order]
-    boundary = np.flatnonzero(np.diff(sorted_pair)) + 1
-    g_start = np.concatenate([[0], boundary, [n]] if n else [[0]]).astype(np.int64)
-    g_front = task_of[order[g_start[:-1]]].astype(np.int64)
-    call_g0 = np.searchsorted(cols.call_of[order[g_start[:-1]]], np.arange(len(cols.call_t) + 1)).astype(np.int64)
+    call_start = np.concatenate([[0], np.cumsum(np.bincount(cols.call_of, minlength=len(cols.call_t)))])
+    order, g_start, g_front, call_g0 = group_prompts(call_start.astype(np.int64), task_of.astype(np.int64), rank,
+                                                      n_tasks)
 
     # Devices: the GPUs, then a CPU pool per CPU task (built as the reference builds them).
     gpus = scenario.gpus
