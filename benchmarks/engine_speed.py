@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -113,27 +114,45 @@ print(json.dumps({{"run": (peak - before) / trace.n_prompts, "columns": (before 
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def cli_prompts_per_second(calls: int, seed: int) -> tuple[float, float]:
-    """Prompts per second of ``simctl replay`` on a design-notes trace file, end to end (start,
-    parsing, the run, the summary, writing it), and of the same command's parsing alone."""
+def child(command: list[str]) -> tuple[float, int]:
+    """Wall seconds and peak resident set size (bytes) of one child process."""
+    t0 = time.perf_counter()
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(process.pid, 0)
+    seconds = time.perf_counter() - t0
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode:
+        raise RuntimeError(f"{' '.join(command)} failed: {process.stderr.read().decode() if process.stderr else ''}")
+    return seconds, usage.ru_maxrss * 1024  # kilobytes on Linux
+
+
+def cli_figures(calls: int, seed: int, repeat: int) -> dict:
+    """``simctl replay`` on a design-notes trace file of ``calls`` calls, end to end (start,
+    reading the file, the run, the summary, writing it): prompts per second, and the peak
+    memory of the process per prompt over that of a process that only imports what the
+    command imports; the same for reading the file alone. Best of ``repeat``."""
     import tempfile
 
     from simulator import save_trace
 
-    trace, _, _ = design_case(calls, seed)
+    python = [sys.executable, "-c"]
+    imports = "import simulator.cli.replay, simulator.model.batch_kernel, simulator.trace.formats"
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trace.json"
+        trace = design_case(calls, seed)[0]
+        prompts = trace.n_prompts
         save_trace(trace, path)
-        command = [sys.executable, "-c", "from simulator.cli import main; main()", "replay", str(path),
-                   "-c", "design-notes", "--json", str(Path(tmp) / "summary.json")]
-        t0 = time.perf_counter()
-        subprocess.run(command, check=True, capture_output=True, cwd=ROOT)
-        whole = time.perf_counter() - t0
-        parse = [sys.executable, "-c", f"from simulator import load_trace; load_trace({str(path)!r}).columns"]
-        t0 = time.perf_counter()
-        subprocess.run(parse, check=True, capture_output=True, cwd=ROOT)
-        parsing = time.perf_counter() - t0
-    return trace.n_prompts / whole, trace.n_prompts / parsing
+        del trace
+        replay = [*python, "from simulator.cli import main; main()", "replay", str(path), "-c", "design-notes",
+                  "--json", str(Path(tmp) / "summary.json"), "--force"]
+        read = [*python, f"from simulator import load_trace; load_trace({str(path)!r}).columns"]
+        _, base = child([*python, imports])
+        whole = min(child(replay) for _ in range(repeat))
+        parse = min(child(read) for _ in range(repeat))
+    return {"cli_calls": calls, "cli_prompts": prompts,
+            "cli_prompts_per_s": prompts / whole[0], "parse_prompts_per_s": prompts / parse[0],
+            "cli_bytes_per_prompt": (whole[1] - base) / prompts, "parse_bytes_per_prompt": (parse[1] - base) / prompts,
+            "import_bytes": base}
 
 
 def run(calls: int, reference_calls: int, repeat: int, seed: int, memory: bool) -> dict:
@@ -160,8 +179,7 @@ def run(calls: int, reference_calls: int, repeat: int, seed: int, memory: bool) 
     result = {"simpy_customers_per_s": baseline, "rows": rows, "python": platform.python_version(),
               "machine": platform.machine(), "repeat": repeat, "seed": seed,
               "reference_calls": reference_calls}
-    result["cli_calls"] = min(calls, 200_000)
-    result["cli_prompts_per_s"], result["parse_prompts_per_s"] = cli_prompts_per_second(result["cli_calls"], seed)
+    result.update(cli_figures(calls, seed, repeat))
     if memory and Path("/proc/self/clear_refs").exists():
         result["bytes_per_prompt"] = memory_per_prompt(calls, seed)
         result["memory_calls"] = calls
@@ -180,8 +198,12 @@ def table(result: dict) -> str:
                  f"run. The reference engine ran {result['reference_calls']:,} calls of each case. Best of "
                  f"{result['repeat']}, one core, Python {result['python']} on {result['machine']}.")
     lines.append(f"Through the CLI, end to end (`simctl replay TRACE -c design-notes --json F` on a "
-                 f"{result['cli_calls']:,}-call trace file): **{result['cli_prompts_per_s']:,.0f} prompts/s**; "
-                 f"reading the file alone runs at {result['parse_prompts_per_s']:,.0f} prompts/s.")
+                 f"{result['cli_calls']:,}-call trace file of {result['cli_prompts']:,} prompts): "
+                 f"**{result['cli_prompts_per_s']:,.0f} prompts/s**, at a peak of "
+                 f"**{result['cli_bytes_per_prompt']:,.0f} bytes per prompt** over the "
+                 f"{result['import_bytes'] / 2**20:,.0f} MiB of a process that only imports the command; "
+                 f"reading the file alone runs at {result['parse_prompts_per_s']:,.0f} prompts/s "
+                 f"({result['parse_bytes_per_prompt']:,.0f} bytes per prompt).")
     if "bytes_per_prompt" in result:
         memory = result["bytes_per_prompt"]
         lines.append(f"Peak memory of a fast replay of the design-notes case at {result['memory_calls']:,} calls: "

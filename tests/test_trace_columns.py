@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from simulator.errors import TraceError
 from simulator.trace.formats import load_trace, save_trace
 from simulator.trace.formats._common import read_json
-from simulator.trace.formats.native import read_native, read_native_fast
+from simulator.trace.formats.native import read_native, read_native_fast, read_native_lines
 from simulator.trace.model import Call, Prompt, Trace, TraceColumns
 
 # -- drawn files: a valid file in the canonical form, then at most one change ------------
@@ -97,11 +97,23 @@ def read_both(path: Path) -> tuple[object, object]:
     return outcome(lambda: load_trace(path)), outcome(lambda: read_native(read_json(path), path))
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(documents())
-def test_the_fast_reader_changes_nothing_a_reader_says(tmp_path, document):
+def laid_out(document, layout: str) -> str:
+    """``document`` as JSON text: on one line, indented, or one call a line as
+    :func:`~simulator.trace.formats.save_trace` writes it (then read a block at a time)."""
+    if layout == "one line":
+        return json.dumps(document)
+    if layout == "indented" or not isinstance(document, dict):
+        return json.dumps(document, indent=2)
+    head = json.dumps({k: v for k, v in document.items() if k != "calls"}, indent=2)[:-2]
+    calls = ",\n    ".join(json.dumps(c) for c in document["calls"])
+    return head + ',\n  "calls": [\n    ' + calls + "\n  ]\n}\n"
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(documents(), st.sampled_from(["one line", "indented", "a call a line"]))
+def test_the_fast_readers_change_nothing_a_reader_says(tmp_path, document, layout):
     path = tmp_path / "trace.json"
-    path.write_text(json.dumps(document))
+    path.write_text(laid_out(document, layout))
     fast, general = read_both(path)
     assert fast == general
     if fast[0] == "trace":
@@ -122,8 +134,9 @@ def test_what_save_trace_writes_is_read_into_columns_alone(tmp_path, drawn):
     path = tmp_path / "t.json"
     save_trace(trace, path, force=True)
     read = load_trace(path)
-    assert "calls" not in read.__dict__  # the fast reader read it: no Call objects made
-    assert read_native_fast(path.read_bytes(), path) is not None
+    assert "calls" not in read.__dict__  # a fast reader read it: no Call objects made
+    with path.open("rb") as handle:
+        assert read_native_lines(handle, path) == read_native_fast(path.read_bytes(), path) == read
     assert read.calls == trace.calls
     assert_same_columns(read.columns, trace.columns)
 
@@ -152,6 +165,24 @@ def pair() -> tuple[Trace, Trace]:
     on_columns = Trace(columns=TraceColumns.of_calls(calls), meta={"x": 1}, source="s")
     assert "calls" not in on_columns.__dict__ and "columns" not in on_calls.__dict__
     return on_calls, on_columns
+
+
+def test_a_file_is_read_a_block_of_calls_at_a_time(tmp_path, monkeypatch):
+    from simulator.trace.formats import native
+
+    monkeypatch.setattr(native, "BLOCK_CALLS", 3)
+    trace = Trace(tuple(Call(f"c{i}", float(i), (Prompt("mmlu" if i % 2 else "graph", i, None, "x" if i == 4 else None),))
+                        for i in range(10)), meta={"k": [1]})
+    path = tmp_path / "t.json"
+    save_trace(trace, path)
+    with path.open("rb") as handle:
+        read = read_native_lines(handle, path)
+    assert read is not None and read.calls == trace.calls and read.meta == {"k": [1], "format": "native"}
+    assert read.columns.task_names == ("graph", "mmlu")
+    path.write_text(path.read_text().replace('"c7"', '"c1"'))  # a repeated id, in another block
+    assert read_native_lines(path.open("rb"), path) is None
+    with pytest.raises(TraceError, match="duplicate call id"):
+        load_trace(path)
 
 
 def test_operations_on_columns_equal_those_on_calls(pair):

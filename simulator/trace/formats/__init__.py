@@ -27,7 +27,7 @@ from simulator.trace.formats import azure, burstgpt, mooncake, servegen
 from simulator.trace.formats._common import read_json, readable
 from simulator.trace.formats._requests import DEFAULT_OPTIONS, ImportOptions
 from simulator.trace.formats.client import read_client, write_client
-from simulator.trace.formats.native import read_native, read_native_fast, write_native
+from simulator.trace.formats.native import read_native, read_native_fast, read_native_lines, write_native
 from simulator.trace.model import Trace
 
 #: Names of the formats :func:`save_trace` writes.
@@ -105,8 +105,12 @@ def load_trace(path: str | Path, classifier: KeywordClassifier = DEFAULT_CLASSIF
                              f"{' '.join(str(exc).split())[:160]})") from None
     if kind not in ("json", *FORMATS):
         raise ValueError(f"unknown trace format {kind!r}")
-    raw = inputs.read_bytes(path, TraceError, "trace file")
     with inputs.gc_paused():
+        with readable(path) as p, open(p, "rb") as handle:
+            trace = read_native_lines(handle, path)
+        if trace is not None:
+            return trace
+        raw = inputs.read_bytes(path, TraceError, "trace file")
         trace = read_native_fast(raw, path)
         if trace is not None:
             return trace

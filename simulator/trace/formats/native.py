@@ -30,6 +30,7 @@ from typing import IO, Annotated, Any
 
 import msgspec
 import numpy as np
+import pandas as pd
 
 from simulator.errors import TraceError
 from simulator.trace.formats._common import (
@@ -84,6 +85,78 @@ class _File(msgspec.Struct):
 
 
 _DECODER = msgspec.json.Decoder(list[_Call] | _File)
+_CALLS = msgspec.json.Decoder(list[_Call])
+_HEADER = msgspec.json.Decoder(_File)
+#: Calls decoded at a time when a file is read a block of lines at a time.
+BLOCK_CALLS = 20_000
+#: The most header (format and meta) a file read a block at a time may have.
+MAX_HEADER_BYTES = 1 << 24
+
+
+class _ColumnBlocks:
+    """Columns made from decoded calls, a block at a time (task codes shared by all blocks)."""
+
+    def __init__(self) -> None:
+        self.codes: dict[str, int] = {}
+        self.blocks: list[tuple[np.ndarray, ...]] = []
+        self.texts: list[tuple[int, list[str | None]]] = []  # (first prompt, texts) of blocks with any
+        self.n_calls = 0
+        self.n_prompts = 0
+
+    def add(self, calls: list[_Call]) -> None:
+        n_calls = len(calls)
+        first = self.n_calls
+        call_t = np.fromiter((c.t for c in calls), dtype=float, count=n_calls)
+        call_ids = np.empty(n_calls, dtype=object)
+        call_ids[:] = [str(first + i) if c.id is None else c.id for i, c in enumerate(calls)]
+        sizes = np.fromiter((len(c.prompts) for c in calls), dtype=np.int64, count=n_calls)
+        prompts = [p for c in calls for p in c.prompts]
+        n = len(prompts)
+        codes = self.codes
+        task_of = np.fromiter((codes.setdefault(p if p.__class__ is str else p.task, len(codes))  # type: ignore[union-attr]
+                               for p in prompts), dtype=np.int64, count=n)
+        records = [p for p in prompts if p.__class__ is _Prompt]
+        prompt_tokens = np.full(n, -1, dtype=np.int64)
+        max_tokens = np.zeros(n, dtype=np.int64)
+        if records:
+            at = np.fromiter((i for i, p in enumerate(prompts) if p.__class__ is _Prompt), dtype=np.int64,
+                             count=len(records))
+            prompt_tokens[at] = np.fromiter((-1 if p.prompt_tokens is None else p.prompt_tokens for p in records),
+                                            dtype=np.int64, count=len(records))
+            max_tokens[at] = np.fromiter((p.max_tokens or 0 for p in records), dtype=np.int64, count=len(records))
+            if any(p.text is not None for p in records):
+                self.texts.append((self.n_prompts, [None if p.__class__ is str else p.text  # type: ignore[union-attr]
+                                                    for p in prompts]))
+        self.blocks.append((call_t, call_ids, sizes, task_of, prompt_tokens, max_tokens))
+        self.n_calls += n_calls
+        self.n_prompts += n
+
+    def trace(self, meta: dict[str, Any], path: str | Path) -> Trace | None:
+        """The trace of the calls added, or ``None`` where the general reader must look
+        (no calls, unsorted times, a repeated id, a blank task name)."""
+        if not self.n_calls or any(not name.strip() for name in self.codes):
+            return None
+        call_t, call_ids, sizes, task_of, prompt_tokens, max_tokens = (
+            np.concatenate(part) for part in zip(*self.blocks, strict=True))
+        self.blocks.clear()
+        if not np.isfinite(call_t).all() or (np.diff(call_t) < 0).any():
+            return None
+        if pd.Series(call_ids).duplicated().any():
+            return None
+        meta = {**meta, "format": "native"}
+        start = float(call_t.min())
+        if start >= EPOCH_THRESHOLD:
+            call_t = call_t - start
+            meta["epoch_start"] = start
+        texts = None
+        if self.texts:
+            texts = np.full(self.n_prompts, None, dtype=object)
+            for first, block in self.texts:
+                texts[first:first + len(block)] = block
+        columns = TraceColumns.of_sizes(call_t=call_t, call_ids=call_ids, sizes=sizes, task_names=tuple(self.codes),
+                                        task_of=task_of, prompt_tokens=prompt_tokens, max_tokens=max_tokens,
+                                        texts=texts)
+        return Trace(columns=columns, meta=meta, source=str(path))
 
 
 def read_native_fast(raw: bytes, path: str | Path) -> Trace | None:
@@ -106,49 +179,61 @@ def read_native_fast(raw: bytes, path: str | Path) -> Trace | None:
         calls = decoded.calls
     else:
         calls = decoded
-    if not calls:
-        return None
-    meta["format"] = "native"
+    blocks = _ColumnBlocks()
+    blocks.add(calls)
+    return blocks.trace(meta, path)
 
-    n_calls = len(calls)
-    call_t = np.fromiter((c.t for c in calls), dtype=float, count=n_calls)
-    if not np.isfinite(call_t).all() or (np.diff(call_t) < 0).any():
-        return None
-    start = float(call_t.min())
-    if start >= EPOCH_THRESHOLD:
-        call_t = call_t - start
-        meta["epoch_start"] = start
-    ids = [str(i) if c.id is None else c.id for i, c in enumerate(calls)]
-    if len(set(ids)) != n_calls:
-        return None
-    call_ids = np.empty(n_calls, dtype=object)
-    call_ids[:] = ids
 
-    sizes = np.fromiter((len(c.prompts) for c in calls), dtype=np.int64, count=n_calls)
-    prompts = [p for c in calls for p in c.prompts]
-    n = len(prompts)
-    codes: dict[str, int] = {}
-    task_of = np.fromiter((codes.setdefault(p if p.__class__ is str else p.task, len(codes))  # type: ignore[union-attr]
-                           for p in prompts), dtype=np.int64, count=n)
-    if any(not name.strip() for name in codes):
+def read_native_lines(handle: IO[bytes], path: str | Path) -> Trace | None:
+    """The trace in the open file ``handle`` when it is laid out as :func:`write_native`
+    writes it (one call a line) and valid, decoded :data:`BLOCK_CALLS` lines at a time, so
+    that neither the file nor its decoded calls are held whole; ``None`` for any other
+    layout or content (then :func:`read_native_fast` or :func:`read_native` reads it)."""
+    if handle.readline().rstrip() != b"{":
         return None
-    records = [p for p in prompts if p.__class__ is _Prompt]
-    prompt_tokens = np.full(n, -1, dtype=np.int64)
-    max_tokens = np.zeros(n, dtype=np.int64)
-    texts = None
-    if records:
-        at = np.fromiter((i for i, p in enumerate(prompts) if p.__class__ is _Prompt), dtype=np.int64,
-                         count=len(records))
-        prompt_tokens[at] = np.fromiter((-1 if p.prompt_tokens is None else p.prompt_tokens for p in records),
-                                        dtype=np.int64, count=len(records))
-        max_tokens[at] = np.fromiter((p.max_tokens or 0 for p in records), dtype=np.int64, count=len(records))
-        if any(p.text is not None for p in records):
-            texts = np.full(n, None, dtype=object)
-            texts[at] = [p.text for p in records]
-    columns = TraceColumns.of_sizes(call_t=call_t, call_ids=call_ids, sizes=sizes, task_names=tuple(codes),
-                                    task_of=task_of, prompt_tokens=prompt_tokens, max_tokens=max_tokens,
-                                    texts=texts)
-    return Trace(columns=columns, meta=meta, source=str(path))
+    header = [b"{"]
+    size = 0
+    for line in handle:
+        if line.rstrip() == b'  "calls": [':
+            break
+        header.append(line)
+        size += len(line)
+        if size > MAX_HEADER_BYTES:
+            return None
+    else:
+        return None
+    try:
+        head = _HEADER.decode(b"".join(header) + b'"calls": []}')
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    if head.format != FORMAT_NAME:
+        return None
+    blocks = _ColumnBlocks()
+    chunk: list[bytes] = []
+    closed = False
+    for line in handle:
+        record = line.strip()
+        if record == b"]":
+            closed = True
+            break
+        chunk.append(record[:-1] if record.endswith(b",") else record)
+        if len(chunk) == BLOCK_CALLS:
+            if not _add_lines(blocks, chunk):
+                return None
+            chunk = []
+    if not closed or (chunk and not _add_lines(blocks, chunk)):
+        return None
+    if handle.read().strip() != b"}":
+        return None
+    return blocks.trace(dict(head.meta), path)
+
+
+def _add_lines(blocks: _ColumnBlocks, lines: list[bytes]) -> bool:
+    try:
+        blocks.add(_CALLS.decode(b"[" + b",".join(lines) + b"]"))
+    except (msgspec.DecodeError, RecursionError):
+        return False
+    return True
 
 
 def read_native(obj: Any, path: str | Path) -> Trace:
