@@ -315,14 +315,16 @@ def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
     batch_ids = log["batch_id"].to_numpy(np.int64)
     sizes = log["batch_size"].to_numpy(np.int64)
 
-    def sub(mask: np.ndarray) -> dict[str, np.ndarray]:
-        return {k: x[mask] for k, x in v.items()}
+    def group(mask: np.ndarray | None) -> dict[str, Any]:
+        """The figures of the prompts ``mask`` selects (``None``: every prompt, uncopied)."""
+        def pick(x: np.ndarray) -> np.ndarray:
+            return x if mask is None else x[mask]
 
-    def group(mask: np.ndarray) -> dict[str, Any]:
         in_call = np.zeros(n_calls, dtype=bool)
-        in_call[call_of[mask]] = True
-        batched = mask & (batch_ids >= 0)
-        return _group_summary(sub(mask), done_ok[mask], {k: t[mask] for k, t in turned.items()},
+        in_call[pick(call_of)] = True
+        batched = batch_ids >= 0 if mask is None else mask & (batch_ids >= 0)
+        return _group_summary({k: pick(x) for k, x in v.items()}, pick(done_ok),
+                              {k: pick(t) for k, t in turned.items()},
                               sizes[batched][first_rows(batch_ids[batched])], call_latency[in_call],
                               call_ok[in_call], makespan)
 
@@ -369,7 +371,7 @@ def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
                 "latency_censored": describe(censored[mine & np.isfinite(censored)]),
             }
     return {
-        "overall": group(np.ones(len(log), dtype=bool)),
+        "overall": group(None),
         "tasks": tasks,
         "compositions": by_composition,
         "gpus": gpu_rows,

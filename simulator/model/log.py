@@ -24,7 +24,7 @@ STATUS_CODE = {name: code for code, name in enumerate(STATUSES)}
 class PromptColumns:
     """What is known of every prompt before the run, in trace order."""
 
-    call_ids: np.ndarray       # object: the id of each call
+    call_ids: np.ndarray       # text: the id of each call
     call_of: np.ndarray        # int64: each prompt's call
     prompt_index: np.ndarray   # int64: its position in its call
     task_names: list[str]      # the tasks, by code
@@ -64,7 +64,8 @@ def text_column(names: np.ndarray | list[str] | tuple[str, ...], codes: np.ndarr
     """The text column ``names[codes]`` in pandas' text dtype, made without a Python
     string per row where pandas holds text in pyarrow (one ``take`` in C)."""
     if _ARROW_TEXT:
-        taken = pa.array(np.asarray(names, dtype=object), pa.large_string()).take(pa.array(codes, pa.int64()))
+        text = names if isinstance(names, np.ndarray) and names.dtype.kind == "T" else np.asarray(names, dtype=object)
+        taken = pa.array(text, pa.large_string()).take(pa.array(codes, pa.int64()))
         return pd.Series(taken, dtype=TEXT_DTYPE)
     return pd.Series(np.asarray(names, dtype=object)[codes]).astype(str)
 

@@ -49,7 +49,7 @@ class TraceColumns:
     prompt has none), or is ``None`` when no prompt has one."""
 
     call_t: np.ndarray         # float64, per call
-    call_ids: np.ndarray       # object, per call
+    call_ids: np.ndarray       # text (numpy StringDType: no Python object per id), per call
     call_of: np.ndarray        # int64, per prompt: its call
     prompt_index: np.ndarray   # int64, per prompt: its position in its call
     task_names: tuple[str, ...]  # in order of first appearance
@@ -73,8 +73,7 @@ class TraceColumns:
         if any(p.text is not None for c in calls for p in c.prompts):
             texts = np.empty(n, dtype=object)
             texts[:] = [p.text for c in calls for p in c.prompts]
-        call_ids = np.empty(len(calls), dtype=object)
-        call_ids[:] = [c.id for c in calls]
+        call_ids = id_column([c.id for c in calls])
         return cls.of_sizes(
             call_t=np.fromiter((c.t for c in calls), dtype=float, count=len(calls)), call_ids=call_ids, sizes=sizes,
             task_names=tuple(codes), task_of=task_of, prompt_tokens=prompt_tokens, max_tokens=max_tokens, texts=texts)
@@ -103,6 +102,13 @@ class TraceColumns:
         starts = [0, *ends[:-1]]
         return tuple(Call(i, t, tuple(prompts[a:b]))
                      for i, t, a, b in zip(self.call_ids.tolist(), self.call_t.tolist(), starts, ends, strict=True))
+
+
+def id_column(ids: list[str]) -> np.ndarray:
+    """Call ids as a column: numpy's variable-width text, which holds short ids inline
+    instead of as a Python object each (a million objects would stay scattered over the
+    interpreter's memory long after the file that made them is read)."""
+    return np.array(ids, dtype=np.dtypes.StringDType())
 
 
 class Trace:

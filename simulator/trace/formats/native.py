@@ -48,7 +48,7 @@ from simulator.trace.formats._common import (
     show,
     type_name,
 )
-from simulator.trace.model import Prompt, Trace, TraceColumns
+from simulator.trace.model import Prompt, Trace, TraceColumns, id_column
 
 FORMAT_NAME = "simctl-trace/1"
 TIME_KEYS = ("t", "timestamp", "arrival_time", "time")
@@ -107,8 +107,7 @@ class _ColumnBlocks:
         n_calls = len(calls)
         first = self.n_calls
         call_t = np.fromiter((c.t for c in calls), dtype=float, count=n_calls)
-        call_ids = np.empty(n_calls, dtype=object)
-        call_ids[:] = [str(first + i) if c.id is None else c.id for i, c in enumerate(calls)]
+        call_ids = id_column([str(first + i) if c.id is None else c.id for i, c in enumerate(calls)])
         sizes = np.fromiter((len(c.prompts) for c in calls), dtype=np.int64, count=n_calls)
         prompts = [p for c in calls for p in c.prompts]
         n = len(prompts)
