@@ -337,6 +337,10 @@ class TaskConfig:
         16, "Tokens per KV-cache block", min=1, read_by=CONTINUOUS, cli=REPLAY)
     sticky_gpu: bool = setting(
         False, "A worker that takes a GPU per batch keeps the GPU of its first batch", read_by=("shared",))
+    dispatch_group: str | None = setting(
+        None, "A named dispatch group: the tasks of one group share one round-robin rotation over the GPUs "
+        "(their round-robin dispatch takes from it; each call's group of a task that takes nothing from it "
+        "still advances it)", noun="a group name", unset="none", reference_only=True)
     dispatch_per: str = setting(
         "prompt", "What split sends to a queue: each prompt, or a call's whole group of the task",
         choices=("prompt", "group"), read_by=("split",))
@@ -382,8 +386,8 @@ class RunSettings:
         False, "One process (one interpreter lock) drives every GPU: running GPU batches slow down together",
         reference_only=True)
     shared_rotation: tuple[str, ...] = setting(
-        (), "Tasks whose groups all advance one round-robin counter; their round-robin dispatch takes from it",
-        reference_only=True)
+        (), "Tasks of one dispatch group named shared_rotation (as their dispatch_group, which a task's own "
+        "setting overrides)", reference_only=True)
     max_concurrent_groups: int | None = setting(
         None, "A call's task groups run at most this many at a time", min=1, unset="unlimited", reference_only=True)
     group_order: tuple[str, ...] = setting(
