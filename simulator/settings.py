@@ -16,9 +16,9 @@ again anywhere:
 * the settings a topology never reads (:func:`ignored_by`: a sweep does not expand them);
 * the scenario reference in ``docs/model.md`` (:func:`reference_table`).
 
-Registries (batching policies, topologies, dispatch rules, GPU sharing modes) are named by
-import path and looked up when a value is checked or listed, so importing this module (or
-:mod:`simulator.scenario`) imports nothing of the model.
+Registries (batching policies, topologies, dispatch rules, GPU sharing modes, batch forming
+rules) are named by import path and looked up when a value is checked or listed, so importing
+this module (or :mod:`simulator.scenario`) imports nothing of the model.
 
 Adding a setting is one field here, plus the code that reads it (``docs/model.md``, "Adding a
 setting").
@@ -47,6 +47,7 @@ POLICIES = "simulator.model:POLICIES"
 TOPOLOGIES = "simulator.model:TOPOLOGIES"
 DISPATCH_RULES = "simulator.model:DISPATCH_RULES"
 GPU_SHARING = "simulator.model:GPU_SHARING"
+BATCH_FORMING = "simulator.model.batching:BATCH_FORMING"
 PROFILE_KINDS = "simulator.profile.kinds:KINDS"
 
 # Who reads a setting, in the topologies' names.
@@ -346,7 +347,7 @@ class TaskConfig:
         choices=("prompt", "group"), read_by=("split",))
     batch_forming: str = setting(
         "eager", "eager: a free worker forms its batch, then waits for its GPU (a per-GPU lock taken after "
-        "dequeuing); gpu-free: it forms one only when its GPU is free", choices=("eager", "gpu-free"),
+        "dequeuing); gpu-free: it forms one only when its GPU is free", registry=BATCH_FORMING,
         read_by=QUEUED, reference_only=True)
     rows_per_prompt: int = setting(
         1, "Rows a prompt occupies in a batch (best-of-n sampling: n)", min=1, read_by=BATCHED,

@@ -1,7 +1,12 @@
-"""Batch forming: what a released batch is, and its service time.
+"""Batch forming: when a worker forms a batch, what the batch is, and its service time.
 
-A queue (or a ``direct`` front) releases prompt ids to a worker; :class:`BatchFormer` turns
-them into a :class:`~simulator.model.resources.Batch`:
+When: a queue asks its task's forming rule (``batch_forming``, :data:`BATCH_FORMING`) which
+idle worker forms the next batch: ``eager``, the longest idle (it then waits for its GPU, a
+per-GPU lock taken after dequeuing); ``gpu-free``, the longest idle one whose GPU is free,
+none while every one's GPU is busy (the queue polls again when one frees).
+
+What: a queue (or a ``direct`` front) releases prompt ids to a worker; :class:`BatchFormer`
+turns them into a :class:`~simulator.model.resources.Batch`:
 
 1. its rows, by the task's :class:`Shaping` (the batch-shaping hook): a prompt takes
    ``rows_per_prompt`` rows (best-of-n), and a lone prompt with ``single_prompt =
@@ -19,8 +24,9 @@ draws n times); a task's stream is its own, so one task's setup never reshuffles
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import ClassVar, Protocol, TypeVar, cast
 
 import numpy as np
 
@@ -31,8 +37,47 @@ from simulator.profile import TaskProfile
 from simulator.profile.iteration import first_token_seconds
 from simulator.profile.kinds import BatchShape, ServiceModel
 from simulator.profile.kinds.spec_decode import SpecDecodeService, adaptive_lookahead
+from simulator.registry import Registry
 from simulator.scenario import Scenario, TaskConfig
-from simulator.settings import service_overrides
+from simulator.settings import TASK, service_overrides
+
+
+class _Placed(Protocol):
+    device: Device | None
+
+
+W = TypeVar("W", bound=_Placed)
+
+
+class FormingRule:
+    """When an idle worker forms its batch (the ``batch_forming`` setting): ``eager``, at
+    once (the longest idle worker)."""
+
+    #: whether a queue polls again whenever one of its workers' devices finishes a batch
+    watches_devices: ClassVar[bool] = False
+
+    def worker(self, idle: Sequence[W]) -> W | None:
+        """Which of the ``idle`` workers (longest idle first) forms the next batch now;
+        ``None``: none may yet."""
+        return idle[0]
+
+
+BATCH_FORMING: Registry[type[FormingRule]] = Registry("batch forming rule")
+BATCH_FORMING.register("eager")(FormingRule)
+
+
+@BATCH_FORMING.register("gpu-free")
+class WhenGpuFree(FormingRule):
+    """Only a worker whose GPU is free forms a batch (a worker without a GPU of its own
+    always may); the GPU's watcher polls the queue again when it frees."""
+
+    watches_devices = True
+
+    def worker(self, idle: Sequence[W]) -> W | None:
+        for w in idle:
+            if w.device is None or w.device.is_free():
+                return w
+        return None
 
 
 @dataclass(frozen=True)
@@ -67,8 +112,9 @@ def task_service(scenario: Scenario, task: str, task_profile: TaskProfile) -> Se
     service = task_profile.service
     cfg = scenario.for_task(task)
     overrides = {k: getattr(cfg, k) for k in service_overrides() if getattr(cfg, k) is not None}
-    if overrides and isinstance(service, SpecDecodeService):
-        return service.with_overrides(**overrides)
+    # the kinds that take an override are the setting's declared readers
+    if overrides and all(service.kind in TASK[k].kinds for k in overrides):
+        return cast(SpecDecodeService, service).with_overrides(**overrides)
     if overrides:
         # Defaults (CLI flags, [defaults]) apply where they can; a task's own setting that
         # cannot apply is a mistake worth stopping for.

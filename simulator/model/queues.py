@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from simulator.model.batching import BATCH_FORMING
 from simulator.model.kernel import TIMER
 from simulator.model.policies import BatchingPolicy, ReleaseNow
 from simulator.model.resources import Batch, Device
@@ -108,8 +109,8 @@ class BatchQueue:
         config = run.configs[task]
         self.limits = QueueLimits.of(config)
         self.sticky = config.sticky_gpu
-        self.form_when_free = config.batch_forming == "gpu-free"
-        if self.form_when_free:
+        self.forming = BATCH_FORMING.get(config.batch_forming)()
+        if self.forming.watches_devices:
             for device in {id(d): d for d in [w.device for w in self.idle if w.device is not None]}.values():
                 device.watchers.append(self.poll)
         run.queues.append(self)
@@ -152,13 +153,11 @@ class BatchQueue:
             now = self.env._now
             if self.pickup_at is None:
                 self.pickup_at = now
-            worker = self.idle[0] if self.idle else None
-            if self.form_when_free and worker is not None:
-                # Only a worker whose GPU is free may form a batch; the GPU's watcher polls again.
-                free = [w for w in self.idle if w.device is None or w.device.is_free()]
-                if not free:
-                    return
-                worker = free[0]
+            worker = None
+            if self.idle:
+                worker = self.forming.worker(self.idle)
+                if worker is None:
+                    return  # no idle worker may form a batch yet (batch_forming)
             idle_share = self._idle_share(worker.device if worker is not None else None) if self.devices else 0.0
             decision = self.policy.release(len(self.waiting), arrived_at[self.waiting[0]], now,
                                            self.pickup_at, idle_share)
