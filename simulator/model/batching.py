@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Protocol, TypeVar, cast
+from typing import Any, ClassVar, Protocol, TypeVar, cast
 
 import numpy as np
 
@@ -34,7 +34,7 @@ from simulator.errors import ScenarioError
 from simulator.model.prompts import PromptTable
 from simulator.model.resources import Batch, Device
 from simulator.profile import TaskProfile
-from simulator.profile.iteration import first_token_seconds
+from simulator.profile.iteration import StepCost, first_token_seconds
 from simulator.profile.kinds import BatchShape, ServiceModel
 from simulator.profile.kinds.spec_decode import SpecDecodeService, adaptive_lookahead
 from simulator.registry import Registry
@@ -138,18 +138,47 @@ class AdaptiveLookahead:
         self.service = service
         self._history: dict[int, deque] = {}
 
-    def for_batch(self, device: Device | None) -> tuple[SpecDecodeService, Callable[..., float]]:
-        """The service a batch on ``device`` runs with, and its draw function."""
+    def for_batch(self, device: Device | None) -> ServiceModel:
+        """The service a batch on ``device`` runs with: the lookahead its device's history
+        picks now, every draw recorded."""
         history = self._history.setdefault(-1 if device is None else device.gpu_id, deque(maxlen=self.HISTORY))
         k = adaptive_lookahead(self.service.lookahead, sum(history) / len(history) if history else None)
-        service = self.service.with_overrides(lookahead=k)
+        return RecordedAcceptance(self.service.with_overrides(lookahead=k), history)
 
-        def draw(shape: BatchShape, rng: np.random.Generator) -> float:
-            work, rates = service.sample_detail(shape, rng)
-            history.extend(rates.tolist())
-            return work
 
-        return service, draw
+class RecordedAcceptance:
+    """``service`` (one that ``draws_acceptance``) whose every draw adds its rows' draft
+    acceptance rates to ``history``; everything else is the service's own."""
+
+    draws_acceptance: ClassVar[bool] = True
+
+    def __init__(self, service: SpecDecodeService, history: deque) -> None:
+        self.service = service
+        self.history = history
+        self.kind = service.kind
+
+    def sample(self, shape: BatchShape, rng: np.random.Generator) -> float:
+        work, rates = self.service.sample_detail(shape, rng)
+        self.history.extend(rates.tolist())
+        return work
+
+    def mean(self, shape: BatchShape) -> float:
+        return self.service.mean(shape)
+
+    def variance(self, shape: BatchShape) -> float:
+        return self.service.variance(shape)
+
+    def host_fraction(self, shape: BatchShape) -> float | None:
+        return self.service.host_fraction(shape)
+
+    def step_cost(self, task_profile: TaskProfile) -> StepCost:
+        return self.service.step_cost(task_profile)
+
+    def first_token_seconds(self, task_profile: TaskProfile, shape: BatchShape, work: float) -> float:
+        return self.service.first_token_seconds(task_profile, shape, work)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.service.to_dict()
 
 
 class BatchFormer:
@@ -192,17 +221,16 @@ class BatchFormer:
         ptoks, mtoks = table.prompt_tokens, table.max_tokens
         shape, generations = shaping.shape(ptoks, mtoks, ids)
         service = self.service_of(task)
-        draw = service.sample
         if cfg.adaptive_lookahead and service.draws_acceptance:
             adaptive = self._adaptive.get(task)
             if adaptive is None:
-                adaptive = self._adaptive[task] = AdaptiveLookahead(service)  # type: ignore[arg-type]
-            service, draw = adaptive.for_batch(device)
+                adaptive = self._adaptive[task] = AdaptiveLookahead(cast(SpecDecodeService, service))
+            service = adaptive.for_batch(device)
         rng = self.service_rng(task)
         if generations == 1:
-            work = draw(shape, rng)
+            work = service.sample(shape, rng)
         else:
-            work = float(sum([draw(shape, rng) for _ in range(generations)]))
+            work = float(sum([service.sample(shape, rng) for _ in range(generations)]))
         task_profile = self.task_profiles[task]
         batch = Batch(self.new_batch_id(), task, queue, ids, worker, self.clock(), work)
         batch.priority = cfg.priority
