@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import pytest
 from helpers import fixed_profile, make_trace, run
 from test_spec_decode_kind import spec_profile
 
@@ -78,8 +77,14 @@ def test_a_named_dispatch_group_is_what_shared_rotation_was():
     assert list(apart[apart["task"] == "x"]["gpu"]) == [0, 1]
 
 
-@pytest.mark.parametrize("setting", ["dispatch_group"])
-def test_reference_only_settings_of_the_new_mechanisms(setting):
+def test_a_dispatch_group_runs_on_the_reference_engine():
+    from simulator.model.fast import unsupported
+    from simulator.scenario import build_scenario
     from simulator.settings import TASK
 
-    assert TASK[setting].reference_only
+    assert TASK["dispatch_group"].reference_only
+    trace = make_trace([(0, ["x"])])
+    scenario = build_scenario(tasks={"x": {"dispatch_group": "server"}})
+    assert "dispatch_group" in (unsupported(trace, scenario, fixed_profile(x=1.0)) or "")
+    log = run(trace, fixed_profile(x=1.0), tasks={"x": {"dispatch_group": "server"}})
+    assert log.attrs["engine"].startswith("reference")

@@ -13,6 +13,7 @@ next), so calls arriving at one instant are taken in trace order.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 
 import numpy as np
@@ -23,17 +24,17 @@ from simulator.settings import parse_client
 from simulator.trace.model import Call
 
 
-class Client:
+class Client(ABC):
     """Base class: sends a run's calls through ``send``."""
 
     #: whether :meth:`call_done` must be called as each call ends
     watches_calls = False
 
+    @abstractmethod
     def start(self, run: RunContext, calls: tuple[Call, ...], send: Callable[[int], None]) -> None:
         """Schedule the sending of ``calls`` in the run."""
-        raise NotImplementedError
 
-    def call_done(self, ci: int) -> None:
+    def call_done(self, ci: int) -> None:  # noqa: B027 - a client that watches calls overrides it
         """Call ``ci`` ended now (only for a client that ``watches_calls``)."""
 
 
