@@ -16,9 +16,9 @@ again anywhere:
 * the settings a topology never reads (:func:`ignored_by`: a sweep does not expand them);
 * the scenario reference in ``docs/model.md`` (:func:`reference_table`).
 
-Registries (batching policies, topologies, dispatch rules, GPU sharing modes) are named by
-import path and looked up when a value is checked or listed, so importing this module (or
-:mod:`simulator.scenario`) imports nothing of the model.
+Registries (batching policies, topologies, dispatch rules, GPU sharing modes, batch forming
+rules) are named by import path and looked up when a value is checked or listed, so importing
+this module (or :mod:`simulator.scenario`) imports nothing of the model.
 
 Adding a setting is one field here, plus the code that reads it (``docs/model.md``, "Adding a
 setting").
@@ -47,6 +47,7 @@ POLICIES = "simulator.model:POLICIES"
 TOPOLOGIES = "simulator.model:TOPOLOGIES"
 DISPATCH_RULES = "simulator.model:DISPATCH_RULES"
 GPU_SHARING = "simulator.model:GPU_SHARING"
+BATCH_FORMING = "simulator.model.batching:BATCH_FORMING"
 PROFILE_KINDS = "simulator.profile.kinds:KINDS"
 
 # Who reads a setting, in the topologies' names.
@@ -337,12 +338,16 @@ class TaskConfig:
         16, "Tokens per KV-cache block", min=1, read_by=CONTINUOUS, cli=REPLAY)
     sticky_gpu: bool = setting(
         False, "A worker that takes a GPU per batch keeps the GPU of its first batch", read_by=("shared",))
+    dispatch_group: str | None = setting(
+        None, "A named dispatch group: the tasks of one group share one round-robin rotation over the GPUs "
+        "(their round-robin dispatch takes from it; each call's group of a task that takes nothing from it "
+        "still advances it)", noun="a group name", unset="none", reference_only=True)
     dispatch_per: str = setting(
         "prompt", "What split sends to a queue: each prompt, or a call's whole group of the task",
         choices=("prompt", "group"), read_by=("split",))
     batch_forming: str = setting(
         "eager", "eager: a free worker forms its batch, then waits for its GPU (a per-GPU lock taken after "
-        "dequeuing); gpu-free: it forms one only when its GPU is free", choices=("eager", "gpu-free"),
+        "dequeuing); gpu-free: it forms one only when its GPU is free", registry=BATCH_FORMING,
         read_by=QUEUED, reference_only=True)
     rows_per_prompt: int = setting(
         1, "Rows a prompt occupies in a batch (best-of-n sampling: n)", min=1, read_by=BATCHED,
@@ -382,8 +387,8 @@ class RunSettings:
         False, "One process (one interpreter lock) drives every GPU: running GPU batches slow down together",
         reference_only=True)
     shared_rotation: tuple[str, ...] = setting(
-        (), "Tasks whose groups all advance one round-robin counter; their round-robin dispatch takes from it",
-        reference_only=True)
+        (), "Tasks of one dispatch group named shared_rotation (as their dispatch_group, which a task's own "
+        "setting overrides)", reference_only=True)
     max_concurrent_groups: int | None = setting(
         None, "A call's task groups run at most this many at a time", min=1, unset="unlimited", reference_only=True)
     group_order: tuple[str, ...] = setting(

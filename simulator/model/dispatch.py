@@ -5,13 +5,13 @@ where ``loads[i]`` is the outstanding work at place i (waiting plus in service),
 rule's ``unit``: prompts, or tokens (prompt plus max output tokens of each outstanding
 prompt; a continuous engine counts only what is left to do). A rule
 instance belongs to one decision site (one task's router), so round-robin state is not
-shared between tasks.
+shared between tasks, except within a named dispatch group (:class:`DispatchGroups`).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -96,3 +96,47 @@ class UniformRandom(DispatchRule):
 
     def choose(self, loads: Sequence[int], rng: np.random.Generator) -> int:
         return int(rng.integers(len(loads)))
+
+
+class DispatchGroups:
+    """Named dispatch groups: the tasks of one group share one round-robin rotation (a
+    server's iterator over its GPUs that every request group advances).
+
+    A task of a group whose dispatch rule is ``round-robin`` takes its places from the
+    group's rotation (:meth:`rule_for`); every call's group of prompts of a task that takes
+    nothing from it (a task on the CPU, or of another rule) still advances it by one turn
+    when it starts (:meth:`group_started`). ``group_of`` names a task's group (``None``:
+    none)."""
+
+    def __init__(self, group_of: Callable[[str], str | None]) -> None:
+        self._group_of = group_of
+        self._groups: dict[str, str | None] = {}
+        self._rotations: dict[str, RoundRobin] = {}
+        self._takers: set[str] = set()  # tasks whose dispatch draws from their group's rotation
+
+    def group(self, task: str) -> str | None:
+        """The dispatch group of ``task``, if any."""
+        if task not in self._groups:
+            self._groups[task] = self._group_of(task)
+        return self._groups[task]
+
+    def _rotation(self, group: str) -> RoundRobin:
+        rotation = self._rotations.get(group)
+        if rotation is None:
+            rotation = self._rotations[group] = RoundRobin()
+        return rotation
+
+    def rule_for(self, task: str, dispatch: str) -> DispatchRule | None:
+        """The rotation ``task`` takes from (its rule being ``dispatch``), else ``None``."""
+        group = self.group(task)
+        if group is None or dispatch != "round-robin":
+            return None
+        self._takers.add(task)
+        return self._rotation(group)
+
+    def group_started(self, task: str, places: int, rng: np.random.Generator) -> None:
+        """A call's group of prompts of ``task`` starts: a task that does not take from its
+        group's rotation advances it over ``places`` places."""
+        group = self.group(task)
+        if group is not None and task not in self._takers:
+            self._rotation(group).choose(range(places), rng)

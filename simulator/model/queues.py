@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from simulator.model.batching import BATCH_FORMING
 from simulator.model.kernel import TIMER
 from simulator.model.policies import BatchingPolicy, ReleaseNow
 from simulator.model.resources import Batch, Device
@@ -29,7 +30,7 @@ from simulator.model.resources import Batch, Device
 if TYPE_CHECKING:
     from simpy.events import Event
 
-    from simulator.model.engine import System
+    from simulator.model.context import RunContext
     from simulator.model.kernel import SimEnvironment
     from simulator.scenario import TaskConfig
 
@@ -81,7 +82,7 @@ class BatchQueue:
 
     def __init__(
         self,
-        system: System,
+        run: RunContext,
         task: str,
         name: str,
         policy: BatchingPolicy,
@@ -90,8 +91,8 @@ class BatchQueue:
         unbound_device: Device | None = None,
         devices: list[Device] | None = None,
     ) -> None:
-        self.system = system
-        self.env = system.env
+        self.run = run
+        self.env = run.env
         self.task = task
         self.name = name
         self.policy = policy
@@ -105,14 +106,14 @@ class BatchQueue:
         self.in_service = 0
         self.outstanding_tokens = 0  # prompt + max tokens of prompts waiting or in service
         self.devices = devices or []
-        config = system.configs[task]
+        config = run.configs[task]
         self.limits = QueueLimits.of(config)
         self.sticky = config.sticky_gpu
-        self.form_when_free = config.batch_forming == "gpu-free"
-        if self.form_when_free:
+        self.forming = BATCH_FORMING.get(config.batch_forming)()
+        if self.forming.watches_devices:
             for device in {id(d): d for d in [w.device for w in self.idle if w.device is not None]}.values():
                 device.watchers.append(self.poll)
-        system.queues.append(self)
+        run.queues.append(self)
 
     @property
     def outstanding(self) -> int:
@@ -123,13 +124,13 @@ class BatchQueue:
         """Prompts join the queue now (a call's group for this task)."""
         room = self.limits.room(len(self.waiting), len(prompt_ids))
         if room < len(prompt_ids):
-            self.system.turn_away(prompt_ids[room:], "rejected")
+            self.run.turn_away(prompt_ids[room:], "rejected")
             prompt_ids = prompt_ids[:room]
         if not prompt_ids:
             return
         self.waiting.extend(prompt_ids)
-        system = self.system
-        self.outstanding_tokens += sum(system.prompt_tokens[i] + system.max_tokens[i] for i in prompt_ids)
+        run = self.run
+        self.outstanding_tokens += sum(run.prompt_tokens[i] + run.max_tokens[i] for i in prompt_ids)
         self.limits.watch(self.env, self._on_queue_timeout, prompt_ids)
         self.poll()
 
@@ -147,24 +148,22 @@ class BatchQueue:
 
     def poll(self) -> None:
         """Release batches while prompts wait, a worker is idle and the policy says so."""
-        arrived_at = self.system.arrived_at
+        arrived_at = self.run.arrived_at
         while self.waiting and (self.idle or self.unlimited):
             now = self.env._now
             if self.pickup_at is None:
                 self.pickup_at = now
-            worker = self.idle[0] if self.idle else None
-            if self.form_when_free and worker is not None:
-                # Only a worker whose GPU is free may form a batch; the GPU's watcher polls again.
-                free = [w for w in self.idle if w.device is None or w.device.is_free()]
-                if not free:
-                    return
-                worker = free[0]
+            worker = None
+            if self.idle:
+                worker = self.forming.worker(self.idle)
+                if worker is None:
+                    return  # no idle worker may form a batch yet (batch_forming)
             idle_share = self._idle_share(worker.device if worker is not None else None) if self.devices else 0.0
             decision = self.policy.release(len(self.waiting), arrived_at[self.waiting[0]], now,
                                            self.pickup_at, idle_share)
             if not isinstance(decision, ReleaseNow):
                 at = decision.at
-                if at == float("inf") and self.system.input_closed:
+                if at == float("inf") and self.run.input_closed:
                     # Nothing more will arrive: a batch waiting to fill never would.
                     decision = ReleaseNow(min(len(self.waiting), self.policy.max_batch))
                 else:
@@ -178,38 +177,38 @@ class BatchQueue:
             if worker is not None:
                 self.idle.remove(worker)
             else:
-                worker = Worker(self.system.new_worker_id(), self.unbound_device)
+                worker = Worker(self.run.new_worker_id(), self.unbound_device)
             self._dispatch(worker, ids)
 
     def _dispatch(self, worker: Worker, ids: list[int]) -> None:
         device = worker.device if worker.device is not None else self.pick_device()  # type: ignore[misc]
         if self.sticky and worker.device is None:
             worker.device = device  # keeps the GPU of its first batch from now on
-        batch = self.system.form_batch(self.task, self.name, ids, worker.id, device)
+        batch = self.run.form_batch(self.task, self.name, ids, worker.id, device)
         self.in_service += len(ids)
         batch.holder = worker
         batch.on_done = self._batch_done
         device.submit(batch)
 
     def _on_queue_timeout(self, event: Event) -> None:
-        system = self.system
-        late = [i for i in event._value if system.batch_of[i] < 0 and system.status[i] == "served"]
+        run = self.run
+        late = [i for i in event._value if run.batch_of[i] < 0 and run.status[i] == "served"]
         if not late:
             return
         if self.limits.drop:
             gone = set(late)
             self.waiting = deque(i for i in self.waiting if i not in gone)
-            self.outstanding_tokens -= sum(system.prompt_tokens[i] + system.max_tokens[i] for i in late)
-            system.turn_away(late, "dropped")
+            self.outstanding_tokens -= sum(run.prompt_tokens[i] + run.max_tokens[i] for i in late)
+            run.turn_away(late, "dropped")
             if not self.waiting:
                 self.pickup_at = None
             self.poll()
         else:
             for i in late:
-                system.status[i] = "sent_after_timeout"
+                run.status[i] = "sent_after_timeout"
 
     def _batch_done(self, batch: Batch) -> None:
-        self.system.batch_done(batch)
+        self.run.batch_done(batch)
         self.in_service -= len(batch.prompts)
         self.outstanding_tokens -= batch.tokens
         self.idle.append(batch.holder)

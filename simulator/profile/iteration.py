@@ -26,6 +26,10 @@ For a static batch, the first token is counted after the prefill and the first d
 iteration (a static batch streams nothing before its decoding loop runs); its offset from
 the batch's start is :func:`first_token_seconds`. In a continuous engine a row's first
 token comes at the end of the iteration that prefills it.
+
+Each kind owns its costs: its service class answers ``step_cost(task_profile)`` and
+``first_token_seconds(task_profile, shape, work)`` (the whole-batch kinds through
+:class:`WholeBatchIterations`); :func:`step_cost` and :func:`first_token_seconds` only ask it.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from typing import Protocol
 
 import numpy as np
 
-from simulator.profile.kinds import BatchShape
+from simulator.profile.shape import BatchShape
 
 
 class StepCost(Protocol):
@@ -157,30 +161,27 @@ def batch_iterations(max_tokens: int, tokens_per_iteration: float) -> int:
     return math.ceil(max(max_tokens - 1, 0) / tokens_per_iteration) + 1
 
 
+class WholeBatchIterations:
+    """The iteration costs of a kind that prices whole batches only (``distribution``,
+    ``table``): :class:`BatchAverageCost`, and a first token after the prefill and the first
+    decoding iteration of the batch's iterations (module docstring)."""
+
+    def step_cost(self, task_profile) -> StepCost:
+        return BatchAverageCost(self, task_profile.prompt_tokens, task_profile.max_tokens,
+                                task_profile.tokens_per_iteration)
+
+    def first_token_seconds(self, task_profile, shape: BatchShape, work: float) -> float:
+        iterations = batch_iterations(shape.max_tokens, task_profile.tokens_per_iteration)
+        # The prefill iteration and the first decoding iteration (where there is one).
+        return work * min(2, iterations) / iterations
+
+
 def step_cost(task_profile, service) -> StepCost:
     """The :class:`StepCost` of ``service`` (the task's, with scenario overrides applied)."""
-    kind = getattr(service, "kind", "")
-    if kind == "iteration":
-        return IterationKindCost(service)
-    if kind == "spec_decode":
-        return SpecDecodeCost(service)
-    return BatchAverageCost(service, task_profile.prompt_tokens, task_profile.max_tokens,
-                            task_profile.tokens_per_iteration)
+    return service.step_cost(task_profile)
 
 
 def first_token_seconds(task_profile, service, shape: BatchShape, work: float) -> float:
     """Seconds of exclusive device time from a static batch's start to its first token,
     for a batch that drew ``work`` seconds in all."""
-    kind = getattr(service, "kind", "")
-    if kind == "iteration":
-        share = service.first_token_mean(shape) / service.mean(shape)
-        return work * share
-    if kind == "spec_decode":
-        cost = SpecDecodeCost(service)
-        first = cost.step(0, [shape.prompt_tokens] * shape.size, 0, None)
-        if shape.max_tokens > 1:
-            first += cost.step(shape.size, [], shape.prompt_tokens, None, shape.prompt_tokens + shape.max_tokens)
-        return min(work, first)
-    iterations = batch_iterations(shape.max_tokens, task_profile.tokens_per_iteration)
-    # The prefill iteration and the first decoding iteration (where there is one).
-    return work * min(2, iterations) / iterations
+    return service.first_token_seconds(task_profile, shape, work)

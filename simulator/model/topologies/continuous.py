@@ -60,11 +60,11 @@ from simulator.errors import ScenarioError
 from simulator.model.kernel import TIMER
 from simulator.model.queues import QueueLimits
 from simulator.model.resources import Batch, Device
-from simulator.model.topologies import TOPOLOGIES, Topology
+from simulator.model.topologies.base import TOPOLOGIES, Topology
 from simulator.profile.iteration import StepCost, step_cost
 
 if TYPE_CHECKING:
-    from simulator.model.engine import System
+    from simulator.model.context import RunContext
     from simulator.scenario import TaskConfig
 
 
@@ -321,27 +321,27 @@ class _Rows:
 class Engine:
     """One continuous-batching engine: a waiting line, a running batch, a KV cache."""
 
-    def __init__(self, system: System, task: str, config: TaskConfig, device: Device, index: int) -> None:
-        self.system = system
-        self.env = system.env
+    def __init__(self, run: RunContext, task: str, config: TaskConfig, device: Device, index: int) -> None:
+        self.run = run
+        self.env = run.env
         self.task = task
         self.device = device
         self.name = f"{task}~{index}"
         self.max_rows = config.max_num_seqs
         self.token_budget = config.max_batched_tokens
         self.block_size = config.block_size
-        kv = config.kv_blocks if config.kv_blocks is not None else system.profile.tasks[task].kv_blocks(config.block_size)
+        kv = config.kv_blocks if config.kv_blocks is not None else run.task_profile(task).kv_blocks(config.block_size)
         self.total_blocks = kv if kv is not None else math.inf
         self.free_blocks = self.total_blocks
         self.counts_blocks = kv is not None  # an unlimited cache never preempts: nothing to count
         self.limits = QueueLimits.of(config)
         self.priority = config.priority
-        self.cost = step_cost(system.profile.tasks[task], system.service_of(task))
+        self.cost = step_cost(run.task_profile(task), run.service_of(task))
         self.reads_lengths = self.cost.reads_lengths
-        self.rng = system.service_rng(task)
+        self.rng = run.service_rng(task)
         self.waiting: deque[int] = deque()
         self.resumed: dict[int, int] = {}  # tokens made before preemption, per preempted waiting prompt
-        ptoks, mtoks = system.prompt_tokens, system.max_tokens
+        ptoks, mtoks = run.prompt_tokens, run.max_tokens
         gain = self.cost.fixed_tokens
         self.rows: FixedGainRows | DrawnGainRows = (
             FixedGainRows(gain, ptoks, mtoks, config.block_size, self.counts_blocks) if gain is not None
@@ -353,7 +353,7 @@ class Engine:
         self._in_flight = _Rows()
         item = Batch(-1, task, self.name, cast("list[int]", self._in_flight), -1, 0.0, 0.0)
         item.priority = self.priority
-        item.host_fraction = system.profile.tasks[task].host_fraction
+        item.host_fraction = run.task_profile(task).host_fraction
         item.on_done = self._iteration_done
         self._item = item
         self._decoding = 0          # rows that decode in the iteration in flight
@@ -363,14 +363,14 @@ class Engine:
 
     # -- arrivals -----------------------------------------------------------------------
     def add(self, pid: int) -> None:
-        system = self.system
-        need = system.prompt_tokens[pid] + system.max_tokens[pid]
+        run = self.run
+        need = run.prompt_tokens[pid] + run.max_tokens[pid]
         if _blocks(need, self.block_size) > self.total_blocks:
-            raise ScenarioError(system.scenario.source, f"tasks.{self.task}", "kv_blocks",
-                                f"a prompt of {system.prompt_tokens[pid]} + {system.max_tokens[pid]} tokens "
+            raise ScenarioError(run.source, f"tasks.{self.task}", "kv_blocks",
+                                f"a prompt of {run.prompt_tokens[pid]} + {run.max_tokens[pid]} tokens "
                                 f"needs {_blocks(need, self.block_size)} KV blocks; the cache has {self.total_blocks}")
         if self.limits.room(len(self.waiting), 1) == 0:
-            system.turn_away([pid], "rejected")
+            run.turn_away([pid], "rejected")
             return
         self.waiting.append(pid)
         self.outstanding_tokens += need
@@ -380,15 +380,15 @@ class Engine:
 
     def _on_queue_timeout(self, event) -> None:
         pid = event._value
-        system = self.system
-        if system.batch_of[pid] >= 0:
+        run = self.run
+        if run.batch_of[pid] >= 0:
             return  # admitted in time (a preempted prompt is not timed out again)
         if self.limits.drop:
             self.waiting.remove(pid)
-            self.outstanding_tokens -= system.prompt_tokens[pid] + system.max_tokens[pid]
-            system.turn_away([pid], "dropped")
+            self.outstanding_tokens -= run.prompt_tokens[pid] + run.max_tokens[pid]
+            run.turn_away([pid], "dropped")
         else:
-            system.status[pid] = "sent_after_timeout"
+            run.status[pid] = "sent_after_timeout"
 
     def _start_soon(self) -> None:
         # The next iteration starts at this instant but after every arrival at it (TIMER
@@ -399,8 +399,8 @@ class Engine:
 
     # -- one iteration --------------------------------------------------------------------
     def _iterate(self, event=None) -> None:
-        system = self.system
-        ptoks = system.prompt_tokens
+        run = self.run
+        ptoks = run.prompt_tokens
         rows = self.rows
         # 1. tokens of the running rows, preempting the newest while the cache is short
         decoding = rows.start(self.rng)
@@ -410,7 +410,7 @@ class Engine:
             if victims:
                 preempted = True
                 for pid, made in victims:  # newest first: the oldest ends up at the head
-                    system.preemptions[pid] += 1
+                    run.preemptions[pid] += 1
                     self.outstanding_tokens += ptoks[pid] + made  # to recompute
                     self.resumed[pid] = made
                     self.waiting.appendleft(pid)
@@ -449,7 +449,7 @@ class Engine:
         work = self.cost.step(decoding, prefill, context, self.rng, capacity)
         now = self.env._now
         item = self._item
-        item.id = system.new_batch_id()
+        item.id = run.new_batch_id()
         item.formed_at = now
         item.work = item.first_token_work = work
         self._in_flight.rows = decoding + len(prefill)
@@ -462,32 +462,32 @@ class Engine:
             record = Batch(item.id, self.task, self.name, fresh, -1, now, work)
             record.started_at = now
             record.device = self.device.gpu_id
-            system.batches.append(record)
-            batch_of = system.batch_of
+            run.batches.append(record)
+            batch_of = run.batch_of
             for p in fresh:
                 batch_of[p] = item.id
         self.busy = True
         self.device.submit(item)
 
     def _iteration_done(self, item: Batch) -> None:
-        system = self.system
+        run = self.run
         now = self.env._now
         made, finished = self.rows.finish(self._decoding)
         # decoding rows' tokens; each admitted row's prefill and the token it made
         self.outstanding_tokens -= made + self._admitted_tokens + self._admitted
-        first_token_at = system.first_token_at
+        first_token_at = run.first_token_at
         for pid in self._fresh:
             first_token_at[pid] = now
         self.running = len(self.rows)
         if finished:
-            done_at = system.done_at
+            done_at = run.done_at
             for pid in finished:
                 done_at[pid] = now
             if self.counts_blocks:
-                ptoks, mtoks, bs = system.prompt_tokens, system.max_tokens, self.block_size
+                ptoks, mtoks, bs = run.prompt_tokens, run.max_tokens, self.block_size
                 # a row ends with its prompt and max tokens (one token if it has none)
                 self.free_blocks += sum(_blocks(ptoks[p] + max(mtoks[p], 1), bs) for p in finished)
-            system.prompts_finished(finished)
+            run.prompts_finished(finished)
         self._start_soon()
 
     @property
@@ -507,12 +507,12 @@ class Continuous(Topology):
 
     name = "continuous"
 
-    def __init__(self, system: System, task: str, config: TaskConfig) -> None:
-        super().__init__(system, task, config)
-        devices = system.devices_for(task, config)
-        self.engines = [Engine(system, task, config, d, i) for i, d in enumerate(devices)]
-        self.rule = system.dispatch_rule(config, task)
-        self.rng = system.dispatch_rng
+    def __init__(self, run: RunContext, task: str, config: TaskConfig) -> None:
+        super().__init__(run, task, config)
+        devices = run.devices_for(task, config)
+        self.engines = [Engine(run, task, config, d, i) for i, d in enumerate(devices)]
+        self.rule = run.dispatch_rule(config, task)
+        self.rng = run.dispatch_rng
 
     def accept(self, prompt_ids: list[int]) -> None:
         engines = self.engines

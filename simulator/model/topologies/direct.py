@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from simulator.model.topologies import TOPOLOGIES, Topology
+from simulator.model.topologies.base import TOPOLOGIES, Topology
 
 if TYPE_CHECKING:
-    from simulator.model.engine import System
+    from simulator.model.context import RunContext
     from simulator.scenario import TaskConfig
 
 
@@ -19,15 +19,15 @@ class Direct(Topology):
 
     name = "direct"
 
-    def __init__(self, system: System, task: str, config: TaskConfig) -> None:
-        super().__init__(system, task, config)
-        self.pick = system.device_picker(system.devices_for(task, config), config, task)
+    def __init__(self, run: RunContext, task: str, config: TaskConfig) -> None:
+        super().__init__(run, task, config)
+        self.pick = run.device_picker(run.devices_for(task, config), config, task)
         self.max_batch = config.max_batch
 
     def accept(self, prompt_ids: list[int]) -> None:
         size = self.max_batch
         for start in range(0, len(prompt_ids), size):
             device = self.pick()
-            batch = self.system.form_batch(self.task, f"{self.task}/direct", prompt_ids[start:start + size], -1, device)
-            batch.on_done = self.system.batch_done
+            batch = self.run.form_batch(self.task, f"{self.task}/direct", prompt_ids[start:start + size], -1, device)
+            batch.on_done = self.run.batch_done
             device.submit(batch)

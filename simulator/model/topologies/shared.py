@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from simulator.model.queues import BatchQueue, Worker
-from simulator.model.topologies import TOPOLOGIES, Topology
+from simulator.model.topologies.base import TOPOLOGIES, Topology
 
 if TYPE_CHECKING:
-    from simulator.model.engine import System
+    from simulator.model.context import RunContext
     from simulator.scenario import TaskConfig
 
 
@@ -24,26 +24,26 @@ class SharedQueue(Topology):
 
     name = "shared"
 
-    def __init__(self, system: System, task: str, config: TaskConfig) -> None:
-        super().__init__(system, task, config)
-        devices = system.devices_for(task, config)
+    def __init__(self, run: RunContext, task: str, config: TaskConfig) -> None:
+        super().__init__(run, task, config)
+        devices = run.devices_for(task, config)
         n_workers = config.workers
-        if system.resource_of(task) == "cpu" and n_workers is None:
-            n_workers = system.cpu_servers(task)  # None: a worker per request, unlimited
+        if run.resource_of(task) == "cpu" and n_workers is None:
+            n_workers = run.cpu_servers(task)  # None: a worker per request, unlimited
         elif n_workers is None:
             n_workers = len(devices)
         workers: list[Worker] | None
         if n_workers is None:
             workers = None
         elif n_workers >= len(devices):
-            workers = [Worker(system.new_worker_id(), devices[i % len(devices)]) for i in range(n_workers)]
+            workers = [Worker(run.new_worker_id(), devices[i % len(devices)]) for i in range(n_workers)]
         else:
-            workers = [Worker(system.new_worker_id(), None) for _ in range(n_workers)]
+            workers = [Worker(run.new_worker_id(), None) for _ in range(n_workers)]
         self.queue = BatchQueue(
-            system, task, task, system.policy_for(config), workers,
-            pick_device=system.device_picker(devices, config, task),
+            run, task, task, run.policy_for(config), workers,
+            pick_device=run.device_picker(devices, config, task),
             unbound_device=devices[0] if len(devices) == 1 else None,
-            devices=devices if system.resource_of(task) == "gpu" else None,
+            devices=devices if run.resource_of(task) == "gpu" else None,
         )
 
     def accept(self, prompt_ids: list[int]) -> None:

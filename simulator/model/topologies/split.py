@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 
 from simulator.errors import ScenarioError
 from simulator.model.queues import BatchQueue, Worker
-from simulator.model.topologies import TOPOLOGIES, Topology
+from simulator.model.topologies.base import TOPOLOGIES, Topology
 
 if TYPE_CHECKING:
-    from simulator.model.engine import System
+    from simulator.model.context import RunContext
     from simulator.scenario import TaskConfig
 
 
@@ -26,25 +26,25 @@ class SplitQueues(Topology):
 
     name = "split"
 
-    def __init__(self, system: System, task: str, config: TaskConfig) -> None:
-        super().__init__(system, task, config)
-        devices = system.devices_for(task, config)
-        if system.resource_of(task) == "cpu":
-            servers = system.cpu_servers(task)
+    def __init__(self, run: RunContext, task: str, config: TaskConfig) -> None:
+        super().__init__(run, task, config)
+        devices = run.devices_for(task, config)
+        if run.resource_of(task) == "cpu":
+            servers = run.cpu_servers(task)
             if servers is None:
-                raise ScenarioError(system.scenario.source, f"tasks.{task}", "cpu_workers",
+                raise ScenarioError(run.source, f"tasks.{task}", "cpu_workers",
                                     f"task {task} runs on the CPU, where the split topology needs a queue per "
                                     f"CPU worker: give it cpu_workers (--set tasks.{task}.cpu_workers=4) or "
                                     f"another topology (--set tasks.{task}.topology=direct)")
             devices = devices * servers
         self.queues = [
-            BatchQueue(system, task, f"{task}@{i}", system.policy_for(config),
-                       [Worker(system.new_worker_id(), device)],
-                       devices=devices if system.resource_of(task) == "gpu" else None)
+            BatchQueue(run, task, f"{task}@{i}", run.policy_for(config),
+                       [Worker(run.new_worker_id(), device)],
+                       devices=devices if run.resource_of(task) == "gpu" else None)
             for i, device in enumerate(devices)
         ]
-        self.rule = system.dispatch_rule(config, task)
-        self.rng = system.dispatch_rng
+        self.rule = run.dispatch_rule(config, task)
+        self.rng = run.dispatch_rng
         self.per_group = config.dispatch_per == "group"
 
     def accept(self, prompt_ids: list[int]) -> None:

@@ -15,11 +15,12 @@ two take ``cv`` (standard deviation over mean). Token counts are ignored by this
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from simulator.profile import noise
+from simulator.profile.iteration import WholeBatchIterations
 from simulator.profile.kinds import KINDS, BatchShape
 from simulator.profile.spec import Where, need_number
 
@@ -89,13 +90,17 @@ def parse_mean(raw: Any, where: Where) -> BatchMean:
 
 
 @dataclass(frozen=True)
-class DistributionService:
+class DistributionService(WholeBatchIterations):
     """Service time ~ ``dist`` with mean ``mean(B)`` and coefficient of variation ``cv``."""
 
     dist: str
     batch_mean: BatchMean
     cv: float
     kind: str = "distribution"
+    draws_acceptance: ClassVar[bool] = False
+
+    def host_fraction(self, shape: BatchShape) -> float | None:
+        return None
 
     def mean(self, shape: BatchShape) -> float:
         return self.batch_mean(shape.size)

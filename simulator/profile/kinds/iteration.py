@@ -34,10 +34,11 @@ variance are sums over those independent iterations.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
+from simulator.profile.iteration import IterationKindCost, StepCost
 from simulator.profile.kinds import KINDS, BatchShape
 from simulator.profile.overhead import EngineOverhead, parse_engine
 from simulator.profile.spec import Where, need_number
@@ -60,6 +61,15 @@ class IterationService:
     finished_rows: str = "leave"
     engine: EngineOverhead | None = None
     kind: str = "iteration"
+    draws_acceptance: ClassVar[bool] = False
+
+    def step_cost(self, task_profile: Any) -> StepCost:
+        """Its own per-iteration costs; one token per row."""
+        return IterationKindCost(self)
+
+    def first_token_seconds(self, task_profile: Any, shape: BatchShape, work: float) -> float:
+        """``work`` times the share of the batch's mean its first two iterations take."""
+        return work * (self.first_token_mean(shape) / self.mean(shape))
 
     def step_mean(self, rows: int, prefill_tokens: int, context: int = 0) -> float:
         """Mean seconds of one iteration of ``rows`` rows prefilling ``prefill_tokens`` tokens,

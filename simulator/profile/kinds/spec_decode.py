@@ -49,10 +49,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
+from simulator.profile.iteration import SpecDecodeCost, StepCost
 from simulator.profile.kinds import KINDS, BatchShape
 from simulator.profile.overhead import EngineOverhead, parse_engine
 from simulator.profile.spec import Where, need_number
@@ -128,6 +129,7 @@ class SpecDecodeService:
     kv_cache: bool = True
     engine: EngineOverhead | None = None
     kind: str = "spec_decode"
+    draws_acceptance: ClassVar[bool] = True
     _moments: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def with_overrides(self, acceptance: float | None = None, lookahead: int | None = None,
@@ -164,6 +166,18 @@ class SpecDecodeService:
         total = sum(n * float(self.passes(name, g)) for g, name, n in gpu) + float(self.round_overhead(B))
         host = sum(n * float(e.host(name)) for _, name, n in gpu) + float(self.round_overhead(B))
         return min(1.0, e.interpreter_share * host / total) if total > 0 else 0.0
+
+    def step_cost(self, task_profile: Any) -> StepCost:
+        """Its own prefill and speculative-step terms (:class:`SpecDecodeCost`)."""
+        return SpecDecodeCost(self)
+
+    def first_token_seconds(self, task_profile: Any, shape: BatchShape, work: float) -> float:
+        """The prefill and the first speculative step at the batch's shape (at most ``work``)."""
+        cost = SpecDecodeCost(self)
+        first = cost.step(0, [shape.prompt_tokens] * shape.size, 0, None)
+        if shape.max_tokens > 1:
+            first += cost.step(shape.size, [], shape.prompt_tokens, None, shape.prompt_tokens + shape.max_tokens)
+        return min(work, first)
 
     def time_for(self, B: int, P: int, iterations: int, max_new: int) -> float:
         """Seconds of a batch that ran ``iterations`` speculative iterations."""

@@ -19,11 +19,12 @@ run-to-run noise around the interpolated mean.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from simulator.profile import noise
+from simulator.profile.iteration import WholeBatchIterations
 from simulator.profile.kinds import KINDS, BatchShape
 from simulator.profile.spec import Where, need_number
 
@@ -31,8 +32,10 @@ AXES = ("batch_size", "prompt_tokens", "max_tokens")
 
 
 @dataclass(frozen=True)
-class TableService:
+class TableService(WholeBatchIterations):
     """Interpolated batch times over a grid of measured points."""
+
+    draws_acceptance: ClassVar[bool] = False
 
     axes: tuple[str, ...]
     grid: tuple[tuple[float, ...], ...]
@@ -61,6 +64,9 @@ class TableService:
 
     def variance(self, shape: BatchShape) -> float:
         return (self.cv * self.mean(shape)) ** 2
+
+    def host_fraction(self, shape: BatchShape) -> float | None:
+        return None
 
     def sample(self, shape: BatchShape, rng: np.random.Generator) -> float:
         return noise.sample(self.dist, self.mean(shape), self.cv, rng)
