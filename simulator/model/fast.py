@@ -284,6 +284,7 @@ def simulate_fast(trace: Trace, scenario: Scenario, profile: Profile, seed: int)
 
     lowered = lower(trace, scenario, profile, seed)
     BI, BF, _, batch_of, done_at, first_at, status = run_kernel(*lowered.args)
+    lowered.args = ()  # the run's inputs, freed before the log is built beside its outputs
     outcome = Outcome(
         batch_of=batch_of, done_at=done_at, first_token_at=first_at, status=status,
         preemptions=np.zeros(len(batch_of), dtype=np.int64), batch_id=np.arange(len(BI), dtype=np.int64),
