@@ -13,7 +13,9 @@ exactly, so it copies the reference's order of operations, not just its rules:
   (processor sharing), with the same floating-point operations in the same order;
 * service draws take the task's pre-drawn standard variates in batch-formation order,
   which is the order the reference draws them from the task's stream (numpy's bulk draws
-  equal its one-by-one draws), and random dispatch draws from the run's dispatch stream.
+  equal its one-by-one draws); the iteration and spec_decode kinds draw from the task's
+  stream itself as each batch forms (:mod:`simulator.model.kernel_service`); random
+  dispatch draws from the run's dispatch stream.
 
 Policies, dispatch rules and topologies are integer codes (``POLICY``, ``RULE``, ``FRONT``
 in :mod:`simulator.model.fast`); a new one is added here and there, or the kernel refuses

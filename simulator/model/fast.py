@@ -3,12 +3,16 @@
 
 What it runs: the ``shared``, ``split`` and ``direct`` topologies; every registered batching
 policy and dispatch rule; exclusive and processor-sharing GPUs; CPU pools; queue limits by
-``max_queue``; priorities; a cold start; the ``distribution`` and ``table`` service kinds
-(their draws made in bulk, before the run, from each task's own stream). Everything else —
-continuous batching, the host lock, closed-loop clients, queue timeouts, spec_decode and
-iteration kinds, and the behaviours of :class:`~simulator.scenario.TaskConfig` marked for
-real servers — runs on the reference engine; :func:`unsupported` names the first setting
-that needs it (settings declare it: ``reference_only`` in :mod:`simulator.settings`).
+``max_queue``; priorities; a cold start; every service kind: ``distribution`` and ``table``
+(their draws made in bulk, before the run, from each task's own stream), ``iteration`` and
+``spec_decode`` (every option of theirs, and the scenario's ``acceptance``, ``lookahead`` and
+``discipline``; priced by :mod:`simulator.model.kernel_service`, drawing from each task's own
+stream as its batches form). Everything else — continuous batching, the host lock,
+closed-loop clients, queue timeouts, and the behaviours of
+:class:`~simulator.scenario.TaskConfig` marked for real servers (``adaptive_lookahead``
+among them) — runs on the reference engine; :func:`unsupported` names the first setting
+that needs it (settings declare it: ``reference_only`` in :mod:`simulator.settings`), and
+a service kind the kernel lacks (:data:`KERNEL_KINDS`).
 
 Policies and dispatch rules are coded in :data:`POLICY_CODES` and :data:`RULE_CODES`; a name
 registered in the model but missing here makes :func:`unsupported` say so (and the contract
