@@ -31,7 +31,7 @@ import numpy as np
 from numba import njit, types
 from numba.experimental import structref
 
-from simulator.model.kernel_service import SI_KIND, SK_BATCH, batch_service
+from simulator.model.kernel_service import SI_KIND, SK_BATCH, batch_service, task_stream
 from simulator.profile.kinds.table import grid_mean as _grid_mean_py
 
 #: The table kind's interpolation, compiled: the same function the reference engine calls.
@@ -397,7 +397,7 @@ def _form(st, task, name, size, worker_id, worker, q, now):
         rows = np.empty(size, dtype=np.int64)
         for k in range(size):
             rows[k] = st.mtok[st.bp[off + k]]
-        work, first = batch_service(st.SI[task], st.SF[task], st.SRNG[task], rows, max_prompt)
+        work, first = batch_service(st.SI[task], st.SF[task], task_stream(st.SRNG, task), rows, max_prompt)
     else:
         work, first = _batch_kind_service(st, task, size, max_prompt, max_out)
     st.BI[b, BI_TASK] = task

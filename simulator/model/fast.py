@@ -293,21 +293,19 @@ def _lower_services(names: list[str], configs: list, task_profiles: list, seed: 
     :mod:`simulator.model.kernel_service`) and its service stream, in the state the reference
     engine's starts in (``service_rng``); the service with the scenario's overrides applied
     as the reference engine applies them (``service_of``)."""
-    from numba import typed, typeof
-
-    from simulator.model.kernel_service import N_SF, N_SI, lower_service
+    from simulator.model.kernel_service import N_SF, N_SI, draws, lower_service, streams
 
     SI = np.zeros((len(names), N_SI), dtype=np.int64)
     SF = np.zeros((len(names), N_SF))
-    SRNG = typed.List.empty_list(typeof(np.random.default_rng(0)))
+    generators = []
     for t, (task, cfg, tp) in enumerate(zip(names, configs, task_profiles, strict=True)):
         service = tp.service
         overrides = {k: getattr(cfg, k) for k in service_overrides() if getattr(cfg, k) is not None}
         if overrides and isinstance(service, SpecDecodeService):
             service = service.with_overrides(**overrides)
         SI[t], SF[t] = lower_service(service)
-        SRNG.append(np.random.default_rng([seed, 1, task_key(task)]))
-    return SI, SF, SRNG
+        generators.append(np.random.default_rng([seed, 1, task_key(task)]))
+    return SI, SF, streams(generators, [draws(SI[t], SF[t]) for t in range(len(names))])
 
 
 def _grid_size(service) -> int:

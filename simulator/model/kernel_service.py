@@ -30,7 +30,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.extending import overload
 
 from simulator.profile.kinds.spec_decode import (
     iteration_form as _iteration_form_py,
@@ -94,9 +95,47 @@ def lower_service(service) -> tuple[np.ndarray, np.ndarray]:
         for op, column in COST_COLUMNS.items():
             coef = service.costs[op].coef
             sf[column:column + len(coef)] = coef
-    else:
+    elif getattr(service, "kind", "") in ("distribution", "table"):
         si[SI_KIND] = SK_BATCH
+    else:
+        raise TypeError(f"the compiled kernel has no {getattr(service, 'kind', service)!r} service kind")
     return si, sf
+
+
+def draws(si: np.ndarray, sf: np.ndarray) -> bool:
+    """Whether a task of these kinds draws from its service stream (a deterministic iteration
+    kind, or an acceptance of 0 or 1, draws nothing)."""
+    if si[SI_KIND] == SK_ITERATION:
+        return bool(si[SI_DIST] != D_DETERMINISTIC)
+    return bool(si[SI_KIND] == SK_SPEC_DECODE and 0 < sf[SF_ACCEPTANCE] < 1)
+
+
+def streams(generators: list[np.random.Generator], drawing: list[bool]):
+    """The kernel's ``SRNG``: the one generator of the only task that draws (or an unused one
+    when none does), else a numba typed list of every task's. A typed list costs a
+    compilation in each process (about a second), so it is built only where needed."""
+    used = [g for g, d in zip(generators, drawing, strict=True) if d]
+    if len(used) <= 1:
+        return used[0] if used else np.random.default_rng(0)
+    from numba import typed, typeof
+
+    out = typed.List.empty_list(typeof(generators[0]))
+    for g in generators:
+        out.append(g)
+    return out
+
+
+def task_stream(srng, task):
+    """Task ``task``'s service stream in the kernel: ``srng[task]`` of a typed list, or the
+    one generator (see :func:`streams`)."""
+    raise NotImplementedError("compiled only")
+
+
+@overload(task_stream)
+def _task_stream(srng, task):
+    if isinstance(srng, types.ListType):
+        return lambda srng, task: srng[task]
+    return lambda srng, task: srng
 
 
 @njit(cache=True, inline="always")
