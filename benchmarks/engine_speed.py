@@ -12,6 +12,10 @@ now"; absolute rates are printed beside it. Cases:
 * ``design-notes``: the users' server (``scenarios/design-notes.toml``: a CPU task, a
   one-worker queue taking a GPU per batch, a two-worker queue, processor-sharing GPUs) on a
   synthetic trace with the production statistics of the bundled one (1-8 prompts per call).
+* ``design-notes, spec_decode profile`` (with ``--spec-decode``): the same trace and
+  scenario on a composed profile whose tasks are ``spec_decode`` (infobench), ``iteration``
+  (mmlu) and ``distribution`` (graph): batch times drawn per iteration and per row as
+  batches form.
 
 For each, ``simulate`` is timed (lowering the scenario, the run, building the event log;
 the trace is already in memory as columns: file parsing is not counted), best of
@@ -69,6 +73,13 @@ def design_case(calls: int, seed: int):
     trace = synthesize(spec, seed)
     trace = type(trace)(calls=trace.calls[:calls], meta=trace.meta, source="synthetic")
     return trace, build_scenario(path=ROOT / "scenarios" / "design-notes.toml"), load_profile("seed-calibrated")
+
+
+def spec_decode_case(calls: int, seed: int):
+    from simulator import load_profile
+
+    trace, scenario, _ = design_case(calls, seed)
+    return trace, scenario, load_profile("a100-sxm-qwen3-4b-qwen3-0.6b-hf-eager")
 
 
 def time_engine(trace, scenario, profile, engine: str, repeat: int, seed: int = 0) -> float:
@@ -155,19 +166,22 @@ def cli_figures(calls: int, seed: int, repeat: int) -> dict:
             "import_bytes": base}
 
 
-def run(calls: int, reference_calls: int, repeat: int, seed: int, memory: bool) -> dict:
+def run(calls: int, reference_calls: int, repeat: int, seed: int, memory: bool, spec_decode: bool = False) -> dict:
     from simpy_baseline import simpy_customers_per_second
 
     from simulator.model import simulate
 
     # Load (or compile once, then cache) the kernel before any clock runs.
-    warm = design_case(50, seed)
-    simulate(*warm, engine="fast")
+    for warm in (design_case(50, seed), spec_decode_case(50, seed)) if spec_decode else (design_case(50, seed),):
+        simulate(*warm, engine="fast")
     baseline = simpy_customers_per_second(min(calls, 200_000), 4, repeat=repeat)
     rows = []
-    for name, make in (("M/M/4", lambda n: mmc_case(n, seed, False)),
-                       ("flush-window batching", lambda n: mmc_case(n, seed, True)),
-                       ("design-notes", lambda n: design_case(n, seed))):
+    cases = [("M/M/4", lambda n: mmc_case(n, seed, False)),
+             ("flush-window batching", lambda n: mmc_case(n, seed, True)),
+             ("design-notes", lambda n: design_case(n, seed))]
+    if spec_decode:
+        cases.append(("design-notes, spec_decode profile", lambda n: spec_decode_case(n, seed)))
+    for name, make in cases:
         trace, scenario, profile = make(calls)
         fast = trace.n_prompts / time_engine(trace, scenario, profile, "fast", repeat)
         small = make(reference_calls)
@@ -220,11 +234,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="small sizes, one repeat, no memory figure")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--spec-decode", action="store_true",
+                        help="also time the design-notes case on a spec_decode/iteration profile")
     parser.add_argument("--write-docs", action="store_true", help="write the table into docs/benchmarks.md")
     args = parser.parse_args(argv)
     if args.quick:
         args.calls, args.reference_calls, args.repeat = 3000, 1000, 1
-    result = run(args.calls, args.reference_calls, args.repeat, args.seed, memory=not args.quick)
+    result = run(args.calls, args.reference_calls, args.repeat, args.seed, memory=not args.quick,
+                 spec_decode=args.spec_decode)
     if args.write_docs:
         from docs_tables import write_generated
 

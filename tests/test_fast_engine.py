@@ -5,6 +5,7 @@ silent fallback, for what it does not model."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -192,3 +193,132 @@ def test_kernel_equals_reference_on_small_traces_with_ties(calls, tasks, run, pr
     scenario = build_scenario(path="design-notes", overrides=overrides)
     if unsupported(trace, scenario, PROFILES[profile]) is None:
         assert_same_log(trace, scenario, PROFILES[profile], seed)
+
+
+# -- the iteration and spec_decode service kinds ------------------------------------------
+
+def _kind_profiles() -> list:
+    """Bundled profiles with iteration and spec_decode tasks, and variants of them over each
+    kind's options (draw distributions, finished rows, disciplines, no KV cache, engine
+    blocks with and without overlap, acceptance at its ends)."""
+    bundled = [load_profile(name) for name in ("a100-sxm-qwen3-4b-qwen3-0.6b-hf-eager", "cpu__tiny__tiny",
+                                               "h100-sxm-llama-3.1-8b-cuda-graph")]
+    base = json.loads(json.dumps(bundled[0].to_dict()))
+    tasks = base["tasks"]
+    iteration, spec = tasks["mmlu"]["service"], tasks["infobench"]["service"]
+    assert iteration["kind"] == "iteration" and spec["kind"] == "spec_decode"
+    variants = []
+    for it_changes, spec_changes in (
+            ({"dist": "gamma", "cv": 0.4, "finished_rows": "leave"}, {"discipline": "lockstep", "acceptance": 0.6}),
+            ({"dist": "exponential", "finished_rows": "stay"}, {"kv_cache": True, "acceptance": 1.0, "view_step": 8}),
+            ({"dist": "gamma", "cv": 1.3, "engine": None}, {"kv_cache": False, "acceptance": 0.4, "engine": None}),
+            ({"dist": "exponential", "step": {**iteration["step"], "per_context_token": 3e-8}},
+             {"discipline": "lockstep", "kv_cache": True, "acceptance": 0.0, "lookahead": 5})):
+        other = json.loads(json.dumps(base))
+        for service, changes in ((other["tasks"]["mmlu"]["service"], it_changes),
+                                 (other["tasks"]["infobench"]["service"], spec_changes)):
+            service.update({k: v for k, v in changes.items() if v is not None})
+            for k in [k for k, v in changes.items() if v is None]:
+                service.pop(k, None)
+            if service.get("engine"):
+                service["engine"]["overlap"] = not service["engine"].get("overlap", False)
+        # the graph task as spec_decode too (three tasks of these kinds)
+        other["tasks"]["graph"]["service"] = json.loads(json.dumps(other["tasks"]["infobench"]["service"]))
+        variants.append(profile_from_dict(other))
+    return bundled + variants
+
+
+KIND_PROFILES = _kind_profiles()
+spec_overrides = st.fixed_dictionaries(
+    {}, optional={"acceptance": st.sampled_from([0.0, 0.35, 0.9, 1.0]), "lookahead": st.integers(1, 6),
+                  "discipline": st.sampled_from(["ragged", "lockstep"])})
+
+
+def _kind_scenario(tasks, run, spec_task, spec_defaults):
+    overrides = {f"tasks.{t}.{k}": v for t, values in zip(TASKS, tasks, strict=True) for k, v in values.items()}
+    overrides.update({f"run.{k}": v for k, v in run.items()})
+    overrides.update({f"tasks.infobench.{k}": v for k, v in spec_task.items()})
+    return build_scenario(path="design-notes", overrides=overrides, defaults=spec_defaults or None)
+
+
+def _assert_same_or_reference_error(trace, scenario, profile, seed):
+    reason = unsupported(trace, scenario, profile)
+    if reason is None:
+        assert_same_log(trace, scenario, profile, seed)
+        return
+    # a split CPU task without cpu_workers, or a spec_decode setting on a task of another
+    # kind: the reference engine's error
+    assert "cpu_workers" in reason or reason.split(".")[-1] in ("acceptance", "lookahead", "discipline")
+    with pytest.raises(ScenarioError):
+        simulate(trace, scenario, profile, seed)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tasks=st.tuples(task_settings, task_settings, task_settings), run=run_settings,
+       profile=st.sampled_from(range(len(KIND_PROFILES))), seed=st.integers(0, 3), rate=st.sampled_from([1.0, 3.0]),
+       spec_task=spec_overrides, spec_defaults=spec_overrides)
+def test_kernel_equals_reference_with_iteration_and_spec_decode_kinds(tasks, run, profile, seed, rate, spec_task,
+                                                                       spec_defaults):
+    """The iteration and spec_decode kinds: the same draws from each task's stream, the same
+    batch times and first tokens; the scenario's spec_decode settings (a task's own and the
+    defaults) applied as the reference engine applies them."""
+    scenario = _kind_scenario(tasks, run, spec_task, spec_defaults)
+    _assert_same_or_reference_error(TRACE.scaled(rate), scenario, KIND_PROFILES[profile], seed)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(calls=calls_strategy, tasks=st.tuples(task_settings, task_settings, task_settings), run=run_settings,
+       profile=st.sampled_from(range(len(KIND_PROFILES))), seed=st.integers(0, 3), spec_task=spec_overrides)
+def test_kernel_equals_reference_with_these_kinds_on_small_traces_with_ties(calls, tasks, run, profile, seed,
+                                                                            spec_task):
+    from simulator.trace.model import Call, Prompt, Trace
+
+    trace = Trace(tuple(Call(str(i), t, tuple(Prompt(task, p, m) for task, p, m in prompts))
+                        for i, (t, prompts) in enumerate(sorted(calls, key=lambda c: c[0]))))
+    scenario = _kind_scenario(tasks, run, spec_task, {})
+    _assert_same_or_reference_error(trace, scenario, KIND_PROFILES[profile], seed)
+
+
+@pytest.mark.parametrize("name", ["a100-sxm-qwen3-4b-qwen3-0.6b-hf-eager", "cpu__tiny__tiny",
+                                  "h100-sxm-llama-3.1-8b-cuda-graph", "h100-sxm-qwen3-8b-qwen3-0.6b-cuda-graph",
+                                  "qwen3-4b-specdec-fw5"])
+def test_kernel_equals_reference_on_bundled_profiles_of_these_kinds(name):
+    """The bundled scenarios (less their settings only the reference engine models) and
+    traces, on the bundled profiles of these kinds."""
+    from simulator.settings import RUN, TASK
+
+    profile = load_profile(name)
+    ran = 0
+    for scenario_name in ("design-notes", "lminference-separate-queues", "lminference-fw5"):
+        base = build_scenario(path=scenario_name)
+        scenario = replace(
+            base, **{s.name: s.default for s in RUN.values() if s.reference_only},
+            defaults=replace(base.defaults, **{s.name: s.default for s in TASK.values() if s.reference_only}),
+            tasks={t: {k: v for k, v in own.items() if not TASK[k].reference_only} for t, own in base.tasks.items()})
+        for trace_name in ("example", "lminference-4queues-lengths"):
+            trace = load_trace(trace_name)
+            ran += unsupported(trace, scenario, profile) is None
+            _assert_same_or_reference_error(trace, scenario, profile, 2)
+    assert ran >= 2
+
+
+def test_kernel_equals_reference_with_these_kinds_on_a_real_public_trace():
+    path = SHARED / "traces" / "real" / "burstgpt"
+    files = sorted(path.glob("*.csv")) if path.is_dir() else []
+    if not files:
+        pytest.skip("../shared/traces/real/burstgpt is absent (the real public traces ship beside the repo)")
+    from simulator.trace.formats import load_trace as read
+
+    trace = read(files[0]).renamed({})
+    trace = type(trace)(calls=trace.calls[:3000], meta=trace.meta, source=trace.source)
+    task = trace.tasks[0]
+    services = [load_profile(name).task(t).service.to_dict() for name, t in (
+        ("a100-sxm-qwen3-4b-qwen3-0.6b-hf-eager", "infobench"), ("h100-sxm-llama-3.1-8b-cuda-graph", "infobench"))]
+    services.append({**services[0], "discipline": "lockstep", "kv_cache": True, "acceptance": 0.7})
+    for service in services:
+        profile = profile_from_dict({"tasks": {t: {"resource": "gpu", "service": service} for t in trace.tasks}})
+        for topology, policy, dispatch in (("shared", "oldest", "round-robin"), ("split", "adaptive", "jsq-tokens"),
+                                           ("direct", "oldest", "least-loaded")):
+            scenario = build_scenario(run={"gpus": 3}, tasks={task: {
+                "topology": topology, "policy": policy, "dispatch": dispatch, "flush": 0.2, "max_batch": 8}})
+            assert_same_log(trace, scenario, profile, 0)

@@ -14,8 +14,9 @@ PACKAGE = "simulator.model"
 
 #: Lowest first. A module may import modules of its own layer or below, never above.
 LAYERS: list[set[str]] = [
-    # foundations: the event kernel, decision rules, the log, per-prompt columns
-    {"kernel", "policies", "dispatch", "log", "prompts", "batch_kernel"},
+    # foundations: the event kernel, decision rules, the log, per-prompt columns, the
+    # compiled kernel and its service times
+    {"kernel", "policies", "dispatch", "log", "prompts", "kernel_service", "batch_kernel"},
     {"resources"},                       # devices
     {"batching"},                        # batch forming and service draws
     {"context"},                         # the run context

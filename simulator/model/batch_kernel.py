@@ -13,7 +13,9 @@ exactly, so it copies the reference's order of operations, not just its rules:
   (processor sharing), with the same floating-point operations in the same order;
 * service draws take the task's pre-drawn standard variates in batch-formation order,
   which is the order the reference draws them from the task's stream (numpy's bulk draws
-  equal its one-by-one draws), and random dispatch draws from the run's dispatch stream.
+  equal its one-by-one draws); the iteration and spec_decode kinds draw from the task's
+  stream itself as each batch forms (:mod:`simulator.model.kernel_service`); random
+  dispatch draws from the run's dispatch stream.
 
 Policies, dispatch rules and topologies are integer codes (``POLICY``, ``RULE``, ``FRONT``
 in :mod:`simulator.model.fast`); a new one is added here and there, or the kernel refuses
@@ -29,6 +31,7 @@ import numpy as np
 from numba import njit, types
 from numba.experimental import structref
 
+from simulator.model.kernel_service import SI_KIND, SK_BATCH, batch_service, task_stream
 from simulator.profile.kinds.table import grid_mean as _grid_mean_py
 
 #: The table kind's interpolation, compiled: the same function the reference engine calls.
@@ -84,7 +87,10 @@ class Run(structref.StructRefProxy):
 RUN_FIELDS = ("heap", "S", "call_t", "call_g0", "g_start", "g_front", "order", "arrived", "ptok", "mtok", "FI",
               "QI", "QF", "WDEV", "WID", "W_NEXT", "DI", "DF", "DEVLIST", "RULES", "TK", "TMEAN", "TSCALE",
               "NOISE", "NOISE0", "noise_used", "TPI", "GRID", "GLEN", "GVAL", "GAXIS", "cold_until", "n_calls",
-              "nxt", "bp", "BI", "BF", "batch_of", "status", "done_at", "first_at", "rng")
+              "nxt", "bp", "BI", "BF", "batch_of", "status", "done_at", "first_at", "rng",
+              # the iteration and spec_decode kinds (simulator.model.kernel_service): per task
+              # its parameters and its own service stream
+              "SI", "SF", "SRNG")
 structref.define_proxy(Run, RunType, list(RUN_FIELDS))
 
 
@@ -132,7 +138,7 @@ def _choose(st, rule, unit, places, n, loads_of_queue):
 @njit(cache=True)
 def run_kernel(call_t, call_g0, g_start, g_front, order, arrived, ptok, mtok, FI, QI, QF, WDEV, WID,
                DI, DF, DEVLIST, RULES, TK, TMEAN, TSCALE, NOISE, NOISE0, TPI, GRID, GLEN, GVAL, GAXIS,
-               cold_until, n_workers0, rng):
+               cold_until, n_workers0, rng, SI, SF, SRNG):
     """Run to completion; returns the batch table and per-prompt outcome arrays."""
     n_prompts = len(arrived)
     n_calls = len(call_t)
@@ -156,7 +162,7 @@ def run_kernel(call_t, call_g0, g_start, g_front, order, arrived, ptok, mtok, FI
     n_queues = QI.shape[0]
     st = Run(heap, S, call_t, call_g0, g_start, g_front, order, arrived, ptok, mtok, FI, QI, QF, WDEV, WID, W_NEXT,
              DI, DF, DEVLIST, RULES, TK, TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS,
-             cold_until, n_calls, nxt, bp, BI, BF, batch_of, status, done_at, first_at, rng)
+             cold_until, n_calls, nxt, bp, BI, BF, batch_of, status, done_at, first_at, rng, SI, SF, SRNG)
 
     # initial idle workers: each queue's range of worker indices, in order
     for q in range(n_queues):
@@ -386,22 +392,14 @@ def _form(st, task, name, size, worker_id, worker, q, now):
         if st.mtok[p] > max_out:
             max_out = st.mtok[p]
         tokens += st.ptok[p] + st.mtok[p]
-    mean = _mean(st, task, size, max_prompt, max_out)
-    # The noise of simulator.profile.noise.sample, from its standard variates drawn in bulk.
-    dist = st.TK[task, 0]
-    if dist == K_DETERMINISTIC:
-        work = mean
+    if st.SI[task, SI_KIND] != SK_BATCH:
+        # iteration and spec_decode kinds: drawn now from the task's stream, rows in batch order
+        rows = np.empty(size, dtype=np.int64)
+        for k in range(size):
+            rows[k] = st.mtok[st.bp[off + k]]
+        work, first = batch_service(st.SI[task], st.SF[task], task_stream(st.SRNG, task), rows, max_prompt)
     else:
-        z = st.NOISE[st.NOISE0[task] + st.noise_used[task]]
-        st.noise_used[task] += 1
-        if dist == K_EXPONENTIAL:
-            work = mean * z
-        elif dist == K_GAMMA:
-            work = (mean / st.TSCALE[task, 0]) * z
-        else:  # lognormal: exp(log(mean) - s2/2 + sigma z)
-            work = math.exp((math.log(mean) - st.TSCALE[task, 0] / 2.0) + st.TSCALE[task, 1] * z)
-    # first token: after the prefill and the first decoding iteration
-    iterations = math.ceil(max(max_out - 1, 0) / st.TPI[task]) + 1
+        work, first = _batch_kind_service(st, task, size, max_prompt, max_out)
     st.BI[b, BI_TASK] = task
     st.BI[b, BI_NAME] = name
     st.BI[b, BI_OFF] = off
@@ -414,8 +412,30 @@ def _form(st, task, name, size, worker_id, worker, q, now):
     st.BF[b, BF_FORMED] = now
     st.BF[b, BF_STARTED] = math.nan
     st.BF[b, BF_WORK] = work
-    st.BF[b, BF_FIRST] = work * min(2, iterations) / iterations
+    st.BF[b, BF_FIRST] = first
     return b
+
+
+@njit(cache=True, inline="always")
+def _batch_kind_service(st, task, size, max_prompt, max_out):
+    """(work, first-token offset) of a distribution or table batch: its mean, the noise of
+    simulator.profile.noise.sample from the task's standard variates drawn in bulk, and the
+    first token after the prefill and the first decoding iteration."""
+    mean = _mean(st, task, size, max_prompt, max_out)
+    dist = st.TK[task, 0]
+    if dist == K_DETERMINISTIC:
+        work = mean
+    else:
+        z = st.NOISE[st.NOISE0[task] + st.noise_used[task]]
+        st.noise_used[task] += 1
+        if dist == K_EXPONENTIAL:
+            work = mean * z
+        elif dist == K_GAMMA:
+            work = (mean / st.TSCALE[task, 0]) * z
+        else:  # lognormal: exp(log(mean) - s2/2 + sigma z)
+            work = math.exp((math.log(mean) - st.TSCALE[task, 0] / 2.0) + st.TSCALE[task, 1] * z)
+    iterations = math.ceil(max(max_out - 1, 0) / st.TPI[task]) + 1
+    return work, work * min(2, iterations) / iterations
 
 
 @njit(cache=True, inline="always")

@@ -3,12 +3,16 @@
 
 What it runs: the ``shared``, ``split`` and ``direct`` topologies; every registered batching
 policy and dispatch rule; exclusive and processor-sharing GPUs; CPU pools; queue limits by
-``max_queue``; priorities; a cold start; the ``distribution`` and ``table`` service kinds
-(their draws made in bulk, before the run, from each task's own stream). Everything else —
-continuous batching, the host lock, closed-loop clients, queue timeouts, spec_decode and
-iteration kinds, and the behaviours of :class:`~simulator.scenario.TaskConfig` marked for
-real servers — runs on the reference engine; :func:`unsupported` names the first setting
-that needs it (settings declare it: ``reference_only`` in :mod:`simulator.settings`).
+``max_queue``; priorities; a cold start; every service kind: ``distribution`` and ``table``
+(their draws made in bulk, before the run, from each task's own stream), ``iteration`` and
+``spec_decode`` (every option of theirs, and the scenario's ``acceptance``, ``lookahead`` and
+``discipline``; priced by :mod:`simulator.model.kernel_service`, drawing from each task's own
+stream as its batches form). Everything else — continuous batching, the host lock,
+closed-loop clients, queue timeouts, and the behaviours of
+:class:`~simulator.scenario.TaskConfig` marked for real servers (``adaptive_lookahead``
+among them) — runs on the reference engine; :func:`unsupported` names the first setting
+that needs it (settings declare it: ``reference_only`` in :mod:`simulator.settings`), and
+a service kind the kernel lacks (:data:`KERNEL_KINDS`).
 
 Policies and dispatch rules are coded in :data:`POLICY_CODES` and :data:`RULE_CODES`; a name
 registered in the model but missing here makes :func:`unsupported` say so (and the contract
@@ -27,6 +31,7 @@ from simulator.model.dispatch import DISPATCH_RULES
 from simulator.model.log import Outcome, PromptColumns, build_event_log
 from simulator.profile import Profile, noise
 from simulator.profile.kinds.distribution import DistributionService
+from simulator.profile.kinds.spec_decode import SpecDecodeService
 from simulator.profile.kinds.table import AXES as TABLE_AXIS_NAMES, TableService
 from simulator.scenario import Scenario
 from simulator.settings import RUN, TASK, service_overrides
@@ -41,6 +46,9 @@ UNIT_CODES = {"prompts": 0, "tokens": 1, "waiting": 2}
 #: Topologies the kernel implements (its front codes); the others run on the reference engine.
 TOPOLOGY_CODES = {"shared": 0, "split": 1, "direct": 2}
 SHARING_CODES = {"exclusive": 0, "processor-sharing": 1}
+#: Service kinds the kernel implements: distribution and table in its own ``_form``, the
+#: others in simulator.model.kernel_service.
+KERNEL_KINDS = ("distribution", "table", "iteration", "spec_decode")
 #: The table kind's axes, coded in the order simulator.profile.kinds.table.AXES lists them.
 TABLE_AXES = {axis: code for code, axis in enumerate(TABLE_AXIS_NAMES)}
 
@@ -70,15 +78,17 @@ def unsupported(trace: Trace, scenario: Scenario, profile: Profile) -> str | Non
         for spec in TASK.values():
             if spec.reference_only and getattr(cfg, spec.name) != spec.default:
                 return f"{where}.{spec.name}"
+        task_profile = profile.tasks.get(task)
         own = scenario.tasks.get(task, {})
         for key in service_overrides():
-            if own.get(key) is not None:
+            # a spec_decode service takes them (service_of); on another kind the reference
+            # engine reports a task's own one
+            if own.get(key) is not None and not isinstance(getattr(task_profile, "service", None), SpecDecodeService):
                 return f"{where}.{key}"
-        task_profile = profile.tasks.get(task)
         if task_profile is None:
             return None  # the reference engine reports the missing task
         kind = getattr(task_profile.service, "kind", "")
-        if kind not in ("distribution", "table"):
+        if kind not in KERNEL_KINDS:
             return f"the {kind} service model of task {task}"
         resource = cfg.resource or task_profile.resource
         if cfg.topology == "split" and resource == "cpu" and cfg.cpu_workers is None:
@@ -209,10 +219,15 @@ def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int) -> _Low
     gvals: list[np.ndarray] = []
     counts = np.bincount(task_of, minlength=n_tasks) if n_tasks else np.zeros(0, np.int64)
     draws: list[np.ndarray] = []
+    SI, SF, SRNG = _lower_services(names, configs, task_profiles, seed)
     for t, (task, cfg, tp) in enumerate(zip(names, configs, task_profiles, strict=True)):
         service = tp.service
-        # unsupported() admits only these two kinds.
-        assert isinstance(service, (DistributionService, TableService)), service.kind
+        if not isinstance(service, (DistributionService, TableService)):
+            # iteration and spec_decode: priced by kernel_service from SI, SF and SRNG
+            TK[t, 3] = cfg.priority
+            gvals.append(np.zeros(1))
+            draws.append(np.zeros(0))
+            continue
         cv = service.cv
         dist = 0 if noise.is_noiseless(service.dist, cv) else noise.CODES[service.dist]
         if isinstance(service, TableService):
@@ -257,13 +272,33 @@ def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int) -> _Low
         np.arange(len(worker_device), dtype=np.int64), DI, np.zeros((n_dev, 1)), np.array(devlist, dtype=np.int64),
         int_table(rules, 3), TK, TMEAN, TSCALE,
         np.concatenate(draws) if draws else np.zeros(0), NOISE0, TPI, GRID, GLEN, GVAL, GAXIS,
-        float(scenario.cold_start), len(workers), dispatch_rng,
+        float(scenario.cold_start), len(workers), dispatch_rng, SI, SF, SRNG,
     )
     resources = [c.resource or tp.resource for c, tp in zip(configs, task_profiles, strict=True)]
     prompts = PromptColumns(call_ids=cols.call_ids, call_of=cols.call_of, prompt_index=cols.prompt_index,
                             task_names=names, task_of=task_of, resources=resources, prompt_tokens=ptok,
                             max_tokens=mtok, arrived_at=arrived)
     return _Lowered(args, prompts, queue_names, DI[:, 2].copy())
+
+
+def _lower_services(names: list[str], configs: list, task_profiles: list, seed: int) -> tuple:
+    """Per task, the iteration and spec_decode kinds' parameters (``SI``, ``SF``: see
+    :mod:`simulator.model.kernel_service`) and its service stream, in the state the reference
+    engine's starts in (``service_rng``); the service with the scenario's overrides applied
+    as the reference engine applies them (``service_of``)."""
+    from simulator.model.kernel_service import N_SF, N_SI, draws, lower_service, streams
+
+    SI = np.zeros((len(names), N_SI), dtype=np.int64)
+    SF = np.zeros((len(names), N_SF))
+    generators = []
+    for t, (task, cfg, tp) in enumerate(zip(names, configs, task_profiles, strict=True)):
+        service = tp.service
+        overrides = {k: getattr(cfg, k) for k in service_overrides() if getattr(cfg, k) is not None}
+        if overrides and isinstance(service, SpecDecodeService):
+            service = service.with_overrides(**overrides)
+        SI[t], SF[t] = lower_service(service)
+        generators.append(np.random.default_rng([seed, 1, task_key(task)]))
+    return SI, SF, streams(generators, [draws(SI[t], SF[t]) for t in range(len(names))])
 
 
 def _grid_size(service) -> int:

@@ -66,6 +66,30 @@ FORMS: dict[str, tuple[str, Callable[..., np.ndarray]]] = {
     "step": ("c0 + c1*B*T + c2*B*T*V", lambda B, T, V: np.stack([np.ones_like(B), B * T, B * T * V], -1)),
     "iteration": ("c0 + c1*k", lambda k: np.stack([np.ones_like(k), k], -1)),
 }
+
+
+# The forms evaluated term by term, left to right (not as the design matrix times the
+# coefficients: a BLAS product's rounding depends on the machine and the array's length).
+# Pure numeric functions of float scalars or arrays and an indexable ``c``: the compiled
+# engine (simulator.model.kernel_service) compiles these same functions, so both engines
+# get the same floats.
+def prefill_form(c: Any, B: Any, P: Any) -> Any:
+    """``c0 + c1*B*P + c2*B*P^2``."""
+    return c[0] + c[1] * (B * P) + c[2] * (B * P * P)
+
+
+def step_form(c: Any, B: Any, T: Any, V: Any) -> Any:
+    """``c0 + c1*B*T + c2*B*T*V``."""
+    return c[0] + c[1] * (B * T) + c[2] * (B * T * V)
+
+
+def iteration_form(c: Any, k: Any) -> Any:
+    """``c0 + c1*k``."""
+    return c[0] + c[1] * k
+
+
+#: form name -> its evaluation (the same expression as FORMS, term by term)
+EVALUATE: dict[str, Callable[..., Any]] = {"prefill": prefill_form, "step": step_form, "iteration": iteration_form}
 #: operation -> the form its cost has
 OPERATIONS = {"prefill_target": "prefill", "prefill_draft": "prefill", "draft_step": "step",
               "verify": "step", "decode": "step", "iteration": "iteration"}
@@ -79,8 +103,7 @@ class Cost:
     coef: tuple[float, ...]
 
     def __call__(self, *args: Any) -> np.ndarray:
-        cols = FORMS[self.form][1](*(np.asarray(a, dtype=float) for a in args))
-        return cols @ np.asarray(self.coef)
+        return EVALUATE[self.form](self.coef, *(np.asarray(a, dtype=float) for a in args))
 
     def to_dict(self) -> dict[str, Any]:
         return {"form": self.form, "expr": FORMS[self.form][0], "coef": list(self.coef)}
