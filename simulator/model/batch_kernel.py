@@ -31,6 +31,7 @@ import numpy as np
 from numba import njit, types
 from numba.experimental import structref
 
+from simulator.model import kernel_cache  # noqa: F401  (the cache keyed on every kernel source)
 from simulator.model.kernel_service import SI_KIND, SK_BATCH, batch_service, task_stream
 from simulator.profile.kinds.table import grid_mean as _grid_mean_py
 

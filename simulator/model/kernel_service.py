@@ -33,6 +33,7 @@ import numpy as np
 from numba import njit, types
 from numba.extending import overload
 
+from simulator.model import kernel_cache  # noqa: F401  (the cache keyed on every kernel source)
 from simulator.profile.kinds.spec_decode import (
     iteration_form as _iteration_form_py,
     prefill_form as _prefill_form_py,
