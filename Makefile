@@ -31,7 +31,7 @@ lint: $(STAMP)
 	$(BIN)/mypy simulator
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/engine_speed.py --write-docs
+	$(BIN)/python benchmarks/engine_speed.py --spec-decode --write-docs
 	$(BIN)/python benchmarks/sweep_throughput.py --write-docs
 	$(BIN)/python benchmarks/continuous_speed.py --write-docs
 

@@ -23,22 +23,18 @@ from simulator import bundled, inputs
 from simulator.errors import TraceError
 from simulator.outputs import open_output
 from simulator.trace.classify import DEFAULT_CLASSIFIER, KeywordClassifier
-from simulator.trace.formats import azure, burstgpt, mooncake, servegen
+from simulator.trace.formats import azure, burstgpt, mooncake, servegen  # noqa: F401  (each registers its format)
 from simulator.trace.formats._common import read_json, readable
-from simulator.trace.formats._requests import DEFAULT_OPTIONS, ImportOptions
+from simulator.trace.formats._requests import DEFAULT_OPTIONS, TRACE_IMPORTERS, ImportOptions
 from simulator.trace.formats.client import read_client, write_client
 from simulator.trace.formats.native import read_native, read_native_fast, read_native_lines, write_native
 from simulator.trace.model import Trace
 
 #: Names of the formats :func:`save_trace` writes.
 FORMATS = ("native", "client")
-#: Production formats :func:`load_trace` reads (and ``simctl import`` names): name -> reader.
-IMPORTERS = {
-    "azure": azure.read_azure,
-    "burstgpt": burstgpt.read_burstgpt,
-    "mooncake": mooncake.read_mooncake,
-    "servegen": servegen.read_servegen,
-}
+#: Production formats :func:`load_trace` reads (and ``simctl import`` names): name -> reader,
+#: each registered by its module (imported above, in the order :func:`sniff` tries them).
+IMPORTERS = {name: TRACE_IMPORTERS.get(name).read for name in TRACE_IMPORTERS}
 
 #: Keys only the client format has: a list whose first record has one of them (and whose
 #: prompts are not objects) is a client-format file.
@@ -67,12 +63,8 @@ def sniff(path: str | Path) -> str:
     or ``"json"`` for the JSON formats (told apart by :func:`detect_format`)."""
     with readable(path) as p, open(p, encoding="utf-8") as fh:
         first = next((line.strip() for line in fh if line.strip()), "")
-    if first.startswith("{") and mooncake.looks_like(first):
-        return "mooncake"
-    if first.startswith(("[", "{")) or not first:
-        return "json"
-    for name, module in (("azure", azure), ("burstgpt", burstgpt), ("servegen", servegen)):
-        if module.looks_like(first):
+    for name in TRACE_IMPORTERS:
+        if TRACE_IMPORTERS.get(name).looks_like(first):
             return name
     return "json"
 

@@ -9,7 +9,7 @@ arrive close together into one call, and the handling of bad rows.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,8 +17,24 @@ from typing import Any
 import numpy as np
 
 from simulator.errors import SimctlWarning, TraceError
+from simulator.registry import Registry
 from simulator.trace.formats._common import EPOCH_THRESHOLD
 from simulator.trace.model import Call, Prompt, Trace
+
+
+@dataclass(frozen=True)
+class Importer:
+    """A production trace format: how to tell its files (from their first non-empty line)
+    and how to read one."""
+
+    looks_like: Callable[[str], bool]
+    read: Callable[..., Trace]  # (path, ImportOptions) -> Trace
+
+
+#: Production trace formats by name (what ``simctl import`` and ``--format`` accept), in the
+#: order :func:`~simulator.trace.formats.sniff` tries them. A format is one module that
+#: registers its :class:`Importer`, imported by :mod:`simulator.trace.formats`.
+TRACE_IMPORTERS: Registry[Importer] = Registry("trace format")
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.errors import TraceError
-from simulator.trace.formats._requests import DEFAULT_OPTIONS, ImportOptions, bad_rows, build
+from simulator.trace.formats._requests import DEFAULT_OPTIONS, TRACE_IMPORTERS, Importer, ImportOptions, bad_rows, build
 from simulator.trace.model import Trace
 
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -52,3 +52,6 @@ def read_azure(path: str | Path, options: ImportOptions = DEFAULT_OPTIONS) -> Tr
     # output lengths are max tokens: a request without output still asks for one token
     return build(path, seconds, prompt[keep], np.maximum(output[keep], 1), tasks, lines[keep],
                  {"format": "azure", "absolute": True}, options)
+
+
+TRACE_IMPORTERS.register("azure")(Importer(looks_like, read_azure))

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.errors import SimctlWarning, TraceError
-from simulator.trace.formats._requests import DEFAULT_OPTIONS, ImportOptions, bad_rows, build
+from simulator.trace.formats._requests import DEFAULT_OPTIONS, TRACE_IMPORTERS, Importer, ImportOptions, bad_rows, build
 from simulator.trace.formats.azure import tokens
 from simulator.trace.model import Trace
 
@@ -59,3 +59,6 @@ def read_burstgpt(path: str | Path, options: ImportOptions = DEFAULT_OPTIONS) ->
                                         "(0 response tokens); --include-failed keeps them"), stacklevel=2)
     return build(path, t[keep], prompt[keep], np.maximum(output[keep], 1), model[keep],
                  lines[keep], meta, options)
+
+
+TRACE_IMPORTERS.register("burstgpt")(Importer(looks_like, read_burstgpt))

@@ -13,16 +13,18 @@ from pathlib import Path
 import numpy as np
 
 from simulator.errors import TraceError
-from simulator.trace.formats._requests import DEFAULT_OPTIONS, ImportOptions, bad_rows, build
+from simulator.trace.formats._requests import DEFAULT_OPTIONS, TRACE_IMPORTERS, Importer, ImportOptions, bad_rows, build
 from simulator.trace.model import Trace
 
 FIELDS = ("timestamp", "input_length", "output_length")
 
 
 def looks_like(first_line: str) -> bool:
+    if not first_line.startswith("{"):
+        return False
     try:
         obj = json.loads(first_line)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return False
     return isinstance(obj, dict) and {"timestamp", "input_length"} <= obj.keys()
 
@@ -71,3 +73,6 @@ def read_mooncake(path: str | Path, options: ImportOptions = DEFAULT_OPTIONS) ->
     return build(path, np.array(t)[keep], np.array(inp)[keep], np.maximum(np.array(out)[keep], 1),
                  np.full(n, "mooncake", dtype=object), lines_a[keep],
                  {"format": "mooncake", "prefix_blocks": blocks}, options)
+
+
+TRACE_IMPORTERS.register("mooncake")(Importer(looks_like, read_mooncake))

@@ -22,7 +22,7 @@ import pandas as pd
 from scipy.special import gamma as gamma_fn
 
 from simulator.errors import TraceError
-from simulator.trace.formats._requests import DEFAULT_OPTIONS, ImportOptions, bad_rows, build
+from simulator.trace.formats._requests import DEFAULT_OPTIONS, TRACE_IMPORTERS, Importer, ImportOptions, bad_rows, build
 from simulator.trace.model import Trace
 
 DISTS = ("Gamma", "Weibull", "")
@@ -125,3 +125,6 @@ def read_servegen(path: str | Path, options: ImportOptions = DEFAULT_OPTIONS) ->
         meta["first_arrival_s"] = float(t.min())  # before the shift to 0
     return build(path, t, prompt, output, np.full(t.size, "servegen", dtype=object),
                  np.array(origin_lines), meta, options)
+
+
+TRACE_IMPORTERS.register("servegen")(Importer(looks_like, read_servegen))
