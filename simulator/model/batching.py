@@ -35,7 +35,7 @@ from simulator.model.prompts import PromptTable
 from simulator.model.resources import Batch, Device
 from simulator.profile import TaskProfile
 from simulator.profile.iteration import StepCost, first_token_seconds
-from simulator.profile.kinds import BatchShape, ServiceModel
+from simulator.profile.kinds import BatchShape, ServiceModel, TaskDefaults
 from simulator.profile.kinds.spec_decode import SpecDecodeService, adaptive_lookahead
 from simulator.registry import Registry
 from simulator.scenario import Scenario, TaskConfig
@@ -171,10 +171,10 @@ class RecordedAcceptance:
     def host_fraction(self, shape: BatchShape) -> float | None:
         return self.service.host_fraction(shape)
 
-    def step_cost(self, task_profile: TaskProfile) -> StepCost:
+    def step_cost(self, task_profile: TaskDefaults) -> StepCost:
         return self.service.step_cost(task_profile)
 
-    def first_token_seconds(self, task_profile: TaskProfile, shape: BatchShape, work: float) -> float:
+    def first_token_seconds(self, task_profile: TaskDefaults, shape: BatchShape, work: float) -> float:
         return self.service.first_token_seconds(task_profile, shape, work)
 
     def to_dict(self) -> dict[str, Any]:

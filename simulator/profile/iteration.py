@@ -39,6 +39,7 @@ from typing import Protocol
 
 import numpy as np
 
+from simulator.profile.acceptance import draw_accepted
 from simulator.profile.shape import BatchShape
 
 
@@ -87,8 +88,6 @@ class SpecDecodeCost:
         # float every time.
         self._prefill: dict[tuple[int, int], float] = {}
         self._decode: dict[tuple[int, int], float] = {}
-        from simulator.profile.kinds.spec_decode import draw_accepted
-
         self._draw_accepted = draw_accepted
 
     def step(self, decode_rows, prefill_prompts, context, rng, capacity=None):

@@ -21,7 +21,8 @@ import numpy as np
 
 from simulator.profile import noise
 from simulator.profile.iteration import WholeBatchIterations
-from simulator.profile.kinds import KINDS, BatchShape
+from simulator.profile.kinds.base import KINDS
+from simulator.profile.shape import BatchShape
 from simulator.profile.spec import Where, need_number
 
 DISTS = ("deterministic", "exponential", "gamma", "lognormal")

@@ -39,8 +39,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from simulator.profile.iteration import IterationKindCost, StepCost
-from simulator.profile.kinds import KINDS, BatchShape
+from simulator.profile.kinds.base import KINDS
 from simulator.profile.overhead import EngineOverhead, parse_engine
+from simulator.profile.shape import BatchShape
 from simulator.profile.spec import Where, need_number
 
 DISTS = ("deterministic", "exponential", "gamma")

@@ -53,9 +53,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from simulator.profile.acceptance import draw_accepted
 from simulator.profile.iteration import SpecDecodeCost, StepCost
-from simulator.profile.kinds import KINDS, BatchShape
+from simulator.profile.kinds.base import KINDS
 from simulator.profile.overhead import EngineOverhead, parse_engine
+from simulator.profile.shape import BatchShape
 from simulator.profile.spec import Where, need_number
 
 DISCIPLINES = ("ragged", "lockstep")
@@ -107,15 +109,6 @@ class Cost:
 
     def to_dict(self) -> dict[str, Any]:
         return {"form": self.form, "expr": FORMS[self.form][0], "coef": list(self.coef)}
-
-
-def draw_accepted(rng: np.random.Generator, alpha: float, k: int, size) -> np.ndarray:
-    """Accepted drafts: each accepted with probability ``alpha`` until the first rejection, at most ``k``."""
-    if alpha >= 1:
-        return np.full(size, k)
-    if alpha <= 0:
-        return np.zeros(size, dtype=np.int64)
-    return np.minimum(rng.geometric(1.0 - alpha, size) - 1, k)
 
 
 def iterations_needed(needs: np.ndarray, accepted: np.ndarray, discipline: str) -> int:
