@@ -1,5 +1,5 @@
 """The import graph of simulator/model: no cycles, no import from a lower layer to a higher
-one, and only the entry points import the builder (engine.py).
+one, and only the entry points import the builder (engine.py); and no cycle in the package.
 
 Every import counts, wherever it is written: at the top, inside a function, or under
 ``TYPE_CHECKING`` (an import cycle hidden from the interpreter is still one)."""
@@ -128,3 +128,28 @@ def test_only_the_entry_points_import_the_builder():
 def test_every_layer_names_existing_modules():
     modules = set(_modules())
     assert set().union(*LAYERS) <= modules
+
+
+def test_the_whole_package_has_no_import_cycles(monkeypatch):
+    """The same reading over every module of ``simulator`` (a package's ``__init__`` that
+    re-exports its modules is a node like any other)."""
+    monkeypatch.setitem(globals(), "MODEL", MODEL.parent)
+    monkeypatch.setitem(globals(), "PACKAGE", "simulator")
+    g = graph()
+    assert "profile.kinds.base" in g["profile.kinds.distribution"]
+    state: dict[str, int] = {}
+    cycles: list[str] = []
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(g[node]):
+            if state.get(nxt) == 1:
+                cycles.append(" -> ".join(path[path.index(nxt):] + [nxt]))
+            elif nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = 2
+
+    for node in sorted(g):
+        if node not in state:
+            visit(node, [node])
+    assert not cycles, "import cycles in simulator: " + "; ".join(cycles)
