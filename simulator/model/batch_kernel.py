@@ -36,13 +36,13 @@ grid_mean = njit(cache=True)(_grid_mean_py)
 
 # Event priorities (as simulator.model.kernel) and kinds.
 COMPLETION, ARRIVAL, TIMER = 0, 1, 2
-EV_ARRIVE, EV_SEND, EV_TIMER, EV_POOL_DONE, EV_SHARED_DONE = 0, 1, 2, 3, 4
+EV_ARRIVE, EV_SEND, EV_TIMER, EV_POOL_DONE, EV_SHARED_DONE, EV_ITERATE = 0, 1, 2, 3, 4, 5
 
 # Codes shared with simulator.model.fast.
 P_OLDEST, P_PICKUP, P_ADAPTIVE, P_STATIC = 0, 1, 2, 3
 R_ROUND_ROBIN, R_LEAST_LOADED, R_RANDOM = 0, 1, 2
 U_PROMPTS, U_TOKENS, U_WAITING = 0, 1, 2
-F_SHARED, F_SPLIT, F_DIRECT = 0, 1, 2
+F_SHARED, F_SPLIT, F_DIRECT, F_CONTINUOUS = 0, 1, 2, 3
 D_POOL, D_SHARED = 0, 1
 K_DETERMINISTIC, K_EXPONENTIAL, K_GAMMA, K_LOGNORMAL = 0, 1, 2, 3
 S_SERVED, S_AFTER_TIMEOUT, S_REJECTED, S_DROPPED = 0, 1, 2, 3
@@ -84,7 +84,10 @@ class Run(structref.StructRefProxy):
 RUN_FIELDS = ("heap", "S", "call_t", "call_g0", "g_start", "g_front", "order", "arrived", "ptok", "mtok", "FI",
               "QI", "QF", "WDEV", "WID", "W_NEXT", "DI", "DF", "DEVLIST", "RULES", "TK", "TMEAN", "TSCALE",
               "NOISE", "NOISE0", "noise_used", "TPI", "GRID", "GLEN", "GVAL", "GAXIS", "cold_until", "n_calls",
-              "nxt", "bp", "BI", "BF", "batch_of", "status", "done_at", "first_at", "rng")
+              "nxt", "bp", "BI", "BF", "batch_of", "status", "done_at", "first_at", "rng",
+              # continuous engines (simulator.model.continuous_kernel)
+              "EI", "CTI", "CTF", "CSTEP", "RESUMED", "PREEMPT", "CW_NEXT", "R_PID", "R_LEN", "R_LIM", "R_GAIN",
+              "SKIP", "CS")
 structref.define_proxy(Run, RunType, list(RUN_FIELDS))
 
 
@@ -132,8 +135,9 @@ def _choose(st, rule, unit, places, n, loads_of_queue):
 @njit(cache=True)
 def run_kernel(call_t, call_g0, g_start, g_front, order, arrived, ptok, mtok, FI, QI, QF, WDEV, WID,
                DI, DF, DEVLIST, RULES, TK, TMEAN, TSCALE, NOISE, NOISE0, TPI, GRID, GLEN, GVAL, GAXIS,
-               cold_until, n_workers0, rng):
-    """Run to completion; returns the batch table and per-prompt outcome arrays."""
+               cold_until, n_workers0, rng, EI, CTI, CTF, CSTEP, R_PID, CS):
+    """Run to completion; returns the batch table and per-prompt outcome arrays (then the
+    continuous engines': preemptions per prompt, skipped batch ids per row)."""
     n_prompts = len(arrived)
     n_calls = len(call_t)
     nan = math.nan
@@ -143,9 +147,10 @@ def run_kernel(call_t, call_g0, g_start, g_front, order, arrived, ptok, mtok, FI
     status = np.zeros(n_prompts, dtype=np.int8)
     nxt = np.full(n_prompts, -1, dtype=np.int64)      # the queue's next waiting prompt
     bp = np.empty(n_prompts, dtype=np.int64)          # prompts of batch b: bp[off:off+size]
-    # A batch holds at least one prompt: at most n_prompts batches (no growth needed).
-    BI = np.empty((max(n_prompts, 1), 11), dtype=np.int64)
-    BF = np.empty((max(n_prompts, 1), 5))
+    # A batch holds at least one prompt: at most n_prompts batches (no growth needed); then
+    # one row per continuous engine, its iteration in flight.
+    BI = np.empty((max(n_prompts, 1) + EI.shape[0], 11), dtype=np.int64)
+    BF = np.empty((max(n_prompts, 1) + EI.shape[0], 5))
     W_NEXT = np.full(len(WDEV), -1, dtype=np.int64)   # next idle worker in its queue
     noise_used = np.zeros(TK.shape[0], dtype=np.int64)
     # Events: (instant, priority, order, kind, a, b).
@@ -154,9 +159,15 @@ def run_kernel(call_t, call_g0, g_start, g_front, order, arrived, ptok, mtok, FI
     S = np.zeros(6, dtype=np.int64)  # 0 event order, 1 batches, 2 workers, 3 bp used, 4 input closed
     S[2] = n_workers0
     n_queues = QI.shape[0]
+    preemptions = np.zeros(n_prompts, dtype=np.int64)
+    skipped = np.zeros(max(n_prompts, 1) + 1, dtype=np.int64)  # batch ids without a row, before each row
     st = Run(heap, S, call_t, call_g0, g_start, g_front, order, arrived, ptok, mtok, FI, QI, QF, WDEV, WID, W_NEXT,
              DI, DF, DEVLIST, RULES, TK, TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS,
-             cold_until, n_calls, nxt, bp, BI, BF, batch_of, status, done_at, first_at, rng)
+             cold_until, n_calls, nxt, bp, BI, BF, batch_of, status, done_at, first_at, rng,
+             EI, CTI, CTF, CSTEP, np.zeros(n_prompts, dtype=np.int64), preemptions,
+             np.full(n_prompts, -1, dtype=np.int64), R_PID, np.zeros(len(R_PID), dtype=np.int64),
+             np.zeros(len(R_PID), dtype=np.int64), np.zeros(len(R_PID), dtype=np.int64), skipped, CS)
+    _ck.init(st)
 
     # initial idle workers: each queue's range of worker indices, in order
     for q in range(n_queues):
@@ -191,12 +202,14 @@ def run_kernel(call_t, call_g0, g_start, g_front, order, arrived, ptok, mtok, FI
             _poll(st, a, now)
         elif kind == EV_POOL_DONE:
             _pool_finish(st, a, now)
-        else:  # EV_SHARED_DONE
+        elif kind == EV_SHARED_DONE:
             if b != DI[a, DI_VERSION]:
                 continue
             _shared_finish(st, a, now)
+        else:  # EV_ITERATE
+            _ck.iterate(st, a, now)
     nb = S[1]
-    return BI[:nb].copy(), BF[:nb].copy(), WID, batch_of, done_at, first_at, status
+    return BI[:nb].copy(), BF[:nb].copy(), WID, batch_of, done_at, first_at, status, preemptions, skipped[:nb].copy()
 
 
 @njit(cache=True, inline="always")
@@ -233,6 +246,8 @@ def _send(st, ci, now):
                 for k in range(lo, hi):
                     q = q0 + _choose(st, rule, st.RULES[rule, 2], places, q1 - q0, True)
                     _add(st, q, k, k + 1, now)
+        elif fk == F_CONTINUOUS:
+            _ck.accept(st, f, lo, hi, now)
         else:  # F_DIRECT: batches of at most max_batch, each to a device chosen now
             size = st.FI[f, FI_MAXB]
             dl0, dl1 = st.FI[f, FI_DL0], st.FI[f, FI_DL1]
@@ -520,6 +535,9 @@ def _shared_reschedule(st, d, now):
 @njit(cache=True)
 def _batch_done(st, b, now):
     """A batch finished: its prompts are done; its worker goes back to its queue's idle line."""
+    if b >= st.BI.shape[0] - st.EI.shape[0]:  # a continuous engine's iteration
+        _ck.iteration_done(st, b - (st.BI.shape[0] - st.EI.shape[0]), now)
+        return
     start = st.BF[b, BF_STARTED]
     work = st.BF[b, BF_WORK]
     stretch = (now - start) / work if work > 0 else 1.0
@@ -571,3 +589,8 @@ def _shared_finish(st, d, now):
     _shared_reschedule(st, d, now)
     for k in range(n):
         _batch_done(st, finished[k], now)
+
+
+# The continuous engines' functions, which call the device functions above (imported last:
+# the two modules refer to each other; numba resolves ``_ck.*`` when it compiles).
+from simulator.model import continuous_kernel as _ck  # noqa: E402
