@@ -36,7 +36,7 @@ grid_mean = njit(cache=True)(_grid_mean_py)
 
 # Event priorities (as simulator.model.kernel) and kinds.
 COMPLETION, ARRIVAL, TIMER = 0, 1, 2
-EV_ARRIVE, EV_SEND, EV_TIMER, EV_POOL_DONE, EV_SHARED_DONE, EV_ITERATE = 0, 1, 2, 3, 4, 5
+EV_ARRIVE, EV_SEND, EV_TIMER, EV_POOL_DONE, EV_SHARED_DONE = 0, 1, 2, 3, 4
 
 # Codes shared with simulator.model.fast.
 P_OLDEST, P_PICKUP, P_ADAPTIVE, P_STATIC = 0, 1, 2, 3
@@ -87,7 +87,7 @@ RUN_FIELDS = ("heap", "S", "call_t", "call_g0", "g_start", "g_front", "order", "
               "nxt", "bp", "BI", "BF", "batch_of", "status", "done_at", "first_at", "rng",
               # continuous engines (simulator.model.continuous_kernel)
               "EI", "CTI", "CTF", "CSTEP", "RESUMED", "PREEMPT", "CW_NEXT", "R_PID", "R_LEN", "R_LIM", "R_GAIN",
-              "SKIP", "CS")
+              "SKIP", "CS", "FIFO", "FIFO_T")
 structref.define_proxy(Run, RunType, list(RUN_FIELDS))
 
 
@@ -166,7 +166,8 @@ def run_kernel(call_t, call_g0, g_start, g_front, order, arrived, ptok, mtok, FI
              cold_until, n_calls, nxt, bp, BI, BF, batch_of, status, done_at, first_at, rng,
              EI, CTI, CTF, CSTEP, np.zeros(n_prompts, dtype=np.int64), preemptions,
              np.full(n_prompts, -1, dtype=np.int64), R_PID, np.zeros(len(R_PID), dtype=np.int64),
-             np.zeros(len(R_PID), dtype=np.int64), np.zeros(len(R_PID), dtype=np.int64), skipped, CS)
+             np.zeros(len(R_PID), dtype=np.int64), np.zeros(len(R_PID), dtype=np.int64), skipped, CS,
+             np.zeros(max(EI.shape[0], 1), dtype=np.int64), np.zeros(max(EI.shape[0], 1)))
     _ck.init(st)
 
     # initial idle workers: each queue's range of worker indices, in order
@@ -186,7 +187,10 @@ def run_kernel(call_t, call_g0, g_start, g_front, order, arrived, ptok, mtok, FI
     if n_calls > 0:
         heapq.heappush(heap, (call_t[0], ARRIVAL, S[0], EV_ARRIVE, 0, 0.0))
         S[0] += 1
-    while heap:
+    while heap or CS[2] > 0:
+        if CS[2] > 0 and _ck.iteration_first(st):  # continuous engines' boundaries at this instant
+            _ck.iterate_next(st)
+            continue
         now, _, _, kind, a, b = heapq.heappop(heap)
         if kind == EV_ARRIVE:
             _send(st, a, now)
@@ -202,12 +206,10 @@ def run_kernel(call_t, call_g0, g_start, g_front, order, arrived, ptok, mtok, FI
             _poll(st, a, now)
         elif kind == EV_POOL_DONE:
             _pool_finish(st, a, now)
-        elif kind == EV_SHARED_DONE:
+        else:  # EV_SHARED_DONE
             if b != DI[a, DI_VERSION]:
                 continue
             _shared_finish(st, a, now)
-        else:  # EV_ITERATE
-            _ck.iterate(st, a, now)
     nb = S[1]
     return BI[:nb].copy(), BF[:nb].copy(), WID, batch_of, done_at, first_at, status, preemptions, skipped[:nb].copy()
 
@@ -574,21 +576,29 @@ def _shared_finish(st, d, now):
     _shared_advance(st, d, now)
     least = _shared_least(st, d)
     tolerance = 1e-9 * max(1.0, abs(least))
-    finished = np.empty(st.DI[d, DI_RUN_COUNT], dtype=np.int64)
-    n = 0
+    # the finished batches, in their order, chained through BI_NEXT once out of the list
+    first = -1
+    last = -1
     b = st.DI[d, DI_RUN_HEAD]
     while b >= 0:
         following = st.BI[b, BI_NEXT]
         if st.BF[b, BF_REMAINING] <= least + tolerance:
-            finished[n] = b
-            n += 1
             _link_remove(st, d, b)
             st.DI[d, DI_OUT] -= st.BI[b, BI_SIZE]
             st.DI[d, DI_OUT_TOKENS] -= st.BI[b, BI_TOKENS]
+            st.BI[b, BI_NEXT] = -1
+            if last < 0:
+                first = b
+            else:
+                st.BI[last, BI_NEXT] = b
+            last = b
         b = following
     _shared_reschedule(st, d, now)
-    for k in range(n):
-        _batch_done(st, finished[k], now)
+    b = first
+    while b >= 0:
+        following = st.BI[b, BI_NEXT]
+        _batch_done(st, b, now)
+        b = following
 
 
 # The continuous engines' functions, which call the device functions above (imported last:

@@ -26,8 +26,6 @@ and the same order of operations, so the event log is the reference's exactly.
 
 from __future__ import annotations
 
-import heapq
-
 from numba import njit
 
 from simulator.model.batch_kernel import (
@@ -43,7 +41,6 @@ from simulator.model.batch_kernel import (
     BI_TOKENS,
     BI_WORKER,
     BI_WORKER_ID,
-    EV_ITERATE,
     FI_Q0,
     FI_Q1,
     FI_RULE,
@@ -59,8 +56,8 @@ from simulator.model.batch_kernel import (
 # Columns of the engine state EI.
 EI_TASK, EI_DEVICE, EI_NAME, EI_MAXROWS, EI_BUDGET, EI_BS, EI_TOTAL, EI_FREE, EI_MAXQ, EI_BUSY, EI_OUT_TOKENS, \
     EI_RUNNING, EI_WHEAD, EI_WTAIL, EI_WAITING, EI_R0, EI_ROWS, EI_DECODING, EI_ADMITTED, EI_ADMITTED_TOKENS, \
-    EI_RECORD = range(21)
-EI_WIDTH = 21
+    EI_RECORD, EI_SEQ = range(22)
+EI_WIDTH = 22
 # Columns of the per-task state CTI (ints) and CTF (floats).
 CT_WHOLE = 0   # CTI: the whole tokens a decoding row commits per iteration
 CT_FRAC = 0    # CTF: the fraction of one more token (0: none drawn)
@@ -135,10 +132,41 @@ def _add(st, e, p, now):
 
 @njit(cache=True, inline="always")
 def _start_soon(st, e, now):
-    # The next iteration starts at this instant, after every arrival at it (TIMER > ARRIVAL).
+    """The next iteration starts at this instant, after every arrival at it: an event
+    ``(now, TIMER, order)``. Such events are always at the current instant, so they wait in
+    order in a FIFO beside the heap (``FIFO``, ``CS[1]`` its head, ``CS[2]`` its length),
+    not in it; the event loop takes whichever of the two comes first (:func:`iteration_first`)."""
     st.EI[e, EI_BUSY] = 1
-    heapq.heappush(st.heap, (now, TIMER, st.S[0], EV_ITERATE, e, 0.0))
+    n = st.FIFO.shape[0]
+    st.FIFO[(st.CS[1] + st.CS[2]) % n] = e
+    st.CS[2] += 1
+    st.FIFO_T[e] = now
+    st.EI[e, EI_SEQ] = st.S[0]
     st.S[0] += 1
+
+
+@njit(cache=True)
+def iteration_first(st):
+    """Whether the FIFO's first iteration comes before the heap's first event."""
+    if len(st.heap) == 0:
+        return True
+    e = st.FIFO[st.CS[1]]
+    top = st.heap[0]
+    at = st.FIFO_T[e]
+    if top[0] != at:
+        return at < top[0]
+    if top[1] != TIMER:
+        return TIMER < top[1]
+    return st.EI[e, EI_SEQ] < top[2]
+
+
+@njit(cache=True)
+def iterate_next(st):
+    """Run the FIFO's first iteration boundary."""
+    e = st.FIFO[st.CS[1]]
+    st.CS[1] = (st.CS[1] + 1) % st.FIFO.shape[0]
+    st.CS[2] -= 1
+    iterate(st, e, st.FIFO_T[e])
 
 
 @njit(cache=True)
@@ -274,6 +302,7 @@ def iterate(st, e, now):
 @njit(cache=True)
 def _out_of_draws(st):
     st.CS[0] = 1
+    st.CS[2] = 0
     while len(st.heap) > 0:
         st.heap.pop()
 

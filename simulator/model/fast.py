@@ -308,7 +308,7 @@ def _engines(scenario: Scenario, configs: list, task_profiles: list, names: list
     """The continuous engines' arrays (see simulator.model.continuous_kernel): EI, CTI, CTF,
     CSTEP, R_PID (their rows' room) and CS."""
     from simulator.errors import ScenarioError
-    from simulator.model.continuous_kernel import EI_R0, EI_TASK, EI_WIDTH
+    from simulator.model.continuous_kernel import EI_R0, EI_RECORD, EI_TASK, EI_WIDTH
 
     n_tasks = len(names)
     cap = np.zeros(n_tasks, dtype=np.int64)  # rows an engine of the task can hold
@@ -345,10 +345,10 @@ def _engines(scenario: Scenario, configs: list, task_profiles: list, names: list
         cfg = configs[t]
         EI[e, :EI_R0 + 1] = [t, device, name, cfg.max_num_seqs, cfg.max_batched_tokens, cfg.block_size, total[t],
                              max(total[t], 0), -1 if cfg.max_queue is None else cfg.max_queue, 0, 0, 0, -1, -1, 0, r0]
-        EI[e, -1] = -1
+        EI[e, EI_RECORD] = -1
         r0 += int(cap[t])
     assert EI_TASK == 0
-    return EI, CTI, CTF, CSTEP, np.zeros(r0, dtype=np.int64), np.zeros(1, dtype=np.int64)
+    return EI, CTI, CTF, CSTEP, np.zeros(r0, dtype=np.int64), np.zeros(3, dtype=np.int64)
 
 
 def _grid_size(service) -> int:
