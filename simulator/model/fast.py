@@ -316,6 +316,7 @@ def _engines(scenario: Scenario, configs: list, task_profiles: list, names: list
     CTI = np.zeros((n_tasks, 1), dtype=np.int64)
     CTF = np.zeros((n_tasks, 1))
     steps: dict[int, list[float]] = {}
+    too_large: tuple[int, int, int, int] | None = None  # (position in order, task, blocks, cache)
     for t, (cfg, tp) in enumerate(zip(configs, task_profiles, strict=True)):
         if cfg.topology != "continuous":
             continue
@@ -328,14 +329,16 @@ def _engines(scenario: Scenario, configs: list, task_profiles: list, names: list
         kv = cfg.kv_blocks if cfg.kv_blocks is not None else tp.kv_blocks(cfg.block_size)
         if kv is not None:
             total[t] = kv
-            # Engine.add refuses a prompt the whole cache cannot hold: the first one to arrive
             need = -(-(ptok[order] + mtok[order]) // cfg.block_size)
             over = np.flatnonzero((task_of[order] == t) & (need > kv))
-            if len(over):
-                p = order[over[0]]
-                raise ScenarioError(scenario.source, f"tasks.{names[t]}", "kv_blocks",
-                                    f"a prompt of {ptok[p]} + {mtok[p]} tokens needs {need[over[0]]} KV blocks; "
-                                    f"the cache has {kv}")
+            if len(over) and (too_large is None or over[0] < too_large[0]):
+                too_large = (int(over[0]), t, int(need[over[0]]), kv)
+    if too_large is not None:
+        # Engine.add refuses a prompt the whole cache cannot hold: the first one to arrive
+        k, t, need_k, kv = too_large
+        p = order[k]
+        raise ScenarioError(scenario.source, f"tasks.{names[t]}", "kv_blocks",
+                            f"a prompt of {ptok[p]} + {mtok[p]} tokens needs {need_k} KV blocks; the cache has {kv}")
     CSTEP = np.zeros((n_tasks, int(cap.max(initial=0)) + 1))
     for t, values in steps.items():
         CSTEP[t, :len(values)] = values
