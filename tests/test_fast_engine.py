@@ -140,6 +140,22 @@ def test_continuous_engines_preempt_and_draw_alike():
             assert log is not None and log["preemptions"].sum() > 0
 
 
+def test_a_continuous_run_short_of_token_draws_runs_again_with_more(monkeypatch):
+    """Fractional tokens per iteration are drawn in bulk before the run; a run that needs
+    more stops and runs again with more, to the same log."""
+    from simulator.model import fast
+
+    monkeypatch.setattr(fast, "FIRST_DRAW_FACTOR", 0.01)
+    monkeypatch.setattr(fast, "DRAW_SLACK", 0)
+    calls = []
+    lower = fast.lower
+    monkeypatch.setattr(fast, "lower", lambda *args: calls.append(args[-1]) or lower(*args))
+    scenario = build_scenario(path="design-notes", overrides={
+        "tasks.infobench.topology": "continuous", "tasks.infobench.kv_blocks": 70})
+    assert_same_log(TRACE, scenario, PROFILES[2], 1)
+    assert len(calls) > 1 and calls == [0.01 * 4**k for k in range(len(calls))]
+
+
 @pytest.mark.parametrize("name", ["design-notes", "lminference-separate-queues"])
 def test_kernel_equals_reference_on_the_bundled_scenarios_and_traces(name):
     for topology in (None, "continuous"):

@@ -15,6 +15,10 @@ exactly, so it copies the reference's order of operations, not just its rules:
   which is the order the reference draws them from the task's stream (numpy's bulk draws
   equal its one-by-one draws), and random dispatch draws from the run's dispatch stream.
 
+Continuous-batching engines are in :mod:`simulator.model.continuous_kernel`: their
+iterations are batches on these devices (an engine's own row of the batch table), their
+iteration boundaries events of this loop.
+
 Policies, dispatch rules and topologies are integer codes (``POLICY``, ``RULE``, ``FRONT``
 in :mod:`simulator.model.fast`); a new one is added here and there, or the kernel refuses
 the scenario (never a silent fallback to another rule).

@@ -1,14 +1,18 @@
 """The fast engine: a scenario lowered to integer-coded arrays and run by the compiled kernel
 (:mod:`simulator.model.batch_kernel`), giving the reference engine's event log exactly.
 
-What it runs: the ``shared``, ``split`` and ``direct`` topologies; every registered batching
-policy and dispatch rule; exclusive and processor-sharing GPUs; CPU pools; queue limits by
-``max_queue``; priorities; a cold start; the ``distribution`` and ``table`` service kinds
-(their draws made in bulk, before the run, from each task's own stream). Everything else —
-continuous batching, the host lock, closed-loop clients, queue timeouts, spec_decode and
-iteration kinds, and the behaviours of :class:`~simulator.scenario.TaskConfig` marked for
-real servers — runs on the reference engine; :func:`unsupported` names the first setting
-that needs it (settings declare it: ``reference_only`` in :mod:`simulator.settings`).
+What it runs: the ``shared``, ``split``, ``direct`` and ``continuous`` topologies (continuous
+engines in :mod:`simulator.model.continuous_kernel`: admission, token budget, row limit, KV
+blocks and preemption, their iterations on the same devices as micro-batches); every
+registered batching policy and dispatch rule; exclusive and processor-sharing GPUs; CPU
+pools; queue limits by ``max_queue``; priorities; a cold start; the ``distribution`` and
+``table`` service kinds (their draws made in bulk, before the run, from each task's own
+stream: the noise of each batch, or a continuous engine's uniforms that round a fractional
+``tokens_per_iteration``). Everything else — the host lock, closed-loop clients, queue
+timeouts, spec_decode and iteration kinds (micro-batched or continuous), and the behaviours
+of :class:`~simulator.scenario.TaskConfig` marked for real servers — runs on the reference
+engine; :func:`unsupported` names the first setting that needs it (settings declare it:
+``reference_only`` in :mod:`simulator.settings`).
 
 Policies and dispatch rules are coded in :data:`POLICY_CODES` and :data:`RULE_CODES`; a name
 registered in the model but missing here makes :func:`unsupported` say so (and the contract
@@ -110,12 +114,20 @@ def _rule_slot(rules: list[tuple[int, int, int]], name: str) -> int:
     return len(rules) - 1
 
 
-def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int, draw_factor: int = 1) -> _Lowered:
+#: Uniforms drawn before the run for a continuous task with fractional tokens per iteration:
+#: this many times its prompts' max tokens (a decoding row takes one per iteration, and makes
+#: a token or more with it), plus :data:`DRAW_SLACK` (for rows preempted after their draw);
+#: a run that needs more is run again with four times as many.
+FIRST_DRAW_FACTOR = 1.0
+DRAW_SLACK = 256
+
+
+def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int,
+          draw_factor: float = FIRST_DRAW_FACTOR) -> _Lowered:
     """The kernel's arrays for a run (the scenario must be :func:`supported <unsupported>`).
 
     A continuous task with fractional ``tokens_per_iteration`` gets ``draw_factor`` times its
-    prompts' max tokens of uniforms (one per decoding row per iteration; a row preempted
-    takes one more), plus some."""
+    prompts' max tokens of uniforms, plus :data:`DRAW_SLACK`."""
     cols = trace.columns
     names = list(cols.task_names)
     configs = [scenario.for_task(t) for t in names]
@@ -261,7 +273,7 @@ def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int, draw_fa
         if cfg.topology == "continuous":
             # the uniforms that round a fractional tokens_per_iteration (BatchAverageCost.tokens)
             frac = tp.tokens_per_iteration - math.floor(tp.tokens_per_iteration)
-            n_draws = draw_factor * int(mtok[task_of == t].sum()) + 256 if frac else 0
+            n_draws = int(draw_factor * int(mtok[task_of == t].sum())) + DRAW_SLACK if frac else 0
             draws.append(rng.random(n_draws))
         else:
             draws.append(noise.standard_draws(service.dist, cv, int(counts[t]), rng))
@@ -370,7 +382,7 @@ def simulate_fast(trace: Trace, scenario: Scenario, profile: Profile, seed: int)
         run_kernel,
     )
 
-    draw_factor = 1
+    draw_factor = FIRST_DRAW_FACTOR
     while True:
         lowered = lower(trace, scenario, profile, seed, draw_factor)
         BI, BF, _, batch_of, done_at, first_at, status, preemptions, skipped = run_kernel(*lowered.args)
