@@ -22,6 +22,10 @@ and the same order of operations, so the event log is the reference's exactly.
   drawn in bulk before the run (numpy's bulk ``random`` equals its one-by-one draws) into
   the task's segment of ``NOISE``. If a run needs more than were drawn it stops with
   ``CS[0] = 1`` and the caller runs it again with more.
+
+This module and :mod:`~simulator.model.batch_kernel` call each other's functions, which
+numba compiles into each caller; its cache checks only the caller's own file, so after
+editing one of the two, touch the other (or clear their ``__pycache__``).
 """
 
 from __future__ import annotations
