@@ -2,7 +2,7 @@
 (:mod:`simulator.model.batch_kernel`), giving the reference engine's event log exactly.
 
 What it runs: the ``shared``, ``split``, ``direct`` and ``continuous`` topologies (continuous
-engines in :mod:`simulator.model.continuous_kernel`: admission, token budget, row limit, KV
+engines in :mod:`simulator.model.batch_kernel`'s own section: admission, token budget, row limit, KV
 blocks and preemption, their iterations on the same devices as micro-batches); every
 registered batching policy and dispatch rule; exclusive and processor-sharing GPUs; CPU
 pools; queue limits by ``max_queue``; priorities; a cold start; the ``distribution`` and
@@ -224,7 +224,7 @@ def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int,
                 new_queue(t, f"{task}@{i}", cfg, [device], device_list([device]), -1, -1, share)
             rule = _rule_slot(rules, cfg.dispatch)
             fronts.append([1, q0, len(queues), rule, int(cfg.dispatch_per == "group"), 0, 0, cfg.max_batch, 0, t])
-        elif cfg.topology == "continuous":  # an engine per device (simulator.model.continuous_kernel)
+        elif cfg.topology == "continuous":  # an engine per device (batch_kernel's continuous engines)
             rule = _rule_slot(rules, cfg.dispatch)
             e0 = len(engines)
             for i, device in enumerate(task_devices):
@@ -317,10 +317,10 @@ def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int,
 def _engines(scenario: Scenario, configs: list, task_profiles: list, names: list[str],
              engines: list[tuple[int, int, int]], counts: np.ndarray, ptok: np.ndarray, mtok: np.ndarray,
              task_of: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, ...]:
-    """The continuous engines' arrays (see simulator.model.continuous_kernel): EI, CTI, CTF,
+    """The continuous engines' arrays (see batch_kernel's continuous engines): EI, CTI, CTF,
     CSTEP, R_PID (their rows' room) and CS."""
     from simulator.errors import ScenarioError
-    from simulator.model.continuous_kernel import EI_R0, EI_RECORD, EI_TASK, EI_WIDTH
+    from simulator.model.batch_kernel import EI_R0, EI_RECORD, EI_TASK, EI_WIDTH
 
     n_tasks = len(names)
     cap = np.zeros(n_tasks, dtype=np.int64)  # rows an engine of the task can hold
