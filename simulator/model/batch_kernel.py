@@ -657,7 +657,7 @@ def _start_soon(st, e, now):
     st.S[0] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _iteration_first(st):
     """Whether the FIFO's first iteration comes before the heap's first event."""
     if len(st.heap) == 0:
@@ -672,7 +672,7 @@ def _iteration_first(st):
     return st.EI[e, EI_SEQ] < top[2]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _iterate_next(st):
     """Run the FIFO's first iteration boundary."""
     e = st.FIFO[st.CS[1]]
@@ -825,26 +825,26 @@ def _iteration_done(st, e, now):
     r0 = st.EI[e, EI_R0]
     rows = st.EI[e, EI_ROWS]
     decoding = st.EI[e, EI_DECODING]
-    made = 0
-    for i in range(r0, r0 + rows):
-        if i - r0 < decoding:
-            step = min(st.R_GAIN[i], st.R_LIM[i] - st.R_LEN[i])
-            st.R_LEN[i] += step
-            made += step
-        else:
-            st.R_LEN[i] += 1
-    st.EI[e, EI_OUT_TOKENS] -= made + st.EI[e, EI_ADMITTED_TOKENS] + st.EI[e, EI_ADMITTED]
     b = st.EI[e, EI_RECORD]
     if b >= 0:
         off = st.BI[b, BI_OFF]
         for k in range(off, off + st.BI[b, BI_SIZE]):
             st.first_at[st.bp[k]] = now
-    # rows with all their tokens leave, in admission order; the others keep their order
+    # decoding rows gain their tokens, admitted rows one; rows with all their tokens leave,
+    # the others keep their order
     counts = st.EI[e, EI_TOTAL] >= 0
     bs = st.EI[e, EI_BS]
+    made = 0
     kept = r0
     for i in range(r0, r0 + rows):
-        if st.R_LEN[i] >= st.R_LIM[i]:
+        length = st.R_LEN[i]
+        if i - r0 < decoding:
+            step = min(st.R_GAIN[i], st.R_LIM[i] - length)
+            length += step
+            made += step
+        else:
+            length += 1
+        if length >= st.R_LIM[i]:
             p = st.R_PID[i]
             st.done_at[p] = now
             if counts:
@@ -853,9 +853,10 @@ def _iteration_done(st, e, now):
         else:
             if kept != i:
                 st.R_PID[kept] = st.R_PID[i]
-                st.R_LEN[kept] = st.R_LEN[i]
                 st.R_LIM[kept] = st.R_LIM[i]
+            st.R_LEN[kept] = length
             kept += 1
+    st.EI[e, EI_OUT_TOKENS] -= made + st.EI[e, EI_ADMITTED_TOKENS] + st.EI[e, EI_ADMITTED]
     st.EI[e, EI_ROWS] = kept - r0
     st.EI[e, EI_RUNNING] = kept - r0
     _start_soon(st, e, now)
