@@ -4,7 +4,9 @@ Replays the bundled trace (``traces/batch_arrivals.json``, 118 calls) through th
 design-notes scenario (``scenarios/design-notes.toml``) on the default profile twice: with
 every GPU task on the ``continuous`` topology, and, for contrast, as the scenario has them
 (``shared`` micro-batch queues). A continuous engine runs one iteration per token step, so
-its replay has some fifty times as many events as the static batches' replay.
+its replay has some fifty times as many events as the static batches' replay. Both run on
+the engine ``simulate`` picks (the compiled kernel, which models both); the continuous
+replay is also timed on the simpy reference engine, for contrast.
 
 Each time is the best of ``--repeat`` runs of ``simulate`` (the least disturbed by other
 work on the machine). The figure that survives a slower or busier machine divides it by the
@@ -55,12 +57,18 @@ def run(repeat: int, seed: int, profile_name: str, customers: int) -> dict:
     # load on the machine during the run then touches the yardstick and the replays alike.
     baseline = 0.0
     best = dict.fromkeys(scenarios, float("inf"))
+    engines = dict.fromkeys(scenarios, "")
+    reference = float("inf")
     for _ in range(repeat):
         baseline = max(baseline, simpy_customers_per_second(customers))
         for name, scenario in scenarios.items():
             t0 = time.perf_counter()
-            simulate(trace, scenario, profile, seed)
+            log = simulate(trace, scenario, profile, seed)
             best[name] = min(best[name], time.perf_counter() - t0)
+            engines[name] = log.attrs["engine"]
+        t0 = time.perf_counter()
+        simulate(trace, scenarios["continuous"], profile, seed, engine="reference")
+        reference = min(reference, time.perf_counter() - t0)
     return {
         "trace": "example",
         "calls": len(trace),
@@ -68,8 +76,9 @@ def run(repeat: int, seed: int, profile_name: str, customers: int) -> dict:
         "profile": profile_name,
         "continuous_tasks": sorted(k.split(".")[1] for k in overrides),
         "simpy_customers_per_s": baseline,
-        "rows": [{"topology": name, "replay_ms": seconds * 1000, "simpy_customers": seconds * baseline}
-                 for name, seconds in best.items()],
+        "rows": [{"topology": name, "replay_ms": seconds * 1000, "simpy_customers": seconds * baseline,
+                  "engine": engines[name]} for name, seconds in best.items()],
+        "continuous_reference_ms": reference * 1000,
         "repeat": repeat,
         "seed": seed,
         "python": platform.python_version(),
@@ -87,7 +96,9 @@ def table(result: dict) -> str:
     lines.append(
         f"Bundled trace ({result['calls']} calls, {result['prompts']} prompts), design-notes scenario "
         f"({', '.join(result['continuous_tasks'])} on `continuous` in the first row), {result['profile']} "
-        f"profile, best of {result['repeat']} rounds; yardstick: idiomatic simpy M/M/4 at "
+        f"profile, best of {result['repeat']} rounds; engine: "
+        f"{', '.join(sorted({r['engine'] for r in result['rows']}))} (the continuous replay on the reference "
+        f"engine: {result['continuous_reference_ms']:.1f} ms); yardstick: idiomatic simpy M/M/4 at "
         f"{result['simpy_customers_per_s']:,.0f} customers/s in the same run; Python {result['python']} "
         f"on {result['machine']}.")
     return "\n".join(lines)

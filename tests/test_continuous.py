@@ -301,14 +301,15 @@ def test_kv_blocks_in_use_stay_the_running_rows_blocks_through_preemptions(book)
 @pytest.mark.parametrize("book", ["one token per iteration", "three tokens per iteration"])
 def test_fixed_and_drawn_gain_bookkeeping_give_the_same_log(book, monkeypatch):
     """Where every row makes the same tokens per iteration, the per-row arrays (as for drawn
-    tokens) and the precomputed iterations agree to the last instant and preemption."""
+    tokens) and the precomputed iterations agree to the last instant and preemption (the
+    reference engine's bookkeeping: the compiled kernel keeps one kind of rows)."""
     from simulator.profile import iteration
 
     rng = np.random.default_rng(5)
     starts = np.sort(rng.uniform(0, 20, size=30))
     trace = token_trace([(float(t), [int(m) for m in rng.integers(1, 31, size=2)]) for t in starts])
     settings = {"topology": "continuous", "gpus": 2, "kv_blocks": 14, "block_size": 4, "max_num_seqs": 8,
-                "max_batched_tokens": 12, "dispatch": "jsq-tokens"}
+                "max_batched_tokens": 12, "dispatch": "jsq-tokens", "engine": "reference"}
     fixed = run(trace, BOOKS[book](), seed=3, **settings)
     # the engines now take every cost's tokens as drawn
     monkeypatch.setattr(iteration.IterationKindCost, "fixed_tokens", None)

@@ -36,14 +36,29 @@ def _profiles() -> list:
     other["tasks"]["graph"]["service"] = {"kind": "table", "axes": {"prompt_tokens": [10, 100, 1000]},
                                           "seconds": [0.1, 0.3, 0.9], "dist": "lognormal", "cv": 0.5}
     other["tasks"]["graph"]["tokens_per_iteration"] = 3.0
-    return [load_profile("seed-calibrated"), profile_from_dict(other)]
+    # fractional tokens per iteration (continuous engines draw each row's tokens) and a KV cache
+    drawn = json.loads(json.dumps(other))
+    drawn["tasks"]["infobench"]["tokens_per_iteration"] = 2.5
+    drawn["tasks"]["mmlu"]["tokens_per_iteration"] = 1.25
+    drawn["tasks"]["mmlu"]["kv_cache"] = {"blocks": 400}
+    drawn["tasks"]["graph"]["kv_cache"] = {"blocks": 90}
+    return [load_profile("seed-calibrated"), profile_from_dict(other), profile_from_dict(drawn)]
 
 
 PROFILES = _profiles()
 
 
-def assert_same_log(trace, scenario, profile, seed) -> pd.DataFrame:
-    reference = simulate(trace, scenario, profile, seed, engine="reference")
+def assert_same_log(trace, scenario, profile, seed) -> pd.DataFrame | None:
+    """The same event log from both engines (or the same error: a prompt larger than a
+    continuous engine's KV cache)."""
+    try:
+        reference = simulate(trace, scenario, profile, seed, engine="reference")
+    except ScenarioError as error:
+        assert "KV blocks" in str(error)
+        with pytest.raises(ScenarioError) as raised:
+            simulate(trace, scenario, profile, seed, engine="fast")
+        assert str(raised.value) == str(error)
+        return None
     fast = simulate(trace, scenario, profile, seed, engine="fast")
     assert fast.attrs["engine"] == "fast" and reference.attrs["engine"] == "reference"
     pd.testing.assert_frame_equal(reference, fast)
@@ -57,7 +72,10 @@ task_settings = st.fixed_dictionaries(
     optional={"workers": st.integers(1, 5), "max_queue": st.integers(1, 12), "priority": st.integers(0, 2),
               "sticky_gpu": st.booleans(), "dispatch_per": st.sampled_from(["prompt", "group"]),
               "cpu_workers": st.integers(1, 4), "resource": st.sampled_from(["gpu", "cpu"]),
-              "max_tokens": st.sampled_from([8, 50, 300])})
+              "max_tokens": st.sampled_from([8, 50, 300]),
+              # continuous engines
+              "max_num_seqs": st.integers(1, 12), "max_batched_tokens": st.sampled_from([40, 400, 1200, 8192]),
+              "kv_blocks": st.sampled_from([30, 60, 200]), "block_size": st.sampled_from([1, 4, 16])})
 run_settings = st.fixed_dictionaries(
     {"gpus": st.integers(1, 4), "gpu_sharing": st.sampled_from(sorted(SHARING_CODES))},
     optional={"cold_start": st.sampled_from([30.0, 400.0]),
@@ -81,14 +99,86 @@ def test_kernel_equals_reference_on_every_supported_configuration(tasks, run, pr
     assert_same_log(trace, scenario, PROFILES[profile], seed)
 
 
+def _kv_blocks(values: dict) -> dict:
+    """A KV cache given in tokens (most prompts fit it, a few rows fill it) as blocks."""
+    kv_tokens = values.pop("kv_tokens", None)
+    if kv_tokens is not None:
+        values["kv_blocks"] = max(kv_tokens // values.get("block_size", 16), 1)
+    return values
+
+
+continuous_settings = st.fixed_dictionaries(
+    {"topology": st.sampled_from(["continuous", "continuous", "continuous", "shared", "split", "direct"]),
+     "dispatch": st.sampled_from(sorted(RULE_CODES)), "max_num_seqs": st.integers(1, 16),
+     "max_batched_tokens": st.sampled_from([30, 300, 900, 8192])},
+    optional={"kv_tokens": st.sampled_from([1000, 1200, 1500, 2500, 10000]), "block_size": st.sampled_from([1, 4, 16]),
+              "max_queue": st.integers(1, 12), "priority": st.integers(0, 2), "max_tokens": st.sampled_from([8, 50, 300]),
+              "resource": st.sampled_from(["gpu", "cpu"]), "cpu_workers": st.integers(1, 3),
+              "flush": st.sampled_from([0.0, 0.5, 2.0]), "max_batch": st.integers(1, 6), "workers": st.integers(1, 3)},
+).map(_kv_blocks)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tasks=st.tuples(continuous_settings, continuous_settings, continuous_settings), run=run_settings,
+       profile=st.sampled_from(range(len(PROFILES))), seed=st.integers(0, 3), rate=st.sampled_from([1.0, 4.0]))
+def test_kernel_equals_reference_with_continuous_engines(tasks, run, profile, seed, rate):
+    """Continuous engines beside micro-batch queues on the same GPUs (exclusive or processor
+    sharing), on CPU pools, with token budgets, row limits, KV caches that preempt, drawn
+    tokens per iteration and queue limits."""
+    overrides = {f"tasks.{t}.{k}": v for t, values in zip(TASKS, tasks, strict=True) for k, v in values.items()}
+    overrides.update({f"run.{k}": v for k, v in run.items()})
+    scenario = build_scenario(path="design-notes", overrides=overrides)
+    trace = TRACE.scaled(rate)
+    reason = unsupported(trace, scenario, PROFILES[profile])
+    if reason is not None:
+        assert "cpu_workers" in reason
+        return
+    assert_same_log(trace, scenario, PROFILES[profile], seed)
+
+
+def test_continuous_engines_preempt_and_draw_alike():
+    """Hand-picked cases the random ones may miss: KV caches small enough to preempt often,
+    fractional tokens per iteration, two tasks' engines sharing GPUs both ways."""
+    for sharing in sorted(SHARING_CODES):
+        for profile in PROFILES:
+            scenario = build_scenario(path="design-notes", overrides={
+                "run.gpu_sharing": sharing, "tasks.infobench.topology": "continuous",
+                "tasks.infobench.kv_blocks": 70, "tasks.infobench.max_num_seqs": 12,
+                "tasks.mmlu.topology": "continuous", "tasks.mmlu.dispatch": "jsq-tokens",
+                "tasks.mmlu.kv_blocks": 50, "tasks.mmlu.max_batched_tokens": 600})
+            log = assert_same_log(TRACE.scaled(2.0), scenario, profile, 2)
+            assert log is not None and log["preemptions"].sum() > 0
+
+
+def test_a_continuous_run_short_of_token_draws_runs_again_with_more(monkeypatch):
+    """Fractional tokens per iteration are drawn in bulk before the run; a run that needs
+    more stops and runs again with more, to the same log."""
+    from simulator.model import fast
+
+    monkeypatch.setattr(fast, "FIRST_DRAW_FACTOR", 0.01)
+    monkeypatch.setattr(fast, "DRAW_SLACK", 0)
+    calls = []
+    lower = fast.lower
+    monkeypatch.setattr(fast, "lower", lambda *args: calls.append(args[-1]) or lower(*args))
+    scenario = build_scenario(path="design-notes", overrides={
+        "tasks.infobench.topology": "continuous", "tasks.infobench.kv_blocks": 70})
+    assert_same_log(TRACE, scenario, PROFILES[2], 1)
+    assert len(calls) > 1 and calls == [0.01 * 4**k for k in range(len(calls))]
+
+
 @pytest.mark.parametrize("name", ["design-notes", "lminference-separate-queues"])
 def test_kernel_equals_reference_on_the_bundled_scenarios_and_traces(name):
-    scenario = build_scenario(path=name, run={"host_lock": False})
-    for trace_name in ("example", "lminference-4queues-lengths"):
-        trace = load_trace(trace_name)
-        profile = load_profile("seed-calibrated")
-        if unsupported(trace, scenario, profile) is None:
-            assert_same_log(trace, scenario, profile, 1)
+    for topology in (None, "continuous"):
+        scenario = build_scenario(path=name, run={"host_lock": False})
+        for trace_name in ("example", "lminference-4queues-lengths"):
+            trace = load_trace(trace_name)
+            profile = load_profile("seed-calibrated")
+            if topology is not None:  # every GPU task on continuous engines
+                overrides = {f"tasks.{t}.topology": topology for t in trace.tasks
+                             if (scenario.for_task(t).resource or profile.task(t).resource) == "gpu"}
+                scenario = build_scenario(path=name, run={"host_lock": False}, overrides=overrides)
+            if unsupported(trace, scenario, profile) is None:
+                assert_same_log(trace, scenario, profile, 1)
 
 
 def test_kernel_equals_reference_on_a_real_public_trace():
@@ -106,10 +196,11 @@ def test_kernel_equals_reference_on_a_real_public_trace():
         "seconds": [[[0.2, 6.0], [0.9, 7.0]], [[0.4, 9.0], [2.5, 12.0]]], "dist": "gamma", "cv": 0.2}}
         for t in trace.tasks}})
     for topology, policy, dispatch in (("shared", "oldest", "round-robin"), ("split", "adaptive", "jsq-tokens"),
-                                       ("direct", "oldest", "least-loaded")):
-        scenario = build_scenario(run={"gpus": 3}, tasks={task: {"topology": topology, "policy": policy,
-                                                                "dispatch": dispatch, "flush": 0.2}})
-        assert_same_log(trace, scenario, profile, 0)
+                                       ("direct", "oldest", "least-loaded"), ("continuous", "oldest", "jsq-tokens")):
+        for sharing in ("exclusive", "processor-sharing") if topology == "continuous" else ("exclusive",):
+            scenario = build_scenario(run={"gpus": 3, "gpu_sharing": sharing}, tasks={task: {
+                "topology": topology, "policy": policy, "dispatch": dispatch, "flush": 0.2, "max_num_seqs": 32}})
+            assert_same_log(trace, scenario, profile, 0)
 
 
 def test_every_registered_policy_and_rule_is_in_the_kernel():
@@ -137,10 +228,27 @@ def test_auto_says_which_engine_ran():
     profile = load_profile("seed-calibrated")
     assert simulate(TRACE, build_scenario(path="design-notes"), profile).attrs["engine"] == "fast"
     continuous = build_scenario(path="design-notes", overrides={"tasks.infobench.topology": "continuous"})
-    log = simulate(TRACE, continuous, profile)
-    assert log.attrs["engine"] == "reference (tasks.infobench.topology = 'continuous')"
-    with pytest.raises(ScenarioError, match="continuous"):
-        simulate(TRACE, continuous, profile, engine="fast")
+    assert simulate(TRACE, continuous, profile).attrs["engine"] == "fast"
+    timed = build_scenario(path="design-notes", overrides={"tasks.infobench.topology": "continuous",
+                                                           "tasks.infobench.queue_timeout": 30.0})
+    log = simulate(TRACE, timed, profile)
+    assert log.attrs["engine"] == "reference (tasks.infobench.queue_timeout)"
+    with pytest.raises(ScenarioError, match="queue_timeout"):
+        simulate(TRACE, timed, profile, engine="fast")
+
+
+def test_continuous_engines_of_kinds_the_kernel_lacks_are_named():
+    """A continuous task whose iteration costs come from the iteration or spec_decode kind
+    runs on the reference engine, which says so."""
+    profile = profile_from_dict({"tasks": {"x": {"resource": "gpu", "service": {
+        "kind": "iteration", "step": {"base": 0.1, "per_row": 0.01}}}}})
+    scenario = build_scenario(defaults={"topology": "continuous"})
+    from simulator.trace.model import Call, Prompt, Trace
+
+    trace = Trace((Call("0", 0.0, (Prompt("x"),)),))
+    reason = unsupported(trace, scenario, profile)
+    assert reason is not None and "continuous" in reason and "iteration" in reason
+    assert simulate(trace, scenario, profile).attrs["engine"] == f"reference ({reason})"
 
 
 @pytest.mark.parametrize("setting", [{"run.host_lock": True}, {"run.client": "closed:4"},
@@ -253,8 +361,12 @@ def _assert_same_or_reference_error(trace, scenario, profile, seed):
         simulate(trace, scenario, profile, seed)
 
 
+# Micro-batched tasks only: continuous engines priced by these kinds run on the reference.
+batch_task_settings = task_settings.filter(lambda t: t["topology"] != "continuous")
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(tasks=st.tuples(task_settings, task_settings, task_settings), run=run_settings,
+@given(tasks=st.tuples(batch_task_settings, batch_task_settings, batch_task_settings), run=run_settings,
        profile=st.sampled_from(range(len(KIND_PROFILES))), seed=st.integers(0, 3), rate=st.sampled_from([1.0, 3.0]),
        spec_task=spec_overrides, spec_defaults=spec_overrides)
 def test_kernel_equals_reference_with_iteration_and_spec_decode_kinds(tasks, run, profile, seed, rate, spec_task,
@@ -267,7 +379,7 @@ def test_kernel_equals_reference_with_iteration_and_spec_decode_kinds(tasks, run
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(calls=calls_strategy, tasks=st.tuples(task_settings, task_settings, task_settings), run=run_settings,
+@given(calls=calls_strategy, tasks=st.tuples(batch_task_settings, batch_task_settings, batch_task_settings), run=run_settings,
        profile=st.sampled_from(range(len(KIND_PROFILES))), seed=st.integers(0, 3), spec_task=spec_overrides)
 def test_kernel_equals_reference_with_these_kinds_on_small_traces_with_ties(calls, tasks, run, profile, seed,
                                                                             spec_task):

@@ -1,18 +1,23 @@
 """The fast engine: a scenario lowered to integer-coded arrays and run by the compiled kernel
 (:mod:`simulator.model.batch_kernel`), giving the reference engine's event log exactly.
 
-What it runs: the ``shared``, ``split`` and ``direct`` topologies; every registered batching
-policy and dispatch rule; exclusive and processor-sharing GPUs; CPU pools; queue limits by
-``max_queue``; priorities; a cold start; every service kind: ``distribution`` and ``table``
-(their draws made in bulk, before the run, from each task's own stream), ``iteration`` and
-``spec_decode`` (every option of theirs, and the scenario's ``acceptance``, ``lookahead`` and
-``discipline``; priced by :mod:`simulator.model.kernel_service`, drawing from each task's own
-stream as its batches form). Everything else — continuous batching, the host lock,
-closed-loop clients, queue timeouts, and the behaviours of
-:class:`~simulator.scenario.TaskConfig` marked for real servers (``adaptive_lookahead``
-among them) — runs on the reference engine; :func:`unsupported` names the first setting
-that needs it (settings declare it: ``reference_only`` in :mod:`simulator.settings`), and
-a service kind the kernel lacks (:data:`KERNEL_KINDS`).
+What it runs: the ``shared``, ``split``, ``direct`` and ``continuous`` topologies (continuous
+engines in :mod:`simulator.model.batch_kernel`'s own section: admission, token budget, row limit, KV
+blocks and preemption, their iterations on the same devices as micro-batches); every
+registered batching policy and dispatch rule; exclusive and processor-sharing GPUs; CPU
+pools; queue limits by ``max_queue``; priorities; a cold start; every service kind of a
+micro-batched task: ``distribution`` and ``table`` (their draws made in bulk, before the run,
+from each task's own stream: the noise of each batch, or a continuous engine's uniforms that
+round a fractional ``tokens_per_iteration``), ``iteration`` and ``spec_decode`` (every option
+of theirs, and the scenario's ``acceptance``, ``lookahead`` and ``discipline``; priced by
+:mod:`simulator.model.kernel_service`, drawing from each task's own stream as its batches
+form); continuous engines of the ``distribution`` and ``table`` kinds. Everything else — the
+host lock, closed-loop clients, queue timeouts, continuous engines of the ``iteration`` and
+``spec_decode`` kinds, and the behaviours of :class:`~simulator.scenario.TaskConfig` marked
+for real servers (``adaptive_lookahead`` among them) — runs on the reference engine;
+:func:`unsupported` names the first setting that needs it (settings declare it:
+``reference_only`` in :mod:`simulator.settings`), and a service kind the kernel lacks
+(:data:`KERNEL_KINDS`, :data:`CONTINUOUS_KINDS`).
 
 Policies and dispatch rules are coded in :data:`POLICY_CODES` and :data:`RULE_CODES`; a name
 registered in the model but missing here makes :func:`unsupported` say so (and the contract
@@ -22,7 +27,9 @@ test fail), so a new rule can never run as another.
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -30,6 +37,7 @@ import pandas as pd
 from simulator.model.dispatch import DISPATCH_RULES
 from simulator.model.log import Outcome, PromptColumns, build_event_log
 from simulator.profile import Profile, noise
+from simulator.profile.iteration import step_cost
 from simulator.profile.kinds.distribution import DistributionService
 from simulator.profile.kinds.spec_decode import SpecDecodeService
 from simulator.profile.kinds.table import AXES as TABLE_AXIS_NAMES, TableService
@@ -44,7 +52,10 @@ POLICY_CODES = {"oldest": 0, "pickup": 1, "adaptive": 2, "static": 3}
 RULE_CODES = {"round-robin": 0, "least-loaded": 1, "jsq-tokens": 1, "shortest-waiting": 1, "random": 2}
 UNIT_CODES = {"prompts": 0, "tokens": 1, "waiting": 2}
 #: Topologies the kernel implements (its front codes); the others run on the reference engine.
-TOPOLOGY_CODES = {"shared": 0, "split": 1, "direct": 2}
+TOPOLOGY_CODES = {"shared": 0, "split": 1, "direct": 2, "continuous": 3}
+#: Service kinds the kernel's continuous engines price iterations of (the others' iteration
+#: costs run on the reference engine).
+CONTINUOUS_KINDS = ("distribution", "table")
 SHARING_CODES = {"exclusive": 0, "processor-sharing": 1}
 #: Service kinds the kernel implements: distribution and table in its own ``_form``, the
 #: others in simulator.model.kernel_service.
@@ -71,7 +82,7 @@ def unsupported(trace: Trace, scenario: Scenario, profile: Profile) -> str | Non
         where = f"tasks.{task}"
         if cfg.topology not in TOPOLOGY_CODES:
             return f"{where}.topology = {cfg.topology!r}"
-        if cfg.topology != "direct" and cfg.policy not in POLICY_CODES:
+        if cfg.topology not in ("direct", "continuous") and cfg.policy not in POLICY_CODES:
             return f"{where}.policy = {cfg.policy!r} (registered, but not in the compiled kernel)"
         if cfg.dispatch not in RULE_CODES:
             return f"{where}.dispatch = {cfg.dispatch!r} (registered, but not in the compiled kernel)"
@@ -88,6 +99,8 @@ def unsupported(trace: Trace, scenario: Scenario, profile: Profile) -> str | Non
         if task_profile is None:
             return None  # the reference engine reports the missing task
         kind = getattr(task_profile.service, "kind", "")
+        if cfg.topology == "continuous" and kind not in CONTINUOUS_KINDS:
+            return f"{where}.topology = 'continuous' with the {kind} service model"
         if kind not in KERNEL_KINDS:
             return f"the {kind} service model of task {task}"
         resource = cfg.resource or task_profile.resource
@@ -104,6 +117,7 @@ class _Lowered:
     prompts: PromptColumns
     queue_names: list[str]
     gpu_of_device: np.ndarray
+    out_of_draws: np.ndarray  # set by the kernel when a continuous task needs more draws
 
 
 def _rule_slot(rules: list[tuple[int, int, int]], name: str) -> int:
@@ -111,8 +125,20 @@ def _rule_slot(rules: list[tuple[int, int, int]], name: str) -> int:
     return len(rules) - 1
 
 
-def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int) -> _Lowered:
-    """The kernel's arrays for a run (the scenario must be :func:`supported <unsupported>`)."""
+#: Uniforms drawn before the run for a continuous task with fractional tokens per iteration:
+#: this many times its prompts' max tokens (a decoding row takes one per iteration, and makes
+#: a token or more with it), plus :data:`DRAW_SLACK` (for rows preempted after their draw);
+#: a run that needs more is run again with four times as many.
+FIRST_DRAW_FACTOR = 1.0
+DRAW_SLACK = 256
+
+
+def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int,
+          draw_factor: float = FIRST_DRAW_FACTOR) -> _Lowered:
+    """The kernel's arrays for a run (the scenario must be :func:`supported <unsupported>`).
+
+    A continuous task with fractional ``tokens_per_iteration`` gets ``draw_factor`` times its
+    prompts' max tokens of uniforms, plus :data:`DRAW_SLACK`."""
     cols = trace.columns
     names = list(cols.task_names)
     configs = [scenario.for_task(t) for t in names]
@@ -150,6 +176,7 @@ def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int) -> _Low
     rules: list[tuple[int, int, int]] = []
     devlist: list[int] = []
     queue_names: list[str] = []
+    engines: list[tuple[int, int, int]] = []  # continuous engines: task, device, name
 
     def device_list(ids: list[int]) -> tuple[int, int]:
         devlist.extend(ids)
@@ -201,6 +228,13 @@ def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int) -> _Low
                 new_queue(t, f"{task}@{i}", cfg, [device], device_list([device]), -1, -1, share)
             rule = _rule_slot(rules, cfg.dispatch)
             fronts.append([1, q0, len(queues), rule, int(cfg.dispatch_per == "group"), 0, 0, cfg.max_batch, 0, t])
+        elif cfg.topology == "continuous":  # an engine per device (batch_kernel's continuous engines)
+            rule = _rule_slot(rules, cfg.dispatch)
+            e0 = len(engines)
+            for i, device in enumerate(task_devices):
+                queue_names.append(f"{task}~{i}")
+                engines.append((t, device, len(queue_names) - 1))
+            fronts.append([3, e0, len(engines), rule, 0, 0, 0, cfg.max_batch, 0, t])
         else:  # direct
             dl0, dl1 = device_list(task_devices)
             rule = _rule_slot(rules, cfg.dispatch)
@@ -245,7 +279,13 @@ def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int) -> _Low
         TK[t, 0], TK[t, 3] = dist, cfg.priority
         TSCALE[t] = noise.parameters(service.dist, cv)
         rng = np.random.default_rng([seed, 1, task_key(task)])
-        draws.append(noise.standard_draws(service.dist, cv, int(counts[t]), rng))
+        if cfg.topology == "continuous":
+            # the uniforms that round a fractional tokens_per_iteration (BatchAverageCost.tokens)
+            frac = tp.tokens_per_iteration - math.floor(tp.tokens_per_iteration)
+            n_draws = int(draw_factor * int(mtok[task_of == t].sum())) + DRAW_SLACK if frac else 0
+            draws.append(rng.random(n_draws))
+        else:
+            draws.append(noise.standard_draws(service.dist, cv, int(counts[t]), rng))
     NOISE0 = np.concatenate([[0], np.cumsum([len(x) for x in draws])]).astype(np.int64)
     GVAL = np.zeros((n_tasks, max([len(v) for v in gvals] + [1])))
     for t, v in enumerate(gvals):
@@ -266,19 +306,92 @@ def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int) -> _Low
     DI = np.zeros((n_dev, 10), dtype=np.int64)
     DI[:, :3] = np.array(devices, dtype=np.int64).reshape(n_dev, 3)
     dispatch_rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
+    engine_arrays = _engines(scenario, configs, task_profiles, names, engines, counts, ptok, mtok, task_of,
+                             order)
     args = (
         cols.call_t, call_g0, g_start, g_front, order.astype(np.int64), arrived, ptok.astype(np.int64),
         mtok.astype(np.int64), int_table(fronts, 10), QI, QF, worker_device,
         np.arange(len(worker_device), dtype=np.int64), DI, np.zeros((n_dev, 1)), np.array(devlist, dtype=np.int64),
         int_table(rules, 3), TK, TMEAN, TSCALE,
         np.concatenate(draws) if draws else np.zeros(0), NOISE0, TPI, GRID, GLEN, GVAL, GAXIS,
-        float(scenario.cold_start), len(workers), dispatch_rng, SI, SF, SRNG,
+        float(scenario.cold_start), len(workers), dispatch_rng, SI, SF, SRNG, *engine_arrays,
     )
     resources = [c.resource or tp.resource for c, tp in zip(configs, task_profiles, strict=True)]
     prompts = PromptColumns(call_ids=cols.call_ids, call_of=cols.call_of, prompt_index=cols.prompt_index,
                             task_names=names, task_of=task_of, resources=resources, prompt_tokens=ptok,
                             max_tokens=mtok, arrived_at=arrived)
-    return _Lowered(args, prompts, queue_names, DI[:, 2].copy())
+    return _Lowered(args, prompts, queue_names, DI[:, 2].copy(), engine_arrays[-1])
+
+
+#: Iteration seconds by rows, per task profile (see :func:`_iteration_seconds`).
+_ITERATION_SECONDS: dict[tuple, tuple[object, np.ndarray]] = {}
+
+
+def _iteration_seconds(tp, rows: int) -> np.ndarray:
+    """Seconds of an iteration of 0..``rows`` rows of a task (its profile's service: unsupported()
+    admits no overrides), as the reference engine's step cost gives them; the batch-average
+    kinds' iteration costs draw nothing. Kept per (frozen) service for the next run of it."""
+    service = tp.service
+    key = (id(service), tp.prompt_tokens, tp.max_tokens, tp.tokens_per_iteration)
+    known = _ITERATION_SECONDS.get(key)
+    if known is not None and known[0] is service and len(known[1]) > rows:
+        return known[1][:rows + 1]
+    cost = step_cost(tp, service)
+    seconds = np.array([0.0] + [cost.step(r, [], 0, cast(np.random.Generator, None)) for r in range(1, rows + 1)])
+    if len(_ITERATION_SECONDS) >= 64:
+        _ITERATION_SECONDS.clear()
+    _ITERATION_SECONDS[key] = (service, seconds)  # (the service kept: its id is not reused meanwhile)
+    return seconds
+
+
+def _engines(scenario: Scenario, configs: list, task_profiles: list, names: list[str],
+             engines: list[tuple[int, int, int]], counts: np.ndarray, ptok: np.ndarray, mtok: np.ndarray,
+             task_of: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The continuous engines' arrays (see batch_kernel's continuous engines): EI, CTI, CTF,
+    CSTEP, R_PID (their rows' room) and CS."""
+    from simulator.errors import ScenarioError
+    from simulator.model.batch_kernel import EI_R0, EI_RECORD, EI_TASK, EI_WIDTH
+
+    n_tasks = len(names)
+    cap = np.zeros(n_tasks, dtype=np.int64)  # rows an engine of the task can hold
+    total = np.full(n_tasks, -1, dtype=np.int64)  # KV blocks per engine, -1: unlimited
+    CTI = np.zeros((n_tasks, 1), dtype=np.int64)
+    CTF = np.zeros((n_tasks, 1))
+    steps: dict[int, np.ndarray] = {}
+    too_large: tuple[int, int, int, int] | None = None  # (position in order, task, blocks, cache)
+    for t, (cfg, tp) in enumerate(zip(configs, task_profiles, strict=True)):
+        if cfg.topology != "continuous":
+            continue
+        cap[t] = min(cfg.max_num_seqs, int(counts[t]))
+        steps[t] = _iteration_seconds(tp, int(cap[t]))
+        whole = math.floor(tp.tokens_per_iteration)
+        CTI[t, 0], CTF[t, 0] = whole, tp.tokens_per_iteration - whole
+        kv = cfg.kv_blocks if cfg.kv_blocks is not None else tp.kv_blocks(cfg.block_size)
+        if kv is not None:
+            total[t] = kv
+            need = -(-(ptok[order] + mtok[order]) // cfg.block_size)
+            over = np.flatnonzero((task_of[order] == t) & (need > kv))
+            if len(over) and (too_large is None or over[0] < too_large[0]):
+                too_large = (int(over[0]), t, int(need[over[0]]), kv)
+    if too_large is not None:
+        # Engine.add refuses a prompt the whole cache cannot hold: the first one to arrive
+        k, t, need_k, kv = too_large
+        p = order[k]
+        raise ScenarioError(scenario.source, f"tasks.{names[t]}", "kv_blocks",
+                            f"a prompt of {ptok[p]} + {mtok[p]} tokens needs {need_k} KV blocks; the cache has {kv}")
+    CSTEP = np.zeros((n_tasks, int(cap.max(initial=0)) + 1))
+    for t, values in steps.items():
+        CSTEP[t, :len(values)] = values
+    EI = np.zeros((len(engines), EI_WIDTH), dtype=np.int64)
+    r0 = 0
+    for e, (t, device, name) in enumerate(engines):
+        cfg = configs[t]
+        EI[e, :EI_R0 + 1] = [t, device, name, cfg.max_num_seqs, cfg.max_batched_tokens, cfg.block_size, total[t],
+                             max(total[t], 0), -1 if cfg.max_queue is None else cfg.max_queue, 0, 0, 0, -1, -1, 0, r0]
+        EI[e, EI_RECORD] = -1
+        r0 += int(cap[t])
+    assert EI_TASK == 0
+    return EI, CTI, CTF, CSTEP, np.zeros(r0, dtype=np.int64), np.zeros(3, dtype=np.int64)
 
 
 def _lower_services(names: list[str], configs: list, task_profiles: list, seed: int) -> tuple:
@@ -317,12 +430,21 @@ def simulate_fast(trace: Trace, scenario: Scenario, profile: Profile, seed: int)
         run_kernel,
     )
 
-    lowered = lower(trace, scenario, profile, seed)
-    BI, BF, _, batch_of, done_at, first_at, status = run_kernel(*lowered.args)
+    draw_factor = FIRST_DRAW_FACTOR
+    while True:
+        lowered = lower(trace, scenario, profile, seed, draw_factor)
+        BI, BF, _, batch_of, done_at, first_at, status, preemptions, skipped = run_kernel(*lowered.args)
+        if not lowered.out_of_draws[0]:
+            break
+        draw_factor *= 4  # preemptions took more token draws than were drawn: again, with more
     lowered.args = ()  # the run's inputs, freed before the log is built beside its outputs
+    # Batch ids: the rows' order, plus the ids of continuous iterations that admitted no new
+    # prompt (they have no row).
+    batch_id = np.arange(len(BI), dtype=np.int64) + np.cumsum(skipped)
+    batch_of = np.where(batch_of >= 0, batch_id[np.maximum(batch_of, 0)] if len(BI) else -1, -1)
     outcome = Outcome(
         batch_of=batch_of, done_at=done_at, first_token_at=first_at, status=status,
-        preemptions=np.zeros(len(batch_of), dtype=np.int64), batch_id=np.arange(len(BI), dtype=np.int64),
+        preemptions=preemptions, batch_id=batch_id,
         formed_at=BF[:, BF_FORMED], started_at=BF[:, BF_STARTED], device=lowered.gpu_of_device[BI[:, BI_DEVICE]],
         worker=BI[:, BI_WORKER_ID], size=BI[:, BI_SIZE], queue=BI[:, BI_NAME], queue_names=lowered.queue_names,
     )
