@@ -12,9 +12,9 @@ later from the log, see :mod:`simulator.metrics`).
 The run always continues until every prompt is done (no censoring at a horizon); a
 deadline is applied by the metrics.
 
-Randomness: one ``SeedSequence`` per run, spawned into named streams — ``dispatch`` and
-one ``service`` stream per task (keyed by the task's name), so changing one task's setup
-does not reshuffle another task's service times.
+Randomness: the named streams of :mod:`simulator.model.streams` — ``dispatch`` and one
+``service`` stream per task (keyed by the task's name), so changing one task's setup does
+not reshuffle another task's service times.
 """
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ from simulator.errors import ScenarioError
 from simulator.events import SERVED
 from simulator.model.clients import client_for
 from simulator.model.context import RunContext
-from simulator.model.fast import simulate_fast, task_key, unsupported
+from simulator.model.fast import simulate_fast, unsupported
 from simulator.model.log import STATUS_CODE, Outcome, PromptColumns, build_event_log
 from simulator.model.router import Router
+from simulator.model.streams import dispatch_stream, service_stream
 from simulator.model.topologies import TOPOLOGIES
 from simulator.profile import Profile
 from simulator.scenario import Scenario
@@ -45,7 +46,7 @@ class ServiceStreams:
     def __call__(self, task: str) -> np.random.Generator:
         rng = self._streams.get(task)
         if rng is None:
-            rng = self._streams[task] = np.random.default_rng([self.seed, 1, task_key(task)])
+            rng = self._streams[task] = service_stream(self.seed, task)
         return rng
 
 
@@ -58,9 +59,7 @@ class System:
         self.scenario = scenario
         self.profile = profile
         self.seed = seed
-        root = np.random.SeedSequence(seed)
-        dispatch_rng = np.random.default_rng(root.spawn(1)[0])
-        self.context = RunContext(scenario, profile, ServiceStreams(seed), dispatch_rng)
+        self.context = RunContext(scenario, profile, ServiceStreams(seed), dispatch_stream(seed))
         self.router = Router(self.context, trace, scenario, profile)
         #: per call: its task groups, each (the task's front, its prompt ids)
         self.groups = self.router.groups

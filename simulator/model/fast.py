@@ -26,7 +26,6 @@ test fail), so a new rule can never run as another.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass
 from typing import cast
@@ -36,6 +35,7 @@ import pandas as pd
 
 from simulator.model.dispatch import DISPATCH_RULES
 from simulator.model.log import Outcome, PromptColumns, build_event_log
+from simulator.model.streams import dispatch_stream, service_stream
 from simulator.profile import Profile, noise
 from simulator.profile.iteration import step_cost
 from simulator.profile.kinds.distribution import DistributionService
@@ -62,11 +62,6 @@ SHARING_CODES = {"exclusive": 0, "processor-sharing": 1}
 KERNEL_KINDS = ("distribution", "table", "iteration", "spec_decode")
 #: The table kind's axes, coded in the order simulator.profile.kinds.table.AXES lists them.
 TABLE_AXES = {axis: code for code, axis in enumerate(TABLE_AXIS_NAMES)}
-
-
-def task_key(task: str) -> int:
-    """A stable integer for a task name (Python's ``hash`` is salted per process)."""
-    return int.from_bytes(hashlib.sha256(task.encode()).digest()[:4], "little")
 
 
 def unsupported(trace: Trace, scenario: Scenario, profile: Profile) -> str | None:
@@ -98,7 +93,7 @@ def unsupported(trace: Trace, scenario: Scenario, profile: Profile) -> str | Non
                 return f"{where}.{key}"
         if task_profile is None:
             return None  # the reference engine reports the missing task
-        kind = getattr(task_profile.service, "kind", "")
+        kind = task_profile.service.kind
         if cfg.topology == "continuous" and kind not in CONTINUOUS_KINDS:
             return f"{where}.topology = 'continuous' with the {kind} service model"
         if kind not in KERNEL_KINDS:
@@ -278,7 +273,7 @@ def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int,
                 TMEAN[t, size] = service.batch_mean(size)
         TK[t, 0], TK[t, 3] = dist, cfg.priority
         TSCALE[t] = noise.parameters(service.dist, cv)
-        rng = np.random.default_rng([seed, 1, task_key(task)])
+        rng = service_stream(seed, task)
         if cfg.topology == "continuous":
             # the uniforms that round a fractional tokens_per_iteration (BatchAverageCost.tokens)
             frac = tp.tokens_per_iteration - math.floor(tp.tokens_per_iteration)
@@ -305,7 +300,7 @@ def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int,
     n_dev = len(devices)
     DI = np.zeros((n_dev, 10), dtype=np.int64)
     DI[:, :3] = np.array(devices, dtype=np.int64).reshape(n_dev, 3)
-    dispatch_rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
+    dispatch_rng = dispatch_stream(seed)
     engine_arrays = _engines(scenario, configs, task_profiles, names, engines, counts, ptok, mtok, task_of,
                              order)
     args = (
@@ -410,12 +405,12 @@ def _lower_services(names: list[str], configs: list, task_profiles: list, seed: 
         if overrides and isinstance(service, SpecDecodeService):
             service = service.with_overrides(**overrides)
         SI[t], SF[t] = lower_service(service)
-        generators.append(np.random.default_rng([seed, 1, task_key(task)]))
+        generators.append(service_stream(seed, task))
     return SI, SF, streams(generators, [draws(SI[t], SF[t]) for t in range(len(names))])
 
 
 def _grid_size(service) -> int:
-    return max((len(g) for g in service.grid), default=1) if getattr(service, "kind", "") == "table" else 1
+    return max((len(g) for g in service.grid), default=1) if service.kind == "table" else 1
 
 
 def simulate_fast(trace: Trace, scenario: Scenario, profile: Profile, seed: int) -> pd.DataFrame:
