@@ -172,11 +172,14 @@ def run_kernel(call_t, call_g0, g_start, g_front, order, arrived, ptok, mtok, FI
     n_queues = QI.shape[0]
     preemptions = np.zeros(n_prompts, dtype=np.int64)
     skipped = np.zeros(max(n_prompts, 1) + 1, dtype=np.int64)  # batch ids without a row, before each row
+    # continuous engines' waiting lines (none without engines: no memory per prompt)
+    n_waiting = n_prompts if EI.shape[0] > 0 else 0
+    waiting_next = np.full(n_waiting, -1, dtype=np.int64)
     st = Run(heap, S, call_t, call_g0, g_start, g_front, order, arrived, ptok, mtok, FI, QI, QF, WDEV, WID, W_NEXT,
              DI, DF, DEVLIST, RULES, TK, TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS,
              cold_until, n_calls, nxt, bp, BI, BF, batch_of, status, done_at, first_at, rng, SI, SF, SRNG,
              EI, CTI, CTF, CSTEP, np.zeros(n_prompts, dtype=np.int64), preemptions,
-             np.full(n_prompts, -1, dtype=np.int64), R_PID, np.zeros(len(R_PID), dtype=np.int64),
+             waiting_next, R_PID, np.zeros(len(R_PID), dtype=np.int64),
              np.zeros(len(R_PID), dtype=np.int64), np.zeros(len(R_PID), dtype=np.int64), skipped, CS,
              np.zeros(max(EI.shape[0], 1), dtype=np.int64), np.zeros(max(EI.shape[0], 1)))
     _continuous_init(st)

@@ -435,8 +435,10 @@ def simulate_fast(trace: Trace, scenario: Scenario, profile: Profile, seed: int)
     lowered.args = ()  # the run's inputs, freed before the log is built beside its outputs
     # Batch ids: the rows' order, plus the ids of continuous iterations that admitted no new
     # prompt (they have no row).
-    batch_id = np.arange(len(BI), dtype=np.int64) + np.cumsum(skipped)
-    batch_of = np.where(batch_of >= 0, batch_id[np.maximum(batch_of, 0)] if len(BI) else -1, -1)
+    batch_id = np.arange(len(BI), dtype=np.int64)
+    if skipped.any():
+        batch_id += np.cumsum(skipped)[:len(BI)]
+        batch_of = np.where(batch_of >= 0, batch_id[np.maximum(batch_of, 0)] if len(BI) else -1, -1)
     outcome = Outcome(
         batch_of=batch_of, done_at=done_at, first_token_at=first_at, status=status,
         preemptions=preemptions, batch_id=batch_id,
