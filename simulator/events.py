@@ -32,6 +32,10 @@ batch_size     prompts in its batch (continuous: prompts admitted in that iterat
 preemptions    times it was preempted and later recomputed (continuous, KV cache full)
 =============  =====================================================================
 
+Types: ``call_id`` is text; ``task``, ``resource``, ``queue`` and ``status`` are
+categoricals of the labels present (a byte a row; compare them with strings as usual);
+instants are floats; ``gpu`` is a nullable integer; the rest are integers.
+
 Durations come from :func:`with_durations` only.
 """
 
