@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import subprocess
 import sys
@@ -125,28 +124,38 @@ print(json.dumps({{"run": (peak - before) / trace.n_prompts, "columns": (before 
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def child(command: list[str]) -> tuple[float, int]:
-    """Wall seconds and peak resident set size (bytes) of one child process."""
+#: Prefixed to a child's code: at exit it reports its own peak resident set size (VmHWM of
+#: its image; the parent's size at fork, which ``wait4`` would count, is not in it).
+REPORT_PEAK = ("import atexit, sys\n"
+               "def _peak():\n"
+               "    for line in open('/proc/self/status'):\n"
+               "        if line.startswith('VmHWM'):\n"
+               "            sys.stderr.write('simctl-peak-kb ' + line.split()[1] + '\\n')\n"
+               "atexit.register(_peak)\n")
+
+
+def child(code: str, *args: str) -> tuple[float, int]:
+    """Wall seconds and peak resident set size (bytes) of a child Python running ``code``."""
     t0 = time.perf_counter()
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(process.pid, 0)
+    out = subprocess.run([sys.executable, "-c", REPORT_PEAK + code, *args], cwd=ROOT, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
     seconds = time.perf_counter() - t0
-    process.returncode = os.waitstatus_to_exitcode(status)
-    if process.returncode:
-        raise RuntimeError(f"{' '.join(command)} failed: {process.stderr.read().decode() if process.stderr else ''}")
-    return seconds, usage.ru_maxrss * 1024  # kilobytes on Linux
+    peaks = [int(line.split()[1]) for line in out.stderr.splitlines() if line.startswith("simctl-peak-kb ")]
+    if out.returncode or not peaks:
+        raise RuntimeError(f"{code} {' '.join(args)} failed: {out.stderr[-2000:]}")
+    return seconds, peaks[-1] * 1024
 
 
 def cli_figures(calls: int, seed: int, repeat: int) -> dict:
     """``simctl replay`` on a design-notes trace file of ``calls`` calls, end to end (start,
     reading the file, the run, the summary, writing it): prompts per second, and the peak
     memory of the process per prompt over that of a process that only imports what the
-    command imports; the same for reading the file alone. Best of ``repeat``."""
+    command imports; the same for reading the file alone (over a process importing the
+    reader). Best of ``repeat``."""
     import tempfile
 
     from simulator import save_trace
 
-    python = [sys.executable, "-c"]
     imports = "import simulator.cli.replay, simulator.model.batch_kernel, simulator.trace.formats"
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trace.json"
@@ -154,15 +163,16 @@ def cli_figures(calls: int, seed: int, repeat: int) -> dict:
         prompts = trace.n_prompts
         save_trace(trace, path)
         del trace
-        replay = [*python, "from simulator.cli import main; main()", "replay", str(path), "-c", "design-notes",
-                  "--json", str(Path(tmp) / "summary.json"), "--force"]
-        read = [*python, f"from simulator import load_trace; load_trace({str(path)!r}).columns"]
-        _, base = child([*python, imports])
-        whole = min(child(replay) for _ in range(repeat))
-        parse = min(child(read) for _ in range(repeat))
+        replay = ("from simulator.cli import main; main()", "replay", str(path), "-c", "design-notes",
+                  "--json", str(Path(tmp) / "summary.json"), "--force")
+        _, base = child(imports)
+        _, parse_base = child("from simulator import load_trace")
+        whole = min(child(*replay) for _ in range(repeat))
+        parse = min(child(f"from simulator import load_trace; load_trace({str(path)!r}).columns")
+                    for _ in range(repeat))
     return {"cli_calls": calls, "cli_prompts": prompts,
             "cli_prompts_per_s": prompts / whole[0], "parse_prompts_per_s": prompts / parse[0],
-            "cli_bytes_per_prompt": (whole[1] - base) / prompts, "parse_bytes_per_prompt": (parse[1] - base) / prompts,
+            "cli_bytes_per_prompt": (whole[1] - base) / prompts, "parse_bytes_per_prompt": (parse[1] - parse_base) / prompts,
             "import_bytes": base}
 
 
@@ -217,7 +227,8 @@ def table(result: dict) -> str:
                  f"**{result['cli_bytes_per_prompt']:,.0f} bytes per prompt** over the "
                  f"{result['import_bytes'] / 2**20:,.0f} MiB of a process that only imports the command; "
                  f"reading the file alone runs at {result['parse_prompts_per_s']:,.0f} prompts/s "
-                 f"({result['parse_bytes_per_prompt']:,.0f} bytes per prompt).")
+                 f"({result['parse_bytes_per_prompt']:,.0f} bytes per prompt at its peak, the trace's "
+                 f"columns included).")
     if "bytes_per_prompt" in result:
         memory = result["bytes_per_prompt"]
         lines.append(f"Peak memory of a fast replay of the design-notes case at {result['memory_calls']:,} calls: "
