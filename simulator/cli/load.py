@@ -103,4 +103,4 @@ def load_cli(
         mean = sum(done) / len(done) if done else math.nan
         console.print(f"wrote {result.folder}: {s['total_batches']} calls, {s['successful_batches']} succeeded, "
                       f"{s['failed_batches']} failed; mean call latency {_fmt(mean)} s over "
-                      f"{s['actual_duration']:.1f} s", highlight=False)
+                      f"{s['actual_duration']:.1f} s", highlight=False, soft_wrap=True)
