@@ -105,6 +105,13 @@ class ObservedError(SimctlError):
     kind = "observed"
 
 
+class LoadError(SimctlError):
+    """A load run that cannot start: a bad URL, an unreachable server, an unusable run folder,
+    options that do not go together, or the ``live`` extra missing."""
+
+    kind = "load"
+
+
 class HardwareError(SimctlError):
     """An unknown GPU or backend, or a shape no table can answer."""
 

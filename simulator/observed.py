@@ -66,6 +66,9 @@ class ObservedRun:
     #: one row per prompt of a successful call: call_id, prompt_index, task, answer_chars
     prompts: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
         columns=["call_id", "prompt_index", "task", "answer_chars"]))
+    #: the calls as the run sent them, where the results hold them (another load
+    #: generator's results, which come with no arrival file); else ``None``
+    trace: Trace | None = None
 
     def figures(self) -> dict[str, Any]:
         return call_figures(self.calls, self.timeout)
@@ -98,20 +101,33 @@ def _succeeded(record: dict) -> bool:
 
 
 def find_arrivals(folder: Path) -> Path | None:
-    """The arrival file next to a results folder (``../batch_arrivals.json``), if there."""
-    candidate = folder.parent / "batch_arrivals.json"
-    return candidate if candidate.exists() else None
+    """The arrival file of a results folder, if there: in the folder itself (a run of
+    ``simctl load``), else next to it (``../batch_arrivals.json``, the users' client)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return None
+    for candidate in (folder / "batch_arrivals.json", folder.parent / "batch_arrivals.json"):
+        if candidate.exists():
+            return candidate
+    return None
 
 
 def read_observed(folder: str | Path, arrivals: str | Path | Trace | None = None,
                   timeout: float = CLIENT_TIMEOUT, compositions: Compositions | None = None) -> ObservedRun:
-    """Read a results folder of the users' client; ``arrivals`` (the trace the run replayed,
-    default ``../batch_arrivals.json``) gives each call's tasks and arrival instant;
-    ``compositions`` (a scenario's rules) classes the calls."""
+    """Read a results folder of the users' client (or of ``simctl load``); ``arrivals`` (the
+    trace the run replayed, default ``batch_arrivals.json`` in the folder or beside it) gives
+    each call's tasks and arrival instant; ``compositions`` (a scenario's rules) classes the
+    calls. ``folder`` may also be another load generator's results (vllm bench serve,
+    GuideLLM, AIPerf: :mod:`simulator.observed_formats`), which carry their own calls."""
     compositions = compositions or Compositions()
+    from simulator.observed_formats import read_result_file
     from simulator.trace.formats import load_trace
 
     folder = Path(folder)
+    other = read_result_file(folder, timeout, compositions)  # another load generator's results
+    if other is not None:
+        return ObservedRun(name=other.name, path=other.path, calls=other.calls, timeout=timeout,
+                           meta=other.meta, trace=other.trace)
     if not folder.is_dir():
         raise ObservedError(folder, None, None, "not a folder of observed results")
     has_results = (folder / SUMMARY_FILE).exists() or any(_BATCH_FILE.match(p.name) for p in folder.iterdir())
@@ -285,20 +301,26 @@ def read_run(path: str | Path, timeout: float = CLIENT_TIMEOUT, arrivals: str | 
     """A per-call table from any run: an observed results folder, an observed-run JSON
     (``simctl observed --json``) or a simulated event log (.parquet/.csv); its calls classed
     by ``compositions``."""
+    from simulator.observed_formats import read_result_file
+
     p = Path(path)
     if p.is_dir():
         run = read_observed(p, arrivals, timeout, compositions)
         return run.name, run.calls
     if not p.exists():
         raise ObservedError(p, None, None, "no such file or folder")
+    other = read_result_file(p, timeout, compositions)
+    if other is not None:
+        return other.name, other.calls
     if p.suffix.lower() in (".parquet", ".csv"):
         from simulator.events import read_event_log
 
         return p.stem, simulated_calls(read_event_log(p), timeout, compositions)
     data = _read_json(p)
     if not isinstance(data, dict) or data.get("format") != "simctl-observed/1" or not isinstance(data.get("calls"), list):
-        raise ObservedError(p, None, "format", "expected a results folder, an event log (.parquet/.csv) or "
-                            "a simctl-observed/1 JSON from `simctl observed --json`")
+        raise ObservedError(p, None, "format", "expected a results folder, an event log (.parquet/.csv), "
+                            "a simctl-observed/1 JSON from `simctl observed --json` or the results of "
+                            "vllm bench serve, GuideLLM or AIPerf")
     calls = pd.DataFrame(data["calls"])
     for col in ("latency_s", "latency_censored_s", "arrived_at"):
         calls[col] = pd.to_numeric(calls[col], errors="coerce")

@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compare-runs": ("observed", "Compare two runs call by call."),
     "calibrate": ("calibrate", "Fit the free parameters of a profile so that simulated call latencies match RUN's."),
     "predict": ("predict", "Predict call latency per call composition from a profile, averaged over simulated runs."),
+    "load": ("load", "Replay TRACE against a live endpoint in real time and record what it did."),
 }
 
 

@@ -65,6 +65,7 @@ def calibrate_cli(
         trace = load_trace(arrivals_path) if arrivals_path else None
         scen = build_scenario(path=scenario)
         observed = read_observed(run, trace, CLIENT_TIMEOUT, scen.compositions)
+        trace = observed.trace if observed.trace is not None else trace  # another tool's results carry theirs
         assert trace is not None  # read_observed has refused a run without an arrival file
         # The joint runs replay the same workload.
         joint = [(read_observed(d, trace, CLIENT_TIMEOUT), trace, build_scenario(path=sp))

@@ -80,8 +80,12 @@ def observed_cli(
 
             tasks = [t.strip() for t in lengths.split(",") if t.strip()]
             arrival_file = arrivals or find_arrivals(folder)
-            assert arrival_file is not None  # read_observed found it, or raised
-            trace = with_observed_lengths(load_trace(arrival_file), run, tasks)
+            if run.trace is not None:  # another tool's results carry their own calls
+                base = run.trace
+            else:
+                assert arrival_file is not None  # read_observed found it, or raised
+                base = load_trace(arrival_file)
+            trace = with_observed_lengths(base, run, tasks)
             save_trace(trace, write_trace, force=force)
             console.print(f"wrote {write_trace}: {trace.meta['output_lengths']['prompts']} prompts of "
                           f"{', '.join(tasks)} with their measured output tokens", highlight=False)

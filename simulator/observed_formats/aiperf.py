@@ -1,0 +1,77 @@
+"""AIPerf's per-request export, ``profile_export.jsonl`` (NVIDIA AIPerf, the successor of
+GenAI-Perf; "Working with Profile Export Files" in its documentation).
+
+One JSON object per line, per request: ``metadata`` (``session_num``, ``x_request_id``,
+``request_start_ns`` and ``request_end_ns`` in epoch nanoseconds, ``benchmark_phase``,
+``was_cancelled``), ``metrics`` (each ``{"value", "unit"}``: ``request_latency``,
+``time_to_first_token``, ``input_sequence_length``, ``output_sequence_length`` ...; null
+for a failed request) and ``error`` (``{"code", "type", "message"}`` or null). Records of
+a phase other than ``profiling`` (warm-up) are left out. A folder holding
+``profile_export.jsonl`` (AIPerf's artifact directory) reads the same.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from simulator.errors import ObservedError
+from simulator.observed_formats._common import UNITS, Request, count, number
+
+
+def looks_like(path: Path, head: str) -> bool:
+    first = head.lstrip().split("\n", 1)[0]
+    return first.startswith("{") and '"metadata"' in first and '"request_start_ns"' in first
+
+
+def _metric(metrics: dict, name: str, seconds: bool = False) -> float | None:
+    entry = metrics.get(name)
+    if not isinstance(entry, dict):
+        return None
+    value = number(entry.get("value"))
+    if value is None or not seconds:
+        return value
+    return value * UNITS.get(str(entry.get("unit", "ms")), 1e-3)
+
+
+def read(path: Path) -> tuple[list[Request], dict[str, Any]]:
+    requests = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise ObservedError(path, None, None, f"cannot read ({exc.strerror})") from None
+    for n, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            raise ObservedError(path, n, None, "not a JSON record (profile_export.jsonl has one per line)") from None
+        meta = rec.get("metadata") if isinstance(rec, dict) else None
+        if not isinstance(meta, dict):
+            raise ObservedError(path, n, "metadata", "each record needs its metadata")
+        if meta.get("benchmark_phase", "profiling") != "profiling":
+            continue
+        metrics = rec.get("metrics") if isinstance(rec.get("metrics"), dict) else {}
+        error = rec.get("error")
+        start, end = number(meta.get("request_start_ns")), number(meta.get("request_end_ns"))
+        latency = _metric(metrics, "request_latency", seconds=True)
+        if latency is None and start is not None and end is not None:
+            latency = (end - start) * 1e-9
+        ok = not error and not meta.get("was_cancelled") and latency is not None
+        message = ""
+        if not ok:
+            message = (f"{error.get('type') or 'error'}: {error.get('message') or ''}".strip()
+                       if isinstance(error, dict) else "cancelled" if meta.get("was_cancelled") else "failed")
+        output = _metric(metrics, "output_sequence_length")
+        if output is None:
+            output = _metric(metrics, "output_token_count")
+        rid = meta.get("x_request_id") or meta.get("session_num", n)
+        requests.append(Request(
+            id=str(rid), start=None if start is None else start * 1e-9, latency=latency if ok else None, ok=ok,
+            error=message, status=count(error.get("code")) if isinstance(error, dict) else None,
+            ttft=_metric(metrics, "time_to_first_token", seconds=True) if ok else None,
+            prompt_tokens=count(_metric(metrics, "input_sequence_length") or _metric(metrics, "error_isl")),
+            output_tokens=count(output)))
+    return requests, {}
