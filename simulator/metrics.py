@@ -33,7 +33,7 @@ over the calls that contain that task.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -214,11 +214,6 @@ def busy_time(starts: np.ndarray, ends: np.ndarray) -> float:
     return float(total + latest[closes[-1]] - s[opens[-1]])
 
 
-def first_rows(ids: np.ndarray) -> np.ndarray:
-    """The index of the first row of each distinct id (in order of first appearance)."""
-    return np.flatnonzero(~pd.Series(ids).duplicated().to_numpy())
-
-
 def batch_table(log: pd.DataFrame) -> pd.DataFrame:
     """One row per batch: task, queue, gpu, size and its instants."""
     return log.groupby("batch_id", sort=True).agg(
@@ -229,33 +224,70 @@ def batch_table(log: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def _group_summary(v: dict[str, np.ndarray], done_ok: np.ndarray, turned: dict[str, np.ndarray],
+def _group_summary(v: dict[str, Callable[[], np.ndarray]], done_ok: np.ndarray, turned: dict[str, np.ndarray],
                    batch_sizes: np.ndarray, call_latency: np.ndarray, call_ok: np.ndarray,
                    makespan: float) -> dict[str, Any]:
     """The figures of one group of prompts (a task, or all) and of the calls containing them.
-    ``v`` holds the per-prompt durations, ``done_ok`` marks completed prompts."""
+    ``v`` makes the group's per-prompt columns on demand (one at a time, so a large run never
+    holds them all), ``done_ok`` marks completed prompts."""
     completed = int(done_ok.sum())
-    served = v["served"]
-    return {
+    figures: dict[str, Any] = {
         "prompts": int(done_ok.size),
         "completed": completed,
         "unfinished": int(done_ok.size - completed),
-        "timed_out": int(served.sum() - completed),
+        "timed_out": int(v["served"]().sum() - completed),
         "rejected": int(turned["rejected"].sum()),
         "dropped": int(turned["dropped"].sum()),
         "sent_after_timeout": int(turned["sent_after_timeout"].sum()),
-        "preemptions": int(v["preemptions"].sum()),
+        "preemptions": int(v["preemptions"]().sum()),
         "calls": int(call_ok.size),
         "calls_completed": int(call_ok.sum()),
-        "latency": describe(np.where(done_ok, v["latency"], np.inf)),
+        "latency": describe(np.where(done_ok, v["latency"](), np.inf)),
         "call_latency": describe(np.where(call_ok, call_latency, np.inf)),
-        "wait": describe(v["wait"][done_ok]),
-        "service": describe(v["service"][done_ok]),
-        "ttft": describe(np.where(done_ok, v["ttft"], np.inf)),
-        "tpot": describe(v["tpot"][done_ok & np.isfinite(v["tpot"])]),
-        "mean_batch_size": float(batch_sizes.mean()) if batch_sizes.size else None,
-        "throughput_prompts_per_s": float(completed / makespan) if makespan > 0 else None,
+        "wait": describe(v["wait"]()[done_ok]),
+        "service": describe(v["service"]()[done_ok]),
+        "ttft": describe(np.where(done_ok, v["ttft"](), np.inf)),
     }
+    tpot = v["tpot"]()
+    figures["tpot"] = describe(tpot[done_ok & np.isfinite(tpot)])
+    figures["mean_batch_size"] = float(batch_sizes.mean()) if batch_sizes.size else None
+    figures["throughput_prompts_per_s"] = float(completed / makespan) if makespan > 0 else None
+    return figures
+
+
+def batch_sizes_of(ids: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """The size of each distinct batch among rows ``ids`` (ids >= 0; in order of id): per
+    batch, not per row, so no table as long as the rows is made."""
+    if not ids.size:
+        return np.zeros(0, dtype=np.int64)
+    top = int(ids.max()) + 1
+    present = np.zeros(top, dtype=bool)
+    present[ids] = True
+    size_of = np.zeros(top, dtype=np.int64)
+    size_of[ids] = sizes  # every row of a batch has the batch's size
+    return size_of[present]
+
+
+def _codes(column: pd.Series) -> tuple[np.ndarray, list[str]]:
+    """Each row's code and the sorted distinct values (``pd.factorize(column, sort=True)``),
+    read off a categorical whose sorted categories are exactly the values present (the
+    engines' logs) without a hash table per row."""
+    if isinstance(column.dtype, pd.CategoricalDtype) and column.cat.categories.is_monotonic_increasing:
+        codes = column.cat.codes.to_numpy()
+        categories = column.cat.categories
+        if codes.size and codes.min() >= 0 and (np.bincount(codes, minlength=len(categories)) > 0).all():
+            return codes, list(categories)
+    codes, names = pd.factorize(column, sort=True)
+    return codes, list(names)
+
+
+def _call_codes(call_index: np.ndarray) -> np.ndarray:
+    """Each row's call as 0..calls-1 in order of call index (``pd.factorize(sort=True)``);
+    the column itself where it is that already (the engines' logs: calls in order, from 0)."""
+    if call_index.size and call_index[0] == 0 and bool(np.all(call_index[1:] >= call_index[:-1])) \
+            and int(call_index[-1]) == int(np.count_nonzero(call_index[1:] != call_index[:-1])):
+        return call_index
+    return pd.factorize(call_index, sort=True)[0]
 
 
 def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
@@ -281,25 +313,17 @@ def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
     started = log["started_at"].to_numpy(float)
     first = log["first_token_at"].to_numpy(float)
     done = log["done_at"].to_numpy(float)
-    status_code, status_names = pd.factorize(log["status"])
-    max_tokens = log["max_tokens"].to_numpy(float)
+    status_code, status_names = _codes(log["status"])
+    max_tokens = log["max_tokens"].to_numpy()
     served = np.isin(np.asarray(status_names, dtype=object), SERVED)[status_code] if len(status_code) \
         else np.zeros(0, dtype=bool)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        v = {
-            "served": served,
-            "latency": done - arrived, "wait": started - arrived, "service": done - started,
-            "ttft": first - arrived,
-            "tpot": np.where(max_tokens > 1, (done - first) / (max_tokens - 1), np.nan),
-            "preemptions": log["preemptions"].to_numpy(np.int64),
-        }
     turned = {k: status_code == (list(status_names).index(k) if k in set(status_names) else -2)
               for k in ("rejected", "dropped", "sent_after_timeout")}
     done_ok = served & (done <= limit)
     makespan = float(done[served].max() - arrived.min()) if served.any() else 0.0
 
     # calls: latency of the last prompt, completed if every prompt is
-    call_of = pd.factorize(log["call_index"].to_numpy(np.int64), sort=True)[0]
+    call_of = _call_codes(log["call_index"].to_numpy(np.int64))
     n_calls = int(call_of.max()) + 1 if call_of.size else 0
     call_done = np.full(n_calls, -np.inf)
     np.maximum.at(call_done, call_of, np.where(served, done, np.inf))
@@ -314,21 +338,32 @@ def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
 
     batch_ids = log["batch_id"].to_numpy(np.int64)
     sizes = log["batch_size"].to_numpy(np.int64)
+    preemptions = log["preemptions"].to_numpy(np.int64)
 
     def group(mask: np.ndarray | None) -> dict[str, Any]:
         """The figures of the prompts ``mask`` selects (``None``: every prompt, uncopied)."""
         def pick(x: np.ndarray) -> np.ndarray:
             return x if mask is None else x[mask]
 
+        def tpot() -> np.ndarray:
+            m, d, f = pick(max_tokens), pick(done), pick(first)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                return np.where(m > 1, (d - f) / (m - 1), np.nan)
+
+        columns = {
+            "served": lambda: pick(served), "preemptions": lambda: pick(preemptions),
+            "latency": lambda: pick(done) - pick(arrived), "wait": lambda: pick(started) - pick(arrived),
+            "service": lambda: pick(done) - pick(started), "ttft": lambda: pick(first) - pick(arrived),
+            "tpot": tpot,
+        }
         in_call = np.zeros(n_calls, dtype=bool)
         in_call[pick(call_of)] = True
         batched = batch_ids >= 0 if mask is None else mask & (batch_ids >= 0)
-        return _group_summary({k: pick(x) for k, x in v.items()}, pick(done_ok),
-                              {k: pick(t) for k, t in turned.items()},
-                              sizes[batched][first_rows(batch_ids[batched])], call_latency[in_call],
+        return _group_summary(columns, pick(done_ok), {k: pick(t) for k, t in turned.items()},
+                              batch_sizes_of(batch_ids[batched], sizes[batched]), call_latency[in_call],
                               call_ok[in_call], makespan)
 
-    task_codes, task_names = pd.factorize(log["task"], sort=True)
+    task_codes, task_names = _codes(log["task"])
     tasks = {str(name): group(task_codes == i) for i, name in enumerate(task_names)}
 
     gpu = log["gpu"].to_numpy(dtype=float, na_value=np.nan)
@@ -340,13 +375,13 @@ def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
         mine = on_gpu & (gpu == g)
         busy = busy_time(started[mine], done[mine])
         total_busy += busy
-        first_row = first_rows(batch_ids[mine])
+        gpu_batches = batch_sizes_of(batch_ids[mine], sizes[mine])
         gpu_rows.append({
             "id": g,
             "utilization": busy / makespan if makespan > 0 else 0.0,
             "busy_s": busy,
-            "batches": int(first_row.size),
-            "mean_batch_size": float(sizes[mine][first_row].mean()) if first_row.size else None,
+            "batches": int(gpu_batches.size),
+            "mean_batch_size": float(gpu_batches.mean()) if gpu_batches.size else None,
             "mean_concurrency": float((done[mine] - started[mine]).sum() / busy) if busy > 0 else None,
         })
     # compositions: the figures call_figures(client_calls(log)) gives (a test holds them equal),
