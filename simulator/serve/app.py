@@ -118,6 +118,8 @@ class ServeApp:
         self.model_name = model_name
         self.metrics = Metrics(runtime)
         self._shutdown: asyncio.Task | None = None
+        #: the loop serving the app (set at startup; a signal handler schedules shutdown on it)
+        self.loop: asyncio.AbstractEventLoop | None = None
         self.app = self._build()
 
     def begin_shutdown(self) -> asyncio.Task:
@@ -129,6 +131,7 @@ class ServeApp:
     def _build(self) -> FastAPI:
         @asynccontextmanager
         async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+            self.loop = asyncio.get_running_loop()
             await self.runtime.start()
             yield
             await self.begin_shutdown()

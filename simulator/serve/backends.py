@@ -35,6 +35,7 @@ from simulator.errors import SimctlError
 from simulator.profile.iteration import first_token_seconds
 
 if TYPE_CHECKING:
+    from simulator.scenario import Scenario
     from simulator.serve.runtime import Device, PromptJob, Runtime, ServeBatch
 
 
@@ -62,7 +63,10 @@ class Backend(ABC):
 
     name = ""
 
-    async def start(self, runtime: Runtime) -> None:  # noqa: B027 (a backend may need nothing)
+    def check(self, scenario: Scenario) -> None:  # noqa: B027 (a backend may need nothing)
+        """A :class:`BackendError` if this backend cannot serve ``scenario`` (before serving)."""
+
+    async def start(self, runtime: Runtime) -> None:  # noqa: B027
         """Prepare (load models, open connections); called once, in the server's loop."""
 
     async def close(self) -> None:  # noqa: B027
@@ -180,8 +184,8 @@ class HarnessBackend(SleepBackend):
         self._executors: dict[int, ThreadPoolExecutor] = {}
         self._decoders: dict[int, Any] = {}
 
-    def check(self) -> None:
-        """A :class:`BackendError` if torch or a preset is missing (before serving)."""
+    def check(self, scenario: Scenario) -> None:
+        """A :class:`BackendError` if torch or a preset is missing."""
         try:
             import torch  # noqa: F401
         except ModuleNotFoundError:
@@ -219,7 +223,6 @@ class HarnessBackend(SleepBackend):
                            graphs=dev.type == "cuda", seed=gpu)
 
     async def start(self, runtime: Runtime) -> None:
-        self.check()
         loop = asyncio.get_running_loop()
         for gpu in range(len(runtime.gpus)):
             executor = self._executors[gpu] = ThreadPoolExecutor(1, thread_name_prefix=f"simctl-gpu{gpu}")
@@ -275,13 +278,20 @@ class OpenAIBackend(SleepBackend):
             return url
         return url + "/completions" if url.endswith("/v1") else url + "/v1/completions"
 
+    def check(self, scenario: Scenario) -> None:
+        import importlib.util
+
+        if importlib.util.find_spec("httpx") is None:
+            raise BackendError(None, None, "--backend", "the openai backend needs the Python package 'httpx': "
+                               "pip install httpx")
+        if len(self.urls) != scenario.gpus:
+            raise BackendError(scenario.source, "run", "gpus",
+                               f"--backend openai gives {len(self.urls)} URL(s) for {scenario.gpus} GPU(s) of "
+                               f"the scenario: give one URL per GPU (or --set run.gpus={len(self.urls)})")
+
     async def start(self, runtime: Runtime) -> None:
         import httpx
 
-        if len(self.urls) != len(runtime.gpus):
-            raise BackendError(runtime.scenario.source, "run", "gpus",
-                               f"--backend openai gives {len(self.urls)} URL(s) for {len(runtime.gpus)} GPU(s) of "
-                               f"the scenario: give one URL per GPU (or --set run.gpus={len(self.urls)})")
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(None))
 
     async def close(self) -> None:

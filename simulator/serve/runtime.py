@@ -500,6 +500,7 @@ class Runtime:
         self.batch_timeout = batch_timeout
         self.tasks = list(profile.tasks)
         check_served(scenario, self.tasks)
+        backend.check(scenario)
         self.configs = {t: scenario.for_task(t) for t in self.tasks}
         self.clock = Clock(time_scale)
         self.dispatch_rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
