@@ -149,7 +149,8 @@ class ServeApp:
 
     # -- the users' batch endpoint ---------------------------------------------------------
     async def batch(self, request: Request) -> JSONResponse:
-        started = self.runtime.clock.now() if self.runtime.started else None
+        await self.runtime.start()
+        started = self.runtime.clock.now()
         try:
             body = await request.json()
         except ValueError:
@@ -163,8 +164,6 @@ class ServeApp:
             first = failed[0][1]
             return _batch_error(f"prompt {failed[0][0]}: {first.message}", first.detail,
                                 [{"index": i, "reason": r.reason, "error": r.message} for i, r in failed])
-        if started is None:
-            started = 0.0
         self.metrics.call_latency.observe(self.runtime.clock.now() - started)
         tasks = [self.runtime.classify(t) for t in texts]
         choices = [{"index": i, "text": text, "task": tasks[i], "finish_reason": "length"}
