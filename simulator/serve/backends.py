@@ -29,14 +29,12 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from simulator.errors import SimctlError
 from simulator.profile.iteration import first_token_seconds
-
-if TYPE_CHECKING:
-    from simulator.scenario import Scenario
-    from simulator.serve.runtime import Device, PromptJob, Runtime, ServeBatch
+from simulator.scenario import Scenario
+from simulator.serve.runtime import Device, PromptJob, Runtime, ServeBatch
 
 
 class BackendError(SimctlError):

@@ -42,7 +42,7 @@ import traceback
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -56,9 +56,6 @@ from simulator.profile import Profile
 from simulator.profile.kinds import BatchShape, ServiceModel
 from simulator.scenario import Scenario, TaskConfig
 from simulator.trace.classify import DEFAULT_CLASSIFIER, KeywordClassifier, estimate_tokens
-
-if TYPE_CHECKING:
-    from simulator.serve.backends import Backend
 
 #: Topologies the runtime serves.
 SERVED_TOPOLOGIES = ("shared", "split", "direct")
@@ -75,6 +72,23 @@ class PromptFailed(Exception):
         self.reason = reason
         self.message = message
         self.detail = detail
+
+
+class Backend(Protocol):
+    """What serves a formed batch on its free device (:mod:`simulator.serve.backends` has
+    the registered ones; the runtime needs only this)."""
+
+    name: str
+
+    def check(self, scenario: Scenario) -> None: ...
+
+    async def start(self, runtime: Runtime) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def run(self, runtime: Runtime, batch: ServeBatch) -> list[str]: ...
+
+    def planned_text(self, job: PromptJob) -> str | None: ...
 
 
 class Clock:
