@@ -411,7 +411,9 @@ def test_same_batches_as_the_simulator():
     from simulator.replay import replay
     from simulator.trace.model import Call, Prompt, Trace
 
-    arrivals = [0, 0.5, 1.0, 3.0, 3.6, 6.5]
+    # [a, b] full at 0.5; [c, d] full at 2.4; e alone at its window's end, 5.6; f alone at
+    # 8.5: no arrival falls within 0.4 s of an instant that decides a batch
+    arrivals = [0, 0.5, 1.0, 2.4, 3.6, 6.5]
     scenario = build_scenario(run={"gpus": 1, "engine": "reference"}, defaults={"flush": 2.0, "max_batch": 2})
     trace = Trace(tuple(Call(str(i), t, (Prompt("mmlu"),)) for i, t in enumerate(arrivals)))
     log = replay(trace, scenario, det_profile(mmlu=1.5), seed=0).log
