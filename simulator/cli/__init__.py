@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "observed": ("observed", "Summarise an observed run per call composition and overall, as replay does."),
     "compare-runs": ("observed", "Compare two runs call by call."),
     "calibrate": ("calibrate", "Fit the free parameters of a profile so that simulated call latencies match RUN's."),
+    "serve": ("serve", "Serve SCENARIO over HTTP: its queues, workers, dispatch and GPU locks, for real."),
     "predict": ("predict", "Predict call latency per call composition from a profile, averaged over simulated runs."),
     "load": ("load", "Replay TRACE against a live endpoint in real time and record what it did."),
 }

@@ -1,0 +1,146 @@
+"""``simctl serve``: run a scenario's server for real behind HTTP (the library: :mod:`simulator.serve`)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+from typing import Any
+
+import typer
+
+from simulator.cli import app
+from simulator.cli._common import console, user_errors
+from simulator.errors import ScenarioError, SimctlError
+from simulator.profile import DEFAULT_PROFILE
+
+#: The packages of the ``serve`` extra (imported only when a server starts).
+SERVE_EXTRA = ("fastapi", "uvicorn", "prometheus_client")
+
+
+class ServeError(SimctlError):
+    """``simctl serve`` cannot start as asked."""
+
+    kind = "serve"
+
+
+def missing_extra() -> str | None:
+    """The first package of the ``serve`` extra that is not installed, else ``None``."""
+    for name in SERVE_EXTRA:
+        if importlib.util.find_spec(name) is None:
+            return name
+    return None
+
+
+@app.command("serve")
+def serve_cli(
+    scenario: str = typer.Option(..., "--scenario", "-s", "--config", "-c", help="Scenario: TOML file or bundled name (design-notes, ...)."),
+    profile: str = typer.Option(DEFAULT_PROFILE, "--profile", "-p", help="Profile JSON file or bundled profile name: the tasks served and, for the sleep backend, their service times."),
+    backend: str = typer.Option("sleep", "--backend", help="sleep (the profile's service times), harness (the torch decoder, a thread per GPU) "
+                                 "or openai:URL[,URL...] (one OpenAI-compatible engine per GPU of the scenario)."),
+    time_scale: float = typer.Option(1.0, "--time-scale", help="Sleep backend: run the server this many times faster than the modeled "
+                                    "system (service times, flush windows and queue timeouts all divided by it)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the service-time and dispatch streams (sleep backend: same seed, same draws as replay)."),
+    set_values: list[str] = typer.Option([], "--set", help="Override any scenario field: KEY=VALUE with a dotted KEY, e.g. run.gpus=1 or tasks.mmlu.flush=0.2 (repeatable)."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+    port: int = typer.Option(8000, "--port", help="Port to listen on (0: any free port)."),
+    batch_timeout: float = typer.Option(600.0, "--batch-timeout", help="Seconds a batch may take on its backend before its prompts get error replies (a stalled backend never hangs a call)."),
+    grace: float = typer.Option(30.0, "--grace", help="On SIGINT/SIGTERM: seconds in-flight batches may take to finish (queued prompts get error replies at once)."),
+    harness_model: str = typer.Option("tiny", "--harness-model", help="Harness backend: the target model preset."),
+    harness_draft: str = typer.Option("tiny", "--harness-draft", help="Harness backend: the draft model preset."),
+    harness_device: str | None = typer.Option(None, "--harness-device", help="Harness backend: cpu, cuda or cuda:N for every GPU of the scenario (default cuda:i where there is one, else cpu)."),
+    engine_model: str | None = typer.Option(None, "--engine-model", help="OpenAI backend: the model name sent to the engines (default: the first one their /v1/models lists)."),
+    log_level: str = typer.Option("warning", "--log-level", help="uvicorn's log level (critical, error, warning, info, debug)."),
+) -> None:
+    """Serve SCENARIO over HTTP: its queues, workers, dispatch and GPU locks, for real.
+
+    The users' batch endpoint (POST / {"prompt": [texts], "max_tokens": M}; failures are HTTP
+    200 {"error", "traceback"} as theirs), OpenAI-compatible /v1/completions and
+    /v1/chat/completions (one prompt each, streaming with "stream": true; failures have proper
+    status codes) and Prometheus metrics at /metrics. SIGINT/SIGTERM: queued calls get error
+    replies, in-flight batches finish.
+    """
+    with user_errors():
+        missing = missing_extra()
+        if missing is not None:
+            raise ServeError(None, None, None, f"simctl serve needs the serve extra (missing the Python package "
+                             f"{missing!r}): pip install 'simctl[serve]'")
+        serve_app = make_server(scenario, profile, backend, time_scale, seed, set_values, batch_timeout, grace,
+                                harness_model, harness_draft, harness_device, engine_model)
+        if not 0 <= port <= 65535:
+            raise ServeError(None, None, "--port", f"must be between 0 and 65535, got {port}")
+        if log_level not in ("critical", "error", "warning", "info", "debug", "trace"):
+            raise ServeError(None, None, "--log-level", f"must be one of critical, error, warning, info, debug, "
+                             f"got {log_level!r}")
+    run_server(serve_app, host, port, log_level)
+
+
+def make_server(scenario: str, profile: str, backend: str, time_scale: float, seed: int, set_values: list[str],
+                batch_timeout: float, grace: float, harness_model: str, harness_draft: str,
+                harness_device: str | None, engine_model: str | None) -> Any:
+    """The :class:`~simulator.serve.app.ServeApp` the options describe (typed errors for bad ones)."""
+    from simulator.profile import load_profile
+    from simulator.scenario import build_scenario, parse_set
+    from simulator.serve.app import build_app
+    from simulator.serve.backends import backend_from_spec
+
+    if not time_scale > 0:
+        raise ServeError(None, None, "--time-scale", f"must be > 0, got {time_scale}")
+    if time_scale != 1 and backend != "sleep":
+        raise ServeError(None, None, "--time-scale", "only the sleep backend runs on a scaled clock (a real "
+                         "backend takes real time)")
+    if not batch_timeout > 0:
+        raise ServeError(None, None, "--batch-timeout", f"must be > 0, got {batch_timeout}")
+    if not grace >= 0:
+        raise ServeError(None, None, "--grace", f"must be >= 0, got {grace}")
+    prof = load_profile(profile)
+    scen = build_scenario(path=scenario, overrides=parse_set(set_values))
+    unknown = sorted(set(scen.tasks) - set(prof.tasks))
+    if unknown:
+        raise ScenarioError(scen.source, f"tasks.{unknown[0]}", None,
+                            f"the profile {prof.name} has no task {unknown[0]!r} (it has: {', '.join(prof.tasks)})")
+    chosen = backend_from_spec(backend, target=harness_model, draft=harness_draft, device=harness_device,
+                               model=engine_model)
+    return build_app(scen, prof, chosen, seed=seed, time_scale=time_scale, batch_timeout=batch_timeout,
+                     grace=grace, model_name=engine_model or "simctl")
+
+
+def run_server(serve_app: Any, host: str, port: int, log_level: str) -> None:
+    """Run ``serve_app`` on uvicorn until SIGINT/SIGTERM; the signal starts the graceful
+    shutdown at once (queued prompts fail, so their connections close), then uvicorn waits
+    for the in-flight ones."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            loop = getattr(serve_app, "loop", None)
+            if loop is not None:
+                loop.call_soon_threadsafe(serve_app.begin_shutdown)
+            super().handle_exit(sig, frame)
+
+    config = uvicorn.Config(serve_app.app, host=host, port=port, log_level=log_level, lifespan="on",
+                            timeout_graceful_shutdown=int(serve_app.grace) + 5)
+    server = Server(config)
+    runtime = serve_app.runtime
+
+    async def main() -> None:
+        serve_app.loop = asyncio.get_running_loop()
+        task = asyncio.get_running_loop().create_task(server.serve())
+        while not server.started and not task.done():
+            await asyncio.sleep(0.05)
+        if server.started:
+            bound = [s.getsockname() for srv in server.servers for s in srv.sockets]
+            where = f"http://{host}:{bound[0][1]}" if bound else f"http://{host}:{port}"
+            console.print(f"serving {runtime.scenario.name} (profile {runtime.profile.name}, backend "
+                          f"{runtime.backend.name}, tasks {', '.join(runtime.tasks)}) at {where}: batch endpoint "
+                          f"POST /, OpenAI {where}/v1, metrics {where}/metrics", highlight=False, soft_wrap=True)
+        await task
+
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:  # uvicorn raises the captured SIGINT again once it has shut down
+        pass
+    if not server.started:
+        raise typer.Exit(1)
+
+
+__all__ = ["make_server", "run_server", "serve_cli"]

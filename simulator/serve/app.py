@@ -1,0 +1,344 @@
+"""The HTTP face of a :class:`~simulator.serve.runtime.Runtime`: the users' batch endpoint,
+OpenAI-compatible completions, Prometheus metrics (FastAPI; served by uvicorn).
+
+Endpoints:
+
+* ``POST /`` (also ``/batch``) — the users' batch endpoint: ``{"prompt": [texts],
+  "max_tokens": M}``, one call. Each prompt is routed by the users' keyword rules
+  (:data:`simulator.trace.classify.DEFAULT_CLASSIFIER`) to its task, its max tokens capped by
+  the task's ``max_tokens`` (else the profile's). The reply, when every prompt is done, is
+  ``{"choices": [{"index", "text", "task", "finish_reason"}], "usage": {...}}`` in prompt
+  order. **Every failure is HTTP 200** with ``{"error": "...", "traceback": "...",
+  "failed": [{"index", "reason", "error"}]}``, as the users' server answers (a client tests
+  for ``choices``): a malformed body, a prompt no task matches, a full queue, a queue
+  timeout, a backend error, a stalled batch, shutdown.
+* ``POST /v1/completions`` and ``POST /v1/chat/completions`` — one prompt per request
+  (``prompt`` a string or a list of one; ``messages`` joined), OpenAI's bodies; with
+  ``"stream": true`` server-sent events, one per token (a sleep backend spreads them from
+  the first-token instant to the batch's end; a real backend sends them when the batch
+  ends), then ``data: [DONE]``; ``stream_options.include_usage`` adds a usage event.
+  Failures have **proper status codes** and OpenAI's ``{"error": {"message", "type",
+  "code"}}``: 400 a malformed body or a prompt no task matches, 429 a full queue
+  (``max_queue``), 503 shutdown, 504 a queue timeout or a stalled batch, 500 a backend
+  error. A failure after a stream began is an ``{"error": ...}`` event, then ``[DONE]``.
+* ``GET /metrics`` — Prometheus: ``simctl_queue_depth{queue}``, ``simctl_calls_in_flight``,
+  ``simctl_gpu_outstanding_prompts{gpu}``, ``simctl_gpu_running_batches{gpu}``,
+  ``simctl_batch_size{task}`` (histogram), ``simctl_prompt_latency_seconds{task}`` and
+  ``simctl_call_latency_seconds`` (histograms, server seconds), ``simctl_prompts_total{task,
+  status}``.
+* ``GET /health``, ``GET /v1/models``.
+
+Shutdown (the ASGI lifespan's end, or :meth:`ServeApp.begin_shutdown` as a signal arrives):
+queued prompts fail at once (their calls get error replies), new ones are refused,
+in-flight batches finish within the grace period.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from simulator.profile import Profile
+from simulator.scenario import Scenario
+from simulator.serve.backends import Backend, pieces
+from simulator.serve.runtime import PromptFailed, PromptJob, Runtime, ServeBatch
+
+#: HTTP status of each failure on the OpenAI endpoints.
+STATUS = {"rejected": 429, "dropped": 504, "timeout": 504, "shutdown": 503, "backend": 500, "unknown-task": 400,
+          "invalid": 400}
+_SIZE_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64, 128, 256)
+_LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 40, 60, 120, 240, 600, 1200)
+
+
+class _State(Collector):
+    """Gauges read from the runtime at each scrape."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    def collect(self) -> Any:
+        depth = GaugeMetricFamily("simctl_queue_depth", "Prompts waiting in each micro-batch queue", labels=["queue"])
+        for name, n in self.runtime.queue_depths().items():
+            depth.add_metric([name], n)
+        yield depth
+        yield GaugeMetricFamily("simctl_calls_in_flight", "Calls (and OpenAI requests) being served",
+                                value=self.runtime.calls_in_flight)
+        outstanding = GaugeMetricFamily("simctl_gpu_outstanding_prompts", "Prompts in batches formed for or "
+                                        "running on each GPU", labels=["gpu"])
+        running = GaugeMetricFamily("simctl_gpu_running_batches", "Batches running on each GPU", labels=["gpu"])
+        for gpu in self.runtime.gpus:
+            outstanding.add_metric([str(gpu.gpu_id)], gpu.outstanding)
+            running.add_metric([str(gpu.gpu_id)], gpu.running)
+        yield outstanding
+        yield running
+
+
+class Metrics:
+    """The app's Prometheus registry (its own, so several apps live in one process)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.registry = CollectorRegistry()
+        self.registry.register(_State(runtime))
+        self.batch_size = Histogram("simctl_batch_size", "Prompts per batch", ["task"], buckets=_SIZE_BUCKETS,
+                                    registry=self.registry)
+        self.prompt_latency = Histogram("simctl_prompt_latency_seconds", "Prompt latency (done - arrived), "
+                                        "server seconds", ["task"], buckets=_LATENCY_BUCKETS, registry=self.registry)
+        self.call_latency = Histogram("simctl_call_latency_seconds", "Call latency of the batch endpoint, server "
+                                      "seconds", buckets=_LATENCY_BUCKETS, registry=self.registry)
+        self.prompts = Counter("simctl_prompts", "Prompts finished, by task and status", ["task", "status"],
+                               registry=self.registry)
+        runtime.on_batch.append(self._batch)
+        runtime.on_prompt_done.append(self._prompt)
+
+    def _batch(self, batch: ServeBatch) -> None:
+        self.batch_size.labels(batch.task).observe(len(batch.jobs))
+
+    def _prompt(self, job: PromptJob) -> None:
+        self.prompts.labels(job.task, job.status).inc()
+        if job.done_at is not None and job.status in ("served", "sent_after_timeout"):
+            self.prompt_latency.labels(job.task).observe(job.done_at - job.arrived_at)
+
+
+class ServeApp:
+    """A runtime, its metrics and the FastAPI app over them (:func:`build_app`)."""
+
+    def __init__(self, runtime: Runtime, *, grace: float = 30.0, model_name: str = "simctl") -> None:
+        self.runtime = runtime
+        self.grace = grace
+        self.model_name = model_name
+        self.metrics = Metrics(runtime)
+        self._shutdown: asyncio.Task | None = None
+        #: the loop serving the app (set at startup; a signal handler schedules shutdown on it)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.app = self._build()
+
+    def begin_shutdown(self) -> asyncio.Task:
+        """Start the graceful shutdown (idempotent): queued prompts fail now, batches finish."""
+        if self._shutdown is None:
+            self._shutdown = asyncio.get_running_loop().create_task(self.runtime.shutdown(self.grace))
+        return self._shutdown
+
+    def _build(self) -> FastAPI:
+        @asynccontextmanager
+        async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+            self.loop = asyncio.get_running_loop()
+            await self.runtime.start()
+            yield
+            await self.begin_shutdown()
+
+        app = FastAPI(title="simctl serve", lifespan=lifespan, docs_url=None, redoc_url=None)
+        app.state.serve = self
+        app.add_api_route("/", self.batch, methods=["POST"])
+        app.add_api_route("/batch", self.batch, methods=["POST"])
+        app.add_api_route("/v1/completions", self.completions, methods=["POST"])
+        app.add_api_route("/v1/chat/completions", self.chat, methods=["POST"])
+        app.add_api_route("/v1/models", self.models, methods=["GET"])
+        app.add_api_route("/metrics", self.prometheus, methods=["GET"])
+        app.add_api_route("/health", self.health, methods=["GET"])
+        return app
+
+    # -- the users' batch endpoint ---------------------------------------------------------
+    async def batch(self, request: Request) -> JSONResponse:
+        await self.runtime.start()
+        started = self.runtime.clock.now()
+        try:
+            body = await request.json()
+        except ValueError:
+            return _batch_error("the request body is not JSON")
+        texts, max_tokens, problem = _batch_body(body)
+        if problem:
+            return _batch_error(problem)
+        results = await self.runtime.submit_call(texts, max_tokens)
+        failed = [(i, r) for i, r in enumerate(results) if isinstance(r, PromptFailed)]
+        if failed:
+            first = failed[0][1]
+            return _batch_error(f"prompt {failed[0][0]}: {first.message}", first.detail,
+                                [{"index": i, "reason": r.reason, "error": r.message} for i, r in failed])
+        self.metrics.call_latency.observe(self.runtime.clock.now() - started)
+        tasks = [self.runtime.classify(t) for t in texts]
+        choices = [{"index": i, "text": text, "task": tasks[i], "finish_reason": "length"}
+                   for i, text in enumerate(results)]
+        completion = sum(len(pieces(str(t))) for t in results)
+        prompt = sum(_tokens(t) for t in texts)
+        return JSONResponse({"id": f"call-{int(time.time() * 1e6)}", "object": "text_completion",
+                             "model": self.model_name, "choices": choices,
+                             "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                                       "total_tokens": prompt + completion}})
+
+    # -- OpenAI-compatible -----------------------------------------------------------------
+    async def completions(self, request: Request) -> Response:
+        return await self._openai(request, chat=False)
+
+    async def chat(self, request: Request) -> Response:
+        return await self._openai(request, chat=True)
+
+    async def _openai(self, request: Request, chat: bool) -> Response:
+        try:
+            body = await request.json()
+        except ValueError:
+            return _openai_error("invalid", "the request body is not JSON")
+        text, problem = _openai_prompt(body, chat)
+        if problem or text is None:
+            return _openai_error("invalid", problem or "no prompt")
+        max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
+        if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
+            return _openai_error("invalid", f"max_tokens must be an integer >= 1, got {max_tokens!r}")
+        model = str(body.get("model") or self.model_name)
+        stream = bool(body.get("stream"))
+        usage = bool((body.get("stream_options") or {}).get("include_usage")) if stream else True
+        runtime = self.runtime
+        runtime.calls_in_flight += 1
+        try:
+            job = await runtime.submit_prompt(text, max_tokens)
+        except BaseException:
+            runtime.calls_in_flight -= 1
+            raise
+        if stream:
+            return StreamingResponse(self._events(job, chat, model, usage), media_type="text/event-stream")
+        try:
+            answer = await job.future
+        except PromptFailed as exc:
+            return _openai_error(exc.reason, exc.message)
+        finally:
+            runtime.calls_in_flight -= 1
+        completion = len(pieces(answer))
+        choice: dict[str, Any] = ({"index": 0, "message": {"role": "assistant", "content": answer}}
+                                  if chat else {"index": 0, "text": answer})
+        choice["finish_reason"] = "length"
+        return JSONResponse({"id": f"cmpl-{job.id}", "object": "chat.completion" if chat else "text_completion",
+                             "created": int(time.time()), "model": model, "choices": [choice],
+                             "usage": {"prompt_tokens": job.prompt_tokens, "completion_tokens": completion,
+                                       "total_tokens": job.prompt_tokens + completion}})
+
+    async def _events(self, job: PromptJob, chat: bool, model: str, usage: bool) -> AsyncIterator[str]:
+        runtime = self.runtime
+        head = {"id": f"cmpl-{job.id}", "object": "chat.completion.chunk" if chat else "text_completion",
+                "created": int(time.time()), "model": model}
+
+        def event(piece: str | None, finish: str | None = None) -> str:
+            if chat:
+                choice: dict[str, Any] = {"index": 0, "delta": {} if piece is None else {"content": piece}}
+            else:
+                choice = {"index": 0, "text": piece or ""}
+            choice["finish_reason"] = finish
+            return f"data: {json.dumps(head | {'choices': [choice]})}\n\n"
+
+        sent = 0
+        try:
+            try:
+                _, first, done = await job.started
+                planned = runtime.backend.planned_text(job)
+                if planned is not None and first is not None and done is not None:
+                    parts = pieces(planned)
+                    for i, part in enumerate(parts):
+                        at = first if len(parts) == 1 else first + (done - first) * i / (len(parts) - 1)
+                        delay = runtime.clock.real(at - runtime.clock.now())
+                        if delay > 0:
+                            await asyncio.sleep(delay)
+                        if job.future.done() and job.future.exception() is not None:
+                            break
+                        yield event(part)
+                        sent += 1
+                    await job.future
+                else:
+                    answer = await job.future
+                    for part in pieces(answer):
+                        yield event(part)
+                        sent += 1
+            except PromptFailed as exc:
+                yield f"data: {json.dumps({'error': {'message': exc.message, 'type': exc.reason, 'code': STATUS.get(exc.reason, 500)}})}\n\n"
+                yield "data: [DONE]\n\n"
+                return
+            yield event(None, "length")
+            if usage:
+                yield f"data: {json.dumps(head | {'choices': [], 'usage': {'prompt_tokens': job.prompt_tokens, 'completion_tokens': sent, 'total_tokens': job.prompt_tokens + sent}})}\n\n"
+            yield "data: [DONE]\n\n"
+        finally:
+            runtime.calls_in_flight -= 1
+
+    async def models(self) -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": self.model_name, "object": "model", "owned_by": "simctl"}]}
+
+    async def prometheus(self) -> Response:
+        return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def health(self) -> dict[str, Any]:
+        return {"status": "shutting down" if self.runtime.closing else "ok",
+                "scenario": self.runtime.scenario.name, "profile": self.runtime.profile.name,
+                "backend": self.runtime.backend.name, "tasks": self.runtime.tasks}
+
+
+def _tokens(text: str) -> int:
+    from simulator.trace.classify import estimate_tokens
+
+    return estimate_tokens(text)
+
+
+def _batch_body(body: Any) -> tuple[list[str], int | None, str]:
+    """(texts, max tokens, problem) of a batch endpoint body."""
+    if not isinstance(body, dict):
+        return [], None, "the request body must be a JSON object {\"prompt\": [texts], \"max_tokens\": M}"
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        prompt = [prompt]
+    if not isinstance(prompt, list) or not prompt or not all(isinstance(p, str) for p in prompt):
+        return [], None, "field 'prompt': must be a non-empty list of strings"
+    max_tokens = body.get("max_tokens")
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
+        return [], None, f"field 'max_tokens': must be an integer >= 1, got {max_tokens!r}"
+    return prompt, max_tokens, ""
+
+
+def _openai_prompt(body: Any, chat: bool) -> tuple[str | None, str]:
+    if not isinstance(body, dict):
+        return None, "the request body must be a JSON object"
+    if chat:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return None, "field 'messages': must be a non-empty list"
+        texts = []
+        for m in messages:
+            content = m.get("content") if isinstance(m, dict) else None
+            if isinstance(content, list):  # content parts
+                content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+            if not isinstance(content, str):
+                return None, "field 'messages': every message needs a string 'content'"
+            texts.append(content)
+        return "\n".join(texts), ""
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1:
+        prompt = prompt[0]
+    if not isinstance(prompt, str):
+        return None, "field 'prompt': must be one string (one prompt per request; the batch endpoint takes lists)"
+    return prompt, ""
+
+
+def _batch_error(message: str, detail: str = "", failed: list[dict[str, Any]] | None = None) -> JSONResponse:
+    body: dict[str, Any] = {"error": message, "traceback": detail}
+    if failed:
+        body["failed"] = failed
+    return JSONResponse(body, status_code=200)
+
+
+def _openai_error(reason: str, message: str) -> JSONResponse:
+    status = STATUS.get(reason, 500)
+    return JSONResponse({"error": {"message": message, "type": reason, "code": status}}, status_code=status)
+
+
+def build_app(scenario: Scenario, profile: Profile, backend: Backend, *, seed: int = 0, time_scale: float = 1.0,
+              batch_timeout: float | None = 600.0, grace: float = 30.0, model_name: str = "simctl") -> ServeApp:
+    """The server for ``scenario`` with ``profile``'s tasks on ``backend``: a
+    :class:`ServeApp` whose ``.app`` is the ASGI app and ``.runtime`` the runtime.
+    :class:`~simulator.errors.ScenarioError` names a setting the runtime does not serve."""
+    runtime = Runtime(scenario, profile, backend, seed=seed, time_scale=time_scale, batch_timeout=batch_timeout)
+    return ServeApp(runtime, grace=grace, model_name=model_name)

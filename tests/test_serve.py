@@ -1,0 +1,513 @@
+"""``simctl serve``: the modeled server run for real (simulator/serve/), through httpx against
+the ASGI app in-process, and the command through typer's CliRunner and a real process.
+
+Timelines use a deterministic profile on the sleep backend with a time scale, so a run of
+several model seconds takes about a second; arrivals are spaced so that scheduling jitter
+of up to ~0.1 s real cannot change which prompts share a batch, and instants are checked
+within a generous tolerance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("prometheus_client")
+httpx = pytest.importorskip("httpx")
+
+from typer.testing import CliRunner  # noqa: E402
+
+from simulator.cli import app as cli_app  # noqa: E402
+from simulator.profile import profile_from_dict  # noqa: E402
+from simulator.scenario import build_scenario  # noqa: E402
+from simulator.serve.app import build_app  # noqa: E402
+from simulator.serve.backends import Backend, SleepBackend  # noqa: E402
+from simulator.serve.runtime import Runtime, ServeBatch  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+MMLU = "multiple choice question: {}"
+INFOBENCH = "Instruction: {}"
+GRAPH = "find the shortest path in a directed graph {}"
+#: model seconds per real second in the timeline tests
+SCALE = 4.0
+#: tolerance on an instant, model seconds (0.1 s real)
+TOL = 0.4
+
+
+def det_profile(mmlu: float = 3.0, infobench: float = 3.0, graph: float = 0.1) -> Any:
+    def task(mean: float, resource: str = "gpu") -> dict:
+        return {"resource": resource, "prompt_tokens": 10, "max_tokens": 4,
+                "service": {"kind": "distribution", "dist": "deterministic", "mean": mean}}
+    return profile_from_dict({"name": "det", "tasks": {"mmlu": task(mmlu), "infobench": task(infobench),
+                                                        "graph": task(graph, "cpu")}})
+
+
+def make(run: dict | None = None, defaults: dict | None = None, tasks: dict | None = None, *,
+         backend: Backend | None = None, scale: float = SCALE, profile: Any = None, **kw: Any):
+    scenario = build_scenario(run={"gpus": 1, **(run or {})}, defaults=defaults, tasks=tasks)
+    return build_app(scenario, profile or det_profile(), backend or SleepBackend(), time_scale=scale, **kw)
+
+
+def client(serve_app) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=serve_app.app), base_url="http://serve",
+                             timeout=30)
+
+
+async def post_at(c: httpx.AsyncClient, at: float, texts: list[str], path: str = "/", scale: float = SCALE,
+                  **body: Any) -> Any:
+    await asyncio.sleep(at / scale)
+    response = await c.post(path, json={"prompt": texts, **body})
+    return response
+
+
+def batches(serve_app) -> list[tuple[list[tuple[int, int]], float, float]]:
+    """Each batch: its (call, prompt) pairs, its release and its end (model seconds)."""
+    out: dict[int, Any] = {}
+    for rec in serve_app.runtime.log:
+        if rec["batch_id"] < 0:
+            continue
+        entry = out.setdefault(rec["batch_id"], [[], rec["batched_at"], rec["done_at"]])
+        entry[0].append((rec["call_id"], rec["prompt_index"]))
+    return [(sorted(v[0]), v[1], v[2]) for _, v in sorted(out.items())]
+
+
+def close(a: float, b: float) -> bool:
+    return abs(a - b) <= TOL
+
+
+def test_oldest_timeline_of_the_model_docs():
+    """W = 2 s, service 3 s, one worker; a..e at 0, 1, 2.5, 4, 4.5: oldest releases [a, b]
+    at 2 and [c, d, e] at 5 (docs/model.md; tests/test_model_timelines.py pins the model's)."""
+    sa = make(defaults={"flush": 2.0, "max_batch": 8})
+
+    async def main():
+        async with client(sa) as c:
+            rs = await asyncio.gather(*(post_at(c, t, [MMLU.format(n)]) for n, t in zip("abcde", [0, 1, 2.5, 4, 4.5],
+                                                                                      strict=True)))
+        assert all("choices" in r.json() for r in rs)
+    asyncio.run(main())
+    got = batches(sa)
+    assert [b[0] for b in got] == [[(0, 0), (1, 0)], [(2, 0), (3, 0), (4, 0)]]
+    assert close(got[0][1], 2.0) and close(got[0][2], 5.0)
+    assert close(got[1][1], 5.0) and close(got[1][2], 8.0)
+
+
+def test_pickup_timeline_of_the_model_docs():
+    """pickup: the freed worker opens a new window at 5 and releases [c, d, e] at 7."""
+    sa = make(defaults={"flush": 2.0, "max_batch": 8, "policy": "pickup"})
+
+    async def main():
+        async with client(sa) as c:
+            await asyncio.gather(*(post_at(c, t, [MMLU.format(n)]) for n, t in zip("abcde", [0, 1, 2.5, 4, 4.5],
+                                                                                 strict=True)))
+    asyncio.run(main())
+    got = batches(sa)
+    assert [b[0] for b in got] == [[(0, 0), (1, 0)], [(2, 0), (3, 0), (4, 0)]]
+    assert close(got[0][1], 2.0) and close(got[1][1], 7.0) and close(got[1][2], 10.0)
+
+
+def test_calls_within_the_window_form_one_batch_and_max_batch_splits():
+    """Three calls inside one 3 s window: one batch at 3. With max batch 2 the first two go
+    the instant the second arrives (t = 1); the third's window ends at 5, after the worker
+    is free again (at 4)."""
+    for max_batch, expect in ((8, [([(0, 0), (1, 0), (2, 0)], 3.0)]),
+                              (2, [([(0, 0), (1, 0)], 1.0), ([(2, 0)], 5.0)])):
+        sa = make(defaults={"flush": 3.0, "max_batch": max_batch})
+
+        async def main(sa=sa):
+            async with client(sa) as c:
+                await asyncio.gather(*(post_at(c, t, [MMLU.format(t)]) for t in (0, 1, 2)))
+        asyncio.run(main())
+        got = batches(sa)
+        assert [b[0] for b in got] == [e[0] for e in expect]
+        assert all(close(b[1], e[1]) for b, e in zip(got, expect, strict=True))
+
+
+def test_split_and_shared_dispatch_as_the_rule_says():
+    """Two GPUs, flush 0. split round-robin: a call's 4 prompts alternate between the GPUs'
+    queues, 0 and 2 on GPU 0. shared, max batch 2, a worker per GPU: [0, 1] on one GPU,
+    [2, 3] on the other. least-loaded split: prompts alternate too (ties to the lowest)."""
+    texts = [MMLU.format(i) for i in range(4)]
+    for tasks, expect in (
+            ({"topology": "split", "dispatch": "round-robin", "max_batch": 8}, {0: 0, 1: 1, 2: 0, 3: 1}),
+            ({"topology": "split", "dispatch": "least-loaded", "max_batch": 8}, {0: 0, 1: 1, 2: 0, 3: 1}),
+            ({"topology": "shared", "max_batch": 2}, {0: 0, 1: 0, 2: 1, 3: 1})):
+        sa = make(run={"gpus": 2}, tasks={"mmlu": tasks}, scale=20)
+
+        async def main(sa=sa):
+            async with client(sa) as c:
+                r = await c.post("/", json={"prompt": texts})
+                assert len(r.json()["choices"]) == 4
+        asyncio.run(main())
+        gpus = {rec["prompt_index"]: rec["gpu"] for rec in sa.runtime.log}
+        assert gpus == expect, tasks
+
+
+def test_direct_sends_batches_of_at_most_max_batch():
+    sa = make(run={"gpus": 2}, tasks={"mmlu": {"topology": "direct", "max_batch": 2}}, scale=20)
+
+    async def main():
+        async with client(sa) as c:
+            await c.post("/", json={"prompt": [MMLU.format(i) for i in range(5)]})
+    asyncio.run(main())
+    assert sorted(len(b[0]) for b in batches(sa)) == [1, 2, 2]
+    assert {rec["queue"] for rec in sa.runtime.log} == {"mmlu/direct"}
+
+
+def test_processor_sharing_stretches_concurrent_batches():
+    """Two 3 s batches on one processor-sharing GPU at once each progress at rate 1/2: both
+    end at 6; on an exclusive GPU the second waits for the lock: 3 and 6."""
+    for sharing, ends in (("processor-sharing", [6.0, 6.0]), ("exclusive", [3.0, 6.0])):
+        sa = make(run={"gpu_sharing": sharing}, tasks={"mmlu": {"topology": "direct"},
+                                                       "infobench": {"topology": "direct"}})
+
+        async def main(sa=sa):
+            async with client(sa) as c:
+                await asyncio.gather(post_at(c, 0, [MMLU.format(0)]), post_at(c, 0, [INFOBENCH.format(0)]))
+        asyncio.run(main())
+        got = sorted(b[2] for b in batches(sa))
+        assert all(close(g, e) for g, e in zip(got, ends, strict=True)), (sharing, got)
+
+
+def test_groups_of_a_call_route_by_task_and_reply_in_prompt_order():
+    sa = make(scale=20)
+    texts = [INFOBENCH.format(0), GRAPH.format(1), MMLU.format(2), INFOBENCH.format(3)]
+
+    async def main():
+        async with client(sa) as c:
+            return (await c.post("/", json={"prompt": texts, "max_tokens": 3})).json()
+    body = asyncio.run(main())
+    assert [ch["index"] for ch in body["choices"]] == [0, 1, 2, 3]
+    assert [ch["task"] for ch in body["choices"]] == ["infobench", "graph", "mmlu", "infobench"]
+    assert body["choices"][0]["text"] == " tok0 tok1 tok2"
+    by_prompt = {rec["prompt_index"]: rec for rec in sa.runtime.log}
+    assert by_prompt[1]["gpu"] is None and by_prompt[1]["queue"] == "graph"
+    assert by_prompt[0]["batch_id"] == by_prompt[3]["batch_id"]  # one infobench batch
+
+
+def test_queue_limit_rejects_with_the_error_body_and_429():
+    sa = make(defaults={"flush": 0.5, "max_batch": 8, "max_queue": 2}, scale=20)
+
+    async def main():
+        async with client(sa) as c:
+            batch = (await c.post("/", json={"prompt": [MMLU.format(i) for i in range(4)]}))
+            openai = [c.post("/v1/completions", json={"prompt": MMLU.format(i), "max_tokens": 2}) for i in range(3)]
+            return batch, await asyncio.gather(*openai)
+    batch, openai = asyncio.run(main())
+    assert batch.status_code == 200
+    body = batch.json()
+    assert "choices" not in body and set(body) >= {"error", "traceback", "failed"}
+    assert "full" in body["error"] and [f["index"] for f in body["failed"]] == [2, 3]
+    assert {f["reason"] for f in body["failed"]} == {"rejected"}
+    assert sorted(r.status_code for r in openai) == [200, 200, 429]
+    rejected = next(r for r in openai if r.status_code == 429).json()
+    assert rejected["error"]["type"] == "rejected" and "max_queue 2" in rejected["error"]["message"]
+
+
+def test_queue_timeout_drops_a_waiting_prompt():
+    """One worker busy for 3 s; a prompt that waits longer than queue_timeout 1 s is dropped."""
+    sa = make(tasks={"mmlu": {"topology": "shared", "flush": 0.0, "queue_timeout": 1.0}})
+
+    async def main():
+        async with client(sa) as c:
+            return await asyncio.gather(post_at(c, 0, [MMLU.format(0)]), post_at(c, 0.5, [MMLU.format(1)]))
+    first, second = asyncio.run(main())
+    assert "choices" in first.json()
+    assert second.json()["failed"][0]["reason"] == "dropped"
+
+
+def test_error_bodies_of_bad_requests():
+    sa = make(scale=20)
+
+    async def main():
+        async with client(sa) as c:
+            not_json = await c.post("/", content=b"{", headers={"content-type": "application/json"})
+            no_prompt = await c.post("/", json={"max_tokens": 3})
+            bad_max = await c.post("/", json={"prompt": ["x"], "max_tokens": 0})
+            unknown = await c.post("/", json={"prompt": ["hello there"]})
+            openai_bad = await c.post("/v1/completions", json={"prompt": ["a", "b"]})
+            chat_bad = await c.post("/v1/chat/completions", json={"messages": []})
+            return not_json, no_prompt, bad_max, unknown, openai_bad, chat_bad
+    not_json, no_prompt, bad_max, unknown, openai_bad, chat_bad = asyncio.run(main())
+    for r, words in ((not_json, "not JSON"), (no_prompt, "'prompt'"), (bad_max, "'max_tokens'"),
+                     (unknown, "no task of this server matches")):
+        assert r.status_code == 200 and set(r.json()) >= {"error", "traceback"} and words in r.json()["error"]
+    assert unknown.json()["failed"][0]["reason"] == "unknown-task"
+    for r in (openai_bad, chat_bad):
+        assert r.status_code == 400 and r.json()["error"]["type"] == "invalid"
+
+
+def _events(text: str) -> list[Any]:
+    return [line[5:].strip() for line in text.splitlines() if line.startswith("data:")]
+
+
+def test_openai_endpoints_plain_and_streamed():
+    sa = make(scale=20)
+
+    async def main():
+        async with client(sa) as c:
+            plain = await c.post("/v1/completions", json={"prompt": MMLU.format(0), "max_tokens": 3})
+            chat = await c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": INFOBENCH.format(1)}],
+                                                              "max_tokens": 2})
+            stream = await c.post("/v1/completions", json={"prompt": MMLU.format(2), "max_tokens": 4, "stream": True,
+                                                           "stream_options": {"include_usage": True}})
+            chat_stream = await c.post("/v1/chat/completions", json={
+                "messages": [{"role": "user", "content": MMLU.format(3)}], "max_tokens": 2, "stream": True})
+            models = await c.get("/v1/models")
+            return plain, chat, stream, chat_stream, models
+    plain, chat, stream, chat_stream, models = asyncio.run(main())
+    assert plain.json()["choices"][0]["text"] == " tok0 tok1 tok2" and plain.json()["usage"]["completion_tokens"] == 3
+    assert chat.json()["choices"][0]["message"] == {"role": "assistant", "content": " tok0 tok1"}
+    assert stream.headers["content-type"].startswith("text/event-stream")
+    events = _events(stream.text)
+    assert events[-1] == "[DONE]"
+    parsed = [json.loads(e) for e in events[:-1]]
+    pieces = [p["choices"][0]["text"] for p in parsed if p["choices"] and p["choices"][0]["text"]]
+    assert pieces == [" tok0", " tok1", " tok2", " tok3"]
+    assert parsed[-2]["choices"][0]["finish_reason"] == "length" and parsed[-1]["usage"]["completion_tokens"] == 4
+    chat_events = [json.loads(e) for e in _events(chat_stream.text)[:-1]]
+    assert [e["choices"][0]["delta"].get("content") for e in chat_events] == [" tok0", " tok1", None]
+    assert models.json()["data"][0]["id"] == "simctl"
+
+
+def test_streamed_tokens_spread_from_the_first_token_to_the_end():
+    """Over a real socket: a 4 s batch (scale 4: 1 s real) of 4 tokens whose first token comes
+    after a share of the batch; the first event arrives well before the last."""
+    uvicorn = pytest.importorskip("uvicorn")
+    sa = make(tasks={"mmlu": {"topology": "direct"}})
+    config = uvicorn.Config(sa.app, host="127.0.0.1", port=0, log_level="error", lifespan="on")
+    server = uvicorn.Server(config)
+
+    async def main():
+        task = asyncio.create_task(server.serve())
+        while not server.started:
+            await asyncio.sleep(0.02)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        times = []
+        t0 = time.monotonic()
+        async with httpx.AsyncClient(timeout=30) as c, c.stream(
+                "POST", f"http://127.0.0.1:{port}/v1/completions",
+                json={"prompt": MMLU.format(0), "max_tokens": 4, "stream": True}) as r:
+            async for line in r.aiter_lines():
+                if line.startswith("data:") and '"text": " tok' in line:
+                    times.append(time.monotonic() - t0)
+        server.should_exit = True
+        await task
+        return times
+    times = asyncio.run(main())
+    assert len(times) == 4
+    # the batch takes 3 model s = 0.75 s real; tokens are spread over it
+    assert times[-1] - times[0] > 0.2 and times[-1] < 5
+
+
+def test_metrics_report_queues_batches_latency_and_calls():
+    sa = make(scale=20)
+
+    async def main():
+        async with client(sa) as c:
+            await c.post("/", json={"prompt": [MMLU.format(0), MMLU.format(1), INFOBENCH.format(2)]})
+            return (await c.get("/metrics")).text
+    text = asyncio.run(main())
+    assert 'simctl_queue_depth{queue="mmlu"} 0.0' in text
+    assert "simctl_calls_in_flight 0.0" in text
+    assert 'simctl_batch_size_count{task="mmlu"} 1.0' in text and 'simctl_batch_size_sum{task="mmlu"} 2.0' in text
+    assert 'simctl_prompt_latency_seconds_count{task="infobench"} 1.0' in text
+    assert 'simctl_prompts_total{status="served",task="mmlu"} 2.0' in text
+    assert "simctl_call_latency_seconds_count 1.0" in text
+    assert 'simctl_gpu_outstanding_prompts{gpu="0"} 0.0' in text
+
+
+def test_metrics_see_a_waiting_queue_and_calls_in_flight():
+    sa = make(defaults={"flush": 100.0, "max_batch": 8})
+
+    async def main():
+        async with client(sa) as c:
+            pending = asyncio.create_task(c.post("/", json={"prompt": [MMLU.format(0), MMLU.format(1)]}))
+            await asyncio.sleep(0.2)
+            text = (await c.get("/metrics")).text
+            await sa.runtime.shutdown()
+            return text, (await pending).json()
+    text, reply = asyncio.run(main())
+    assert 'simctl_queue_depth{queue="mmlu"} 2.0' in text and "simctl_calls_in_flight 1.0" in text
+    assert "shutting down" in reply["error"]
+
+
+def test_shutdown_fails_queued_calls_and_lets_in_flight_batches_finish():
+    """A 3 s batch is running (scale 4: 0.75 s real) when the server shuts down; a call queued
+    behind it gets an error reply at once, the running one its answer; later calls are refused."""
+    sa = make(defaults={"flush": 0.0, "max_batch": 1})
+
+    async def main():
+        async with client(sa) as c:
+            running = asyncio.create_task(c.post("/", json={"prompt": [MMLU.format(0)]}))
+            await asyncio.sleep(0.1)
+            queued = asyncio.create_task(c.post("/", json={"prompt": [MMLU.format(1)]}))
+            await asyncio.sleep(0.1)
+            t0 = time.monotonic()
+            shutdown = asyncio.create_task(sa.runtime.shutdown(grace=10))
+            queued_reply = await queued
+            queued_after = time.monotonic() - t0
+            await shutdown
+            later = await c.post("/", json={"prompt": [MMLU.format(2)]})
+            return (await running).json(), queued_reply.json(), queued_after, later.json()
+    running, queued, queued_after, later = asyncio.run(main())
+    assert "choices" in running
+    assert queued["failed"][0]["reason"] == "shutdown" and queued_after < 0.5
+    assert later["failed"][0]["reason"] == "shutdown"
+
+
+class Failing(Backend):
+    name = "failing"
+
+    async def run(self, runtime: Runtime, batch: ServeBatch) -> list[str]:
+        raise RuntimeError("CUBLAS_STATUS_EXECUTION_FAILED")
+
+
+class Stalling(Backend):
+    name = "stalling"
+
+    async def run(self, runtime: Runtime, batch: ServeBatch) -> list[str]:
+        await asyncio.sleep(3600)
+        return []
+
+
+def test_a_backend_that_errors_or_stalls_gets_error_replies_not_hangs():
+    failing = make(backend=Failing(), scale=20)
+    stalling = make(backend=Stalling(), scale=1, batch_timeout=0.3)
+
+    async def main():
+        async with client(failing) as c:
+            batch = await c.post("/", json={"prompt": [MMLU.format(0)]})
+            openai = await c.post("/v1/completions", json={"prompt": MMLU.format(0)})
+            streamed = await c.post("/v1/completions", json={"prompt": MMLU.format(0), "stream": True})
+        async with client(stalling) as c:
+            stalled = await asyncio.wait_for(c.post("/", json={"prompt": [MMLU.format(0)]}), 10)
+            stalled_openai = await asyncio.wait_for(c.post("/v1/completions", json={"prompt": MMLU.format(0)}), 10)
+        return batch, openai, streamed, stalled, stalled_openai
+    batch, openai, streamed, stalled, stalled_openai = asyncio.run(main())
+    body = batch.json()
+    assert batch.status_code == 200 and "CUBLAS_STATUS_EXECUTION_FAILED" in body["error"]
+    assert "Traceback" in body["traceback"] and body["failed"][0]["reason"] == "backend"
+    assert openai.status_code == 500 and openai.json()["error"]["type"] == "backend"
+    events = _events(streamed.text)
+    assert json.loads(events[0])["error"]["type"] == "backend" and events[-1] == "[DONE]"
+    assert stalled.json()["failed"][0]["reason"] == "timeout"
+    assert stalled_openai.status_code == 504
+
+
+def test_same_batches_as_the_simulator():
+    """The server's batches for a trace equal the reference engine's (same policy objects)."""
+    from simulator.replay import replay
+    from simulator.trace.model import Call, Prompt, Trace
+
+    # [a, b] full at 0.5; [c, d] full at 2.4; e alone at its window's end, 5.6; f alone at
+    # 8.5: no arrival falls within 0.4 s of an instant that decides a batch
+    arrivals = [0, 0.5, 1.0, 2.4, 3.6, 6.5]
+    scenario = build_scenario(run={"gpus": 1, "engine": "reference"}, defaults={"flush": 2.0, "max_batch": 2})
+    trace = Trace(tuple(Call(str(i), t, (Prompt("mmlu"),)) for i, t in enumerate(arrivals)))
+    log = replay(trace, scenario, det_profile(mmlu=1.5), seed=0).log
+    simulated = sorted(sorted(int(i) for i in g["call_index"]) for _, g in log.groupby("batch_id"))
+    sa = build_app(scenario, det_profile(mmlu=1.5), SleepBackend(), time_scale=SCALE)
+
+    async def main():
+        async with client(sa) as c:
+            await asyncio.gather(*(post_at(c, t, [MMLU.format(i)]) for i, t in enumerate(arrivals)))
+    asyncio.run(main())
+    served = sorted(sorted(call for call, _ in b[0]) for b in batches(sa))
+    # the server numbers calls in arrival order, as the trace does
+    assert served == simulated
+
+
+# -- the command ---------------------------------------------------------------------------
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("args, words", [
+    (["-s", "design-notes", "--set", "tasks.mmlu.topology=continuous"], "field 'topology'"),
+    (["-s", "design-notes", "--time-scale", "0"], "--time-scale"),
+    (["-s", "design-notes", "--backend", "harness", "--time-scale", "5"], "only the sleep backend"),
+    (["-s", "design-notes", "--backend", "openai:http://127.0.0.1:9"], "1 URL(s) for 2 GPU(s)"),
+    (["-s", "design-notes", "--backend", "gpu"], "unknown backend 'gpu'"),
+    (["-s", "no-such-scenario"], "no-such-scenario"),
+    (["-s", "design-notes", "--set", "run.host_lock=true"], "host_lock"),
+])
+def test_cli_errors_are_one_line_and_exit_2(args, words):
+    result = runner.invoke(cli_app, ["serve", *args])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and words in lines[0], result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_cli_says_when_the_serve_extra_is_missing(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "uvicorn" else real(name, *a))
+    result = runner.invoke(cli_app, ["serve", "-s", "design-notes"])
+    assert result.exit_code == 2 and "pip install 'simctl[serve]'" in result.stderr and "uvicorn" in result.stderr
+
+
+def test_the_command_serves_and_shuts_down_on_sigint(tmp_path):
+    """A real process on a free port: a call is answered; SIGINT while a batch runs and a
+    call waits: the running one is answered, the waiting one gets an error reply, the
+    process exits."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-c", "from simulator.cli import main; main()", "serve", "-s",
+                             "design-notes", "--set", "tasks.infobench.flush=0", "--set", "tasks.infobench.workers=1",
+                             "--time-scale", "100", "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        match = re.search(r"http://127\.0\.0\.1:(\d+)", line)
+        assert match, line + (proc.stderr.read() if proc.stderr else "")
+        url = f"http://127.0.0.1:{match.group(1)}/"
+
+        async def main():
+            async with httpx.AsyncClient(timeout=30) as c:
+                first = await c.post(url, json={"prompt": [GRAPH.format(0)]})
+                # an infobench batch of the seed-calibrated profile takes ~100 s: ~1 s here
+                running = asyncio.create_task(c.post(url, json={"prompt": [INFOBENCH.format(1)]}))
+                await asyncio.sleep(0.1)
+                waiting = asyncio.create_task(c.post(url, json={"prompt": [INFOBENCH.format(2)]}))
+                await asyncio.sleep(0.1)
+                proc.send_signal(signal.SIGINT)
+                return first.json(), (await running).json(), (await waiting).json()
+        first, running, waiting = asyncio.run(main())
+        assert "choices" in first and "choices" in running
+        assert "shutting down" in waiting["error"]
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_harness_backend_serves_a_call_on_the_cpu():
+    pytest.importorskip("torch")
+    from simulator.serve.backends import HarnessBackend
+
+    sa = make(tasks={"mmlu": {"topology": "direct"}}, backend=HarnessBackend(device="cpu"), scale=1)
+
+    async def main():
+        async with client(sa) as c:
+            await sa.runtime.start()
+            t0 = time.monotonic()
+            r = await c.post("/", json={"prompt": [MMLU.format("a"), MMLU.format("bb"), GRAPH.format(0)],
+                                        "max_tokens": 4})
+            return r.json(), time.monotonic() - t0
+    body, seconds = asyncio.run(main())
+    assert [c["task"] for c in body["choices"]] == ["mmlu", "mmlu", "graph"], body
+    assert all(len(c["text"].split()) == 4 for c in body["choices"][:2])
+    assert seconds < 30
