@@ -112,7 +112,7 @@ class Setting:
     def bounds(self) -> str:
         """The range as text: `` >= 0``, `` > 0``, `` in [0, 1]`` (empty without one)."""
         if self.min is not None and self.max is not None:
-            return f" in [{self.min:g}, {self.max:g}]"
+            return f" in [{_number(self.min)}, {_number(self.max)}]"
         if self.min is not None:
             return f" {'>' if self.above else '>='} {self.min:g}"
         return ""
@@ -230,6 +230,20 @@ def registry(path: str) -> Registry[Any]:
     return found
 
 
+# The largest values a setting takes. A run keeps state per GPU, per worker and per batch
+# slot, so a value past these describes no serving system and would only exhaust memory or
+# time before it failed; it is refused up front, with the range, instead.
+LARGEST_GPUS = 100_000
+LARGEST_COUNT = 1_000_000         # workers, CPU pool size, batch and running-batch rows
+LARGEST_TOKENS = 2**31 - 1        # token counts and budgets, queue lengths, priorities
+LARGEST_LOOKAHEAD = 1024          # drafts per speculative step, rows per prompt
+
+
+def _number(value: float) -> str:
+    """A bound as a message shows it: 1,000,000 rather than 1e+06."""
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
+
+
 def setting(default: T, help: str, **spec: Any) -> T:
     """A settings field: ``default``, with ``help`` and the rest of ``spec`` (the keywords of
     :class:`Setting`) kept as its metadata. Typed as its default, so that the dataclass's
@@ -292,33 +306,34 @@ class TaskConfig:
         0.0, "Flush window in seconds (0 = no waiting)", min=0, noun="a number of seconds", read_by=QUEUED,
         sweepable=True, cli=ALL)
     max_batch: int = setting(
-        8, "Max prompts per batch", min=1, read_by=BATCHED, sweepable=True, cli=ALL)
+        8, "Max prompts per batch", min=1, max=LARGEST_COUNT, read_by=BATCHED, sweepable=True, cli=ALL)
     workers: int | None = setting(
         None, "Workers per shared queue (fewer than the GPUs: each takes a GPU per batch by the dispatch rule)",
-        min=1, unset="per GPU", read_by=("shared",), sweepable=True, cli=ALL)
+        min=1, max=LARGEST_COUNT, unset="per GPU", read_by=("shared",), sweepable=True, cli=ALL)
     dispatch: str = setting(
         "round-robin", "Dispatch rule to queues/GPUs", registry=DISPATCH_RULES, sweepable=True, cli=ALL)
     max_tokens: int | None = setting(
-        None, "Cap on every prompt's max tokens", min=1, unset="the trace's, else the profile's",
+        None, "Cap on every prompt's max tokens", min=1, max=LARGEST_TOKENS, unset="the trace's, else the profile's",
         sweepable=True, cli=REPLAY_SWEEP)
     resource: str | None = setting(
         None, "Where the task runs", choices=("gpu", "cpu"), unset="the profile's")
     cpu_workers: int | None = setting(
-        None, "Size of the CPU pool of a task on the CPU", min=1, unset="unlimited, a thread per request")
+        None, "Size of the CPU pool of a task on the CPU", min=1, max=LARGEST_COUNT, unset="unlimited, a thread per request")
     acceptance: float | None = setting(
         None, "Draft acceptance rate alpha", min=0, max=1, noun="a probability", unset="the profile's",
         kinds=SPEC_DECODE, sweepable=True, cli=REPLAY_SWEEP)
     lookahead: int | None = setting(
-        None, "Drafts per speculative iteration", min=1, unset="the profile's", kinds=SPEC_DECODE,
+        None, "Drafts per speculative iteration", min=1, max=LARGEST_LOOKAHEAD, unset="the profile's", kinds=SPEC_DECODE,
         sweepable=True, cli=REPLAY_SWEEP)
     discipline: str | None = setting(
         None, "Speculative batch discipline", choices=("ragged", "lockstep"), unset="the profile's",
         kinds=SPEC_DECODE, sweepable=True, cli=REPLAY_SWEEP)
     priority: int = setting(
         0, "The task's class where work of several tasks waits for one device: higher first, FIFO within a "
-        "class, never preempting a running batch", noun="an integer (higher is served first)")
+        "class, never preempting a running batch", min=-LARGEST_TOKENS, max=LARGEST_TOKENS,
+        noun="an integer (higher is served first)")
     max_queue: int | None = setting(
-        None, "Waiting prompts a queue holds; more are rejected", min=1, unset="unlimited",
+        None, "Waiting prompts a queue holds; more are rejected", min=1, max=LARGEST_TOKENS, unset="unlimited",
         read_by=WAITING_LINE, cli=REPLAY)
     queue_timeout: float | None = setting(
         None, "Seconds a prompt may wait in a queue", min=0, above=True, noun="a number of seconds",
@@ -327,15 +342,16 @@ class TaskConfig:
         "drop", "At the queue timeout: drop the prompt, or send it anyway (served, counted as timed out)",
         choices=("drop", "send"), read_by=WAITING_LINE, cli=REPLAY)
     max_num_seqs: int = setting(
-        256, "Rows in a running batch", min=1, read_by=CONTINUOUS, sweepable=True, cli=REPLAY_SWEEP)
+        256, "Rows in a running batch", min=1, max=LARGEST_COUNT, read_by=CONTINUOUS, sweepable=True, cli=REPLAY_SWEEP)
     max_batched_tokens: int = setting(
         8192, "Token budget per iteration (a prefill counts its prompt, a decode row one)", min=1,
+        max=LARGEST_TOKENS,
         read_by=CONTINUOUS, sweepable=True, cli=REPLAY_SWEEP)
     kv_blocks: int | None = setting(
-        None, "KV-cache blocks per engine", min=1, unset="the profile's kv_cache, else unlimited",
+        None, "KV-cache blocks per engine", min=1, max=LARGEST_TOKENS, unset="the profile's kv_cache, else unlimited",
         read_by=CONTINUOUS, sweepable=True, cli=REPLAY_SWEEP)
     block_size: int = setting(
-        16, "Tokens per KV-cache block", min=1, read_by=CONTINUOUS, cli=REPLAY)
+        16, "Tokens per KV-cache block", min=1, max=LARGEST_TOKENS, read_by=CONTINUOUS, cli=REPLAY)
     sticky_gpu: bool = setting(
         False, "A worker that takes a GPU per batch keeps the GPU of its first batch", read_by=("shared",))
     dispatch_group: str | None = setting(
@@ -350,7 +366,8 @@ class TaskConfig:
         "dequeuing); gpu-free: it forms one only when its GPU is free", registry=BATCH_FORMING,
         read_by=QUEUED, reference_only=True)
     rows_per_prompt: int = setting(
-        1, "Rows a prompt occupies in a batch (best-of-n sampling: n)", min=1, read_by=BATCHED,
+        1, "Rows a prompt occupies in a batch (best-of-n sampling: n)", min=1, max=LARGEST_LOOKAHEAD,
+        read_by=BATCHED,
         reference_only=True)
     single_prompt: str = setting(
         "batched", "A batch of one prompt is served batched like any other, or sequential: its rows one "
@@ -365,7 +382,7 @@ class RunSettings:
     """The system-wide settings of a run (a scenario's ``[run]``): one field per run setting."""
 
     gpus: int = setting(
-        2, "Number of GPUs", min=1, sweepable=True, cli=REPLAY_SWEEP)
+        2, "Number of GPUs", min=1, max=LARGEST_GPUS, sweepable=True, cli=REPLAY_SWEEP)
     gpu_sharing: str = setting(
         "exclusive", "How concurrent batches share a GPU", registry=GPU_SHARING, sweepable=True, cli=ALL)
     deadline: float | None = setting(
@@ -390,7 +407,7 @@ class RunSettings:
         (), "Tasks of one dispatch group named shared_rotation (as their dispatch_group, which a task's own "
         "setting overrides)", reference_only=True)
     max_concurrent_groups: int | None = setting(
-        None, "A call's task groups run at most this many at a time", min=1, unset="unlimited", reference_only=True)
+        None, "A call's task groups run at most this many at a time", min=1, max=LARGEST_TOKENS, unset="unlimited", reference_only=True)
     group_order: tuple[str, ...] = setting(
         (), "The order a call's task groups start in (tasks it does not list keep their order, after)")
     engine: str = setting(

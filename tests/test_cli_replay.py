@@ -192,7 +192,7 @@ def test_calls_that_failed_at_the_client_timeout_are_listed():
         ([TRACE, "--policy", "newest"], ["--policy", "oldest"]),
         ([TRACE, "--dispatch", "x"], ["--dispatch", "round-robin"]),
         ([TRACE, "--gpu-sharing", "x"], ["--gpu-sharing", "processor-sharing"]),
-        ([TRACE, "--max-batch", "0"], ["--max-batch", ">= 1"]),
+        ([TRACE, "--max-batch", "0"], ["--max-batch", "in [1, 1,000,000]"]),
         ([TRACE, "--flush", "-1"], ["--flush", ">= 0"]),
         ([TRACE, "--gpus", "0"], ["--gpus"]),
         ([TRACE, "--rate-scale", "0"], ["--rate-scale", "> 0"]),

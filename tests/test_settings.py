@@ -118,7 +118,8 @@ def test_a_new_field_is_a_setting_with_its_type_default_and_range():
     ("task", {"flush": True}, "must be a number of seconds >= 0, got True"),
     ("task", {"acceptance": 1.5}, "must be a probability in [0, 1], got 1.5"),
     ("task", {"queue_timeout": 0}, "must be a number of seconds > 0, got 0"),
-    ("task", {"priority": 1.5}, "must be an integer (higher is served first), got 1.5"),
+    ("task", {"priority": 1.5}, "must be an integer (higher is served first) in [-2,147,483,647, 2,147,483,647], "
+                                "got 1.5"),
     ("task", {"discipline": "wavy"}, "must be ragged or lockstep, got 'wavy'"),
     ("task", {"sticky_gpu": 1}, "must be true or false, got 1"),
     ("task", {"policy": ""}, "must be a name, got ''"),
@@ -131,6 +132,11 @@ def test_a_new_field_is_a_setting_with_its_type_default_and_range():
     ("run", {"client": "closed:0"}, "closed loop needs N >= 1"),
     ("run", {"group_order": ["a", ""]}, "must be a list of task names"),
     ("run", {"gpu_sharing": "mps"}, "unknown GPU sharing mode 'mps'; valid: exclusive, processor-sharing"),
+    # absurd sizes are refused up front with the range, not run until memory runs out
+    ("run", {"gpus": 2**63 - 1}, "must be an integer in [1, 100,000], got 9223372036854775807"),
+    ("task", {"workers": 10**18}, "must be an integer in [1, 1,000,000], got 1000000000000000000"),
+    ("task", {"max_batch": 10**7}, "must be an integer in [1, 1,000,000]"),
+    ("task", {"priority": -2**40}, "must be an integer (higher is served first) in [-2,147,483,647, 2,147,483,647]"),
 ])
 def test_checks_say_what_a_valid_value_is(scope, values, message):
     with pytest.raises(ScenarioError) as err:
@@ -180,8 +186,17 @@ def test_engine_flag_sets_the_run_and_a_bad_value_names_the_flag(tmp_path):
                                               "--engine", "x"]), "--engine:")
 
 
+def test_the_largest_sizes_run_in_bounded_time_and_memory():
+    """At the limits the settings allow, a replay of the bundled trace still finishes: no
+    table is sized by a setting past what the trace can use (batch sizes past its prompts)."""
+    result = runner.invoke(app, ["replay", str(TRACE), "-c", "design-notes", "--max-batch", "1000000",
+                                 "--set", "tasks.infobench.workers=1000000", "--set", "tasks.graph.cpu_workers=1000000"])
+    assert result.exit_code == 0, result.output
+
+
 def test_replay_flag_errors_name_the_flag():
-    assert_one_line_error(runner.invoke(app, ["replay", str(TRACE), "--max-batch", "0"]), "--max-batch:", ">= 1")
+    assert_one_line_error(runner.invoke(app, ["replay", str(TRACE), "--max-batch", "0"]), "--max-batch:",
+                           "in [1, 1,000,000]")
     assert_one_line_error(runner.invoke(app, ["replay", str(TRACE), "--client", "closed:x"]), "--client:")
 
 

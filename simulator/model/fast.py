@@ -237,7 +237,7 @@ def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int,
             fronts.append([2, -1, -1, rule, 0, dl0, dl1, cfg.max_batch, len(queue_names) - 1, t])
 
     # Service: per task its kind, mean per batch size (or grid) and pre-drawn noise.
-    max_size = max([c.max_batch for c in configs] + [1])
+    max_size = min(max([c.max_batch for c in configs] + [1]), max(len(task_of), 1))  # no batch outgrows the trace
     TK = np.zeros((n_tasks, 4), dtype=np.int64)            # dist, table?, dims, priority
     TMEAN = np.zeros((n_tasks, max_size + 1))
     TSCALE = np.zeros((n_tasks, 2))
