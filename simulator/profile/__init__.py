@@ -161,6 +161,9 @@ def profile_from_dict(data: Any, path: str | None = None) -> Profile:
         if not isinstance(service_raw, dict):
             raise ProfileError(where_path, f"task '{name}'", "service", "missing or not an object")
         kind = service_raw.get("kind", "distribution")
+        if not isinstance(kind, str):
+            raise ProfileError(where_path, f"task '{name}'", "service.kind",
+                               f"must be the name of a kind ({', '.join(KINDS.names())}), got {kind!r}")
         try:
             parser = KINDS.get(kind)
         except UnknownName as exc:
@@ -183,7 +186,10 @@ def profile_from_dict(data: Any, path: str | None = None) -> Profile:
     source = data.get("source", "")
     if not isinstance(source, str):
         raise ProfileError(where_path, None, "source", "must be a string")
-    return Profile(name=str(name), source=source, tasks=tasks, path=path, meta=data.get("meta", {}))
+    meta = data.get("meta", {})
+    if not isinstance(meta, dict):
+        raise ProfileError(where_path, None, "meta", f"must be an object, got {type(meta).__name__}")
+    return Profile(name=str(name), source=source, tasks=tasks, path=path, meta=meta)
 
 
 def resolve_profile_path(name_or_path: str | Path) -> Path:

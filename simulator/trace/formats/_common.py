@@ -119,7 +119,10 @@ def parse_time(path: Path, record: int, field: str, value: Any) -> tuple[float, 
     offset is taken as UTC) and returned as epoch seconds.
     """
     if is_number(value):
-        t = float(value)
+        try:
+            t = float(value)
+        except OverflowError:  # an integer past any float
+            raise TraceError(path, record, field, f"is too large for a time in seconds, got {show(value)}") from None
         if math.isfinite(t) and t >= 0:
             return t, False
         raise TraceError(path, record, field, f"must be a non-negative number, got {show(value)}")
@@ -133,7 +136,10 @@ def parse_time(path: Path, record: int, field: str, value: Any) -> tuple[float, 
             ) from None
         if when.tzinfo is None:
             when = when.replace(tzinfo=UTC)
-        return when.timestamp(), True
+        try:
+            return when.astimezone(UTC).timestamp(), True
+        except (ValueError, OverflowError):  # before year 1 once in UTC
+            raise TraceError(path, record, field, f"is out of the range of times in UTC, got {show(value)}") from None
     raise TraceError(path, record, field, f"must be a non-negative number, got {show(value)}")
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.errors import TraceError
+from simulator.trace.formats._common import MAX_COUNT
 from simulator.trace.formats._requests import DEFAULT_OPTIONS, TRACE_IMPORTERS, Importer, ImportOptions, bad_rows, build
 from simulator.trace.model import Trace
 
@@ -27,7 +28,7 @@ def looks_like(header: str) -> bool:
 def tokens(frame: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]:
     """Integer token counts and a mask of rows where the column is not an integer >= 0."""
     values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
-    bad = ~np.isfinite(values) | (values < 0) | (values != np.round(values))
+    bad = ~np.isfinite(values) | (values < 0) | (values != np.round(values)) | (values > MAX_COUNT)
     return np.where(bad, 0, values).astype(np.int64), bad
 
 

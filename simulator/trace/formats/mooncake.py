@@ -8,11 +8,13 @@ unless ``--task`` says otherwise.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
 
 from simulator.errors import TraceError
+from simulator.trace.formats._common import MAX_COUNT
 from simulator.trace.formats._requests import DEFAULT_OPTIONS, TRACE_IMPORTERS, Importer, ImportOptions, bad_rows, build
 from simulator.trace.model import Trace
 
@@ -47,9 +49,9 @@ def read_mooncake(path: str | Path, options: ImportOptions = DEFAULT_OPTIONS) ->
             values = []
             for key in FIELDS:
                 v = rec.get(key)
-                if reason is None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0
-                                       or (key != "timestamp" and v != int(v))):
-                    reason = (key, "missing" if v is None else f"must be a number >= 0, got {json.dumps(v)}")
+                if reason is None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+                                       or v < 0 or v > MAX_COUNT or (key != "timestamp" and v != int(v))):
+                    reason = (key, "missing" if v is None else f"must be a finite number >= 0, got {json.dumps(v)}")
                 values.append(v if reason is None else 0)
             blocks += len(rec.get("hash_ids") or []) if reason is None else 0
             t.append(values[0] / 1000.0)

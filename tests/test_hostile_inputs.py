@@ -1,0 +1,85 @@
+"""Inputs a hostile user might hand simctl, each once a traceback, a hang or a silent wrong
+result: now one ``error:`` line naming the file, record and field, exit 2, and the input
+untouched."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from helpers import assert_one_line_error
+from typer.testing import CliRunner
+
+from simulator.cli import app
+
+ROOT = Path(__file__).resolve().parent.parent
+TRACE = ROOT / "traces" / "batch_arrivals.json"
+PROFILE = json.loads((ROOT / "profiles" / "seed-calibrated.json").read_text())
+runner = CliRunner()
+
+
+def profile_with(change) -> str:
+    profile = json.loads(json.dumps(PROFILE))
+    change(profile)
+    return json.dumps(profile)
+
+
+def first_task(profile: dict) -> dict:
+    return profile["tasks"][next(iter(profile["tasks"]))]
+
+
+# (file name, content, command after the file's path is substituted for {f}, needles)
+CASES = {
+    "mooncake NaN time": (
+        "m.jsonl", '{"timestamp": 0, "input_length": 10, "output_length": 5}\n'
+                   '{"timestamp": NaN, "input_length": 10, "output_length": 5}\n',
+        ["import", "mooncake", "{f}", "-o", "{out}"], ["m.jsonl", "line 2", "'timestamp'", "NaN"]),
+    "mooncake token count past 64 bits": (
+        "m.jsonl", '{"timestamp": 0, "input_length": 1e30, "output_length": 5}\n',
+        ["import", "mooncake", "{f}", "-o", "{out}"], ["line 1", "'input_length'"]),
+    "azure token count past 64 bits": (
+        "a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,1e30,5\n",
+        ["import", "azure", "{f}", "-o", "{out}"], ["a.csv", "line 2", "'ContextTokens'"]),
+    "burstgpt token count past 64 bits": (
+        "b.csv", "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                 "5,ChatGPT,1e30,10,20,Conversation log\n",
+        ["import", "burstgpt", "{f}", "-o", "{out}"], ["b.csv", "line 2", "'Request tokens'"]),
+    "trace time past any float": (
+        "t.json", json.dumps({"calls": [{"t": 10**400, "prompts": ["mmlu"]}]}),
+        ["replay", "{f}"], ["t.json", "record 0", "'t'", "too large"]),
+    "ISO time before year 1 in UTC": (
+        "t.json", json.dumps({"calls": [{"t": "0001-01-01T00:00:00+05:00", "prompts": ["mmlu"]}]}),
+        ["replay", "{f}"], ["record 0", "'t'", "out of the range"]),
+    "token count of 2^63": (
+        "t.json", json.dumps({"calls": [{"t": 0, "prompts": [{"task": "mmlu", "max_tokens": 2**63}]}]}),
+        ["replay", "{f}"], ["record 0", "prompts[0].max_tokens", "too large"]),
+    "profile meta not an object": (
+        "p.json", profile_with(lambda p: p.update(meta=5)),
+        ["sweep", str(TRACE), "--flush", "0.1,0.2", "--profile", "{f}", "--out", "{out}.parquet"],
+        ["p.json", "'meta'", "must be an object"]),
+    "profile kind a list": (
+        "p.json", profile_with(lambda p: first_task(p)["service"].update(kind=["x"])),
+        ["replay", str(TRACE), "--profile", "{f}"], ["p.json", "'service.kind'", "name of a kind"]),
+    "GPUs past any serving system": (
+        None, None, ["replay", str(TRACE), "--set", "run.gpus=9223372036854775807"], ["'gpus'", "[1, 100,000]"]),
+    "workers past any serving system": (
+        None, None, ["replay", str(TRACE), "--set", "tasks.infobench.workers=1000000000000000000"],
+        ["'workers'", "[1, 1,000,000]"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_each_hostile_input_gets_one_line_and_is_left_untouched(tmp_path, case):
+    name, content, command, needles = CASES[case]
+    path = tmp_path / (name or "unused")
+    if content is not None:
+        path.write_text(content)
+    before = hashlib.sha256(path.read_bytes()).hexdigest() if content is not None else None
+    out = tmp_path / "out.json"
+    args = [a.replace("{f}", str(path)).replace("{out}", str(out)) for a in command]
+    assert_one_line_error(runner.invoke(app, args), *needles)
+    if before is not None:
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+    assert not out.exists() and not Path(f"{out}.parquet").exists()
