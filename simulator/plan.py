@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from simulator.errors import SimctlError
+from simulator.errors import PlanError
 from simulator.metrics import RUN_FIGURES, FigureError, figure_key
 from simulator.sweep import AXES, Base, SweepSpec, _local_results, config_key, validate
 
@@ -48,10 +48,6 @@ DEFAULT_AXES: dict[str, tuple[Any, ...]] = {
     "max_batch": (1, 2, 4, 8, 10),
 }
 _SLO_RE = re.compile(r"^\s*([^\s<>=]+?)\s*(<=|>=|<|>)\s*(\S+)\s*$")
-
-
-class PlanError(SimctlError):
-    kind = "plan"
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,8 @@ import json
 import math
 import multiprocessing
 import os
+import socket
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -38,7 +40,7 @@ from typing import Any, TextIO
 import numpy as np
 import pandas as pd
 
-from simulator.errors import ScenarioError, SimctlError
+from simulator.errors import ScenarioError, SweepError
 from simulator.metrics import FigureError, figure_key
 from simulator.profile import Profile
 from simulator.replay import simulate_and_summarize
@@ -49,12 +51,6 @@ from simulator.trace.model import Trace
 META_KEY = b"simctl.sweep"
 #: Every setting a sweep may vary, by name: its type parses an axis's values, its check checks them.
 _SETTING = {s.name: s for s in SETTINGS if s.sweepable}
-
-
-class SweepError(SimctlError):
-    """A sweep that cannot run or a results file that cannot be used."""
-
-    kind = "sweep"
 
 
 # -- what a sweep is ------------------------------------------------------------------
@@ -345,22 +341,77 @@ def _run_chunk(jobs: list, task: str | None, base: Base | None = None) -> list[d
     return [run_job(job, task, base) for job in jobs]
 
 
-def _dask_results(jobs: list, task: str | None, base: Base, cluster: Any) -> Iterator[dict[str, Any]]:
+#: Seconds to reach a cluster's scheduler before a sweep gives up on it.
+CONNECT_TIMEOUT = 10.0
+
+
+#: The address schemes of Dask's comms; ``tcp://`` (the default) is checked and probed first.
+DASK_SCHEMES = ("tcp://", "tls://", "inproc://", "ucx://", "ws://", "wss://")
+
+
+def cluster_address(text: str) -> tuple[str, int] | None:
+    """``(host, port)`` of a scheduler address ``tcp://HOST:PORT`` (or ``HOST:PORT``), ``None``
+    for another Dask scheme (``inproc://``, ``tls://`` ...); :class:`SweepError` naming what
+    is wrong with it."""
+    if "://" in text and not text.startswith("tcp://"):
+        if text.startswith(DASK_SCHEMES):
+            return None
+        raise SweepError(None, None, None, f"--cluster: not a Dask scheduler address ({', '.join(DASK_SCHEMES)}), "
+                         f"got {text!r}")
+    rest = text[len("tcp://"):] if text.startswith("tcp://") else text
+    host, sep, port = rest.rpartition(":")
+    host = host.strip("[]")  # an IPv6 address in brackets
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise SweepError(None, None, None, f"--cluster: must be a scheduler address like tcp://HOST:8786, got {text!r}")
+    return host, int(port)
+
+
+def connect(cluster: str, timeout: float = CONNECT_TIMEOUT) -> Any:
+    """A ``distributed.Client`` of the scheduler at ``cluster``, or :class:`SweepError` in one
+    line within about ``timeout`` seconds: a bad address, nothing listening, a listener that
+    is no scheduler."""
     try:
-        from distributed import Client, as_completed
+        from distributed import Client
     except ModuleNotFoundError:
         raise SweepError(None, None, "cluster", "running on a cluster needs dask.distributed: "
                          "pip install 'simctl[cluster]'") from None
-    client = cluster if isinstance(cluster, Client) else Client(cluster)
-    try:
-        remote_base = client.scatter(base, broadcast=True)
-        futures = [client.submit(_run_chunk, jobs[i:i + 4], task, remote_base, pure=False)
-                   for i in range(0, len(jobs), 4)]
-        for fut in as_completed(futures):
-            yield from fut.result()
-    finally:
-        if client is not cluster:
-            client.close()
+    where = cluster_address(cluster)
+    if where is not None:
+        try:
+            socket.create_connection(where, timeout=timeout).close()
+        except OSError as exc:
+            reason = "no answer" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__)
+            raise SweepError(None, None, None, f"--cluster: cannot reach the scheduler at {cluster}: {reason}") from None
+        cluster = cluster if cluster.startswith("tcp://") else f"tcp://{cluster}"
+    # A listener that accepts but never speaks Dask holds the client's handshake for minutes
+    # whatever its timeouts say: the client is made in a thread the sweep waits on so long.
+    made: dict[str, Any] = {}
+
+    def make() -> None:
+        try:
+            made["client"] = Client(cluster, timeout=timeout)
+        except BaseException as exc:  # reported below, in the sweep's thread
+            made["error"] = exc
+
+    thread = threading.Thread(target=make, name="simctl-cluster-connect", daemon=True)
+    thread.start()
+    thread.join(timeout + 5.0)
+    if "client" in made:
+        return made["client"]
+    error = made.get("error")
+    reason = "no answer" if error is None else " ".join(f"{type(error).__name__}: {error}".split())[:160]
+    raise SweepError(None, None, None, f"--cluster: no Dask scheduler answered at {cluster} within "
+                     f"{timeout:g} s ({reason})")
+
+
+def _dask_results(jobs: list, task: str | None, base: Base, client: Any) -> Iterator[dict[str, Any]]:
+    from distributed import as_completed
+
+    remote_base = client.scatter(base, broadcast=True)
+    futures = [client.submit(_run_chunk, jobs[i:i + 4], task, remote_base, pure=False)
+               for i in range(0, len(jobs), 4)]
+    for fut in as_completed(futures):
+        yield from fut.result()
 
 
 def run_sweep(spec: SweepSpec, base: Base, out: str | Path, *, workers: int | None = None,
@@ -374,6 +425,18 @@ def run_sweep(spec: SweepSpec, base: Base, out: str | Path, *, workers: int | No
     meta = {"format": "simctl-sweep/1", "hashes": base.hashes(), "task": spec.task,
             "axes": sorted(spec.axes),
             "trace": base.trace.source, "profile": base.profile.name, "scenario": base.scenario.name}
+    owned = isinstance(cluster, str)
+    if owned:
+        cluster = connect(cluster)  # before the results file is touched
+    try:
+        return _run_jobs(spec, base, out, meta, workers, cluster, force, progress)
+    finally:
+        if owned:
+            cluster.close()
+
+
+def _run_jobs(spec: SweepSpec, base: Base, out: str | Path, meta: dict[str, Any], workers: int | None,
+              cluster: Any, force: bool, progress: Callable[[int, int], None] | None) -> SweepResult:
     store = ResultStore(out, meta, force=force)
     done = store.done()
     jobs = [j for j in spec.jobs() if (j[0], j[2]) not in done]

@@ -83,3 +83,48 @@ def test_each_hostile_input_gets_one_line_and_is_left_untouched(tmp_path, case):
     if before is not None:
         assert hashlib.sha256(path.read_bytes()).hexdigest() == before
     assert not out.exists() and not Path(f"{out}.parquet").exists()
+
+
+# -- sweep --cluster: a bad address, nothing listening, a listener that never answers ----
+
+@pytest.mark.parametrize("address, words", [
+    ("nonsense", "must be a scheduler address like tcp://HOST:8786"),
+    ("tcp://host:99999", "must be a scheduler address"),
+    ("tcp://:8786", "must be a scheduler address"),
+    ("http://host:8786", "not a Dask scheduler address"),
+])
+def test_a_bad_cluster_address_is_one_line_before_any_work(tmp_path, address, words):
+    out = tmp_path / "s.parquet"
+    result = runner.invoke(app, ["sweep", str(TRACE), "--flush", "0.1,0.2", "--out", str(out), "--cluster", address])
+    assert_one_line_error(result, "--cluster", words)
+    assert not out.exists()
+
+
+def test_an_unreachable_or_silent_scheduler_fails_fast(tmp_path):
+    import socket
+    import threading
+    import time
+
+    pytest.importorskip("distributed")
+    from simulator.errors import SweepError
+    from simulator.sweep import connect
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    with pytest.raises(SweepError, match="cannot reach the scheduler"):
+        connect(f"tcp://127.0.0.1:{closed}", timeout=1.0)
+
+    silent = socket.socket()  # accepts connections, never speaks
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(4)
+    stop = threading.Event()
+    threading.Thread(target=stop.wait, daemon=True).start()
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(SweepError, match="no Dask scheduler answered"):
+            connect(f"tcp://127.0.0.1:{silent.getsockname()[1]}", timeout=1.0)
+        assert time.monotonic() - t0 < 60  # bounded: the timeout plus a grace, not minutes
+    finally:
+        stop.set()
+        silent.close()
