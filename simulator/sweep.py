@@ -302,6 +302,14 @@ def _json_default(value: Any) -> Any:
 # -- running ----------------------------------------------------------------------------
 
 
+class SweepInterrupted(KeyboardInterrupt):
+    """A sweep stopped by Ctrl-C (or SIGTERM made one) once every finished row was saved."""
+
+    def __init__(self, out: Path, kept: int, ran: int, total: int) -> None:
+        super().__init__(f"{out}: {kept} of {total} rows kept")
+        self.out, self.kept, self.ran, self.total = out, kept, ran, total
+
+
 @dataclass
 class SweepResult:
     frame: pd.DataFrame
@@ -453,8 +461,10 @@ def _run_jobs(spec: SweepSpec, base: Base, out: str | Path, meta: dict[str, Any]
             finished += 1
             if progress:
                 progress(skipped + finished, total)
-    finally:
+    except KeyboardInterrupt:
         frame = store.close()
+        raise SweepInterrupted(Path(out), len(frame), finished, total) from None
+    frame = store.close()
     return SweepResult(frame, finished, skipped, total)
 
 
@@ -552,6 +562,6 @@ def seeds_from(count: int) -> tuple[int, ...]:
     return tuple(range(count))
 
 
-__all__ = ["AXES", "Base", "ResultStore", "SweepError", "SweepResult", "SweepSpec", "aggregate", "metric_column",
+__all__ = ["AXES", "Base", "ResultStore", "SweepError", "SweepInterrupted", "SweepResult", "SweepSpec", "aggregate", "metric_column",
            "axes_from_options", "axes_of", "config_key", "flatten", "read_results", "run_job",
            "run_sweep", "scenario_for", "seeds_from"]

@@ -128,3 +128,52 @@ def test_an_unreachable_or_silent_scheduler_fails_fast(tmp_path):
     finally:
         stop.set()
         silent.close()
+
+
+# -- sweep: Ctrl-C keeps every finished row, says so, and the same command resumes ----------
+
+def test_an_interrupted_sweep_says_what_it_kept_and_resumes_to_the_same_rows(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import pandas as pd
+
+    from simulator.trace.formats import load_trace, save_trace
+    from simulator.trace.model import Call, Trace
+
+    bundled = load_trace(TRACE)
+    span = bundled.calls[-1].t + 1
+    calls = tuple(Call(f"{k}-{c.id}", c.t + k * span, c.prompts) for k in range(150) for c in bundled.calls)
+    trace = tmp_path / "long.json"
+    save_trace(Trace(calls=calls), trace)
+    out = tmp_path / "s.parquet"
+    command = [sys.executable, "-c", "from simulator.cli import main; main()", "sweep", str(trace),
+               "-c", "design-notes", "--flush", ",".join(str(f / 10) for f in range(12)), "--seeds", "3",
+               "--jobs", "2", "--out", str(out)]
+    sweep = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    journal = tmp_path / "s.parquet.journal"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and sweep.poll() is None:
+        if journal.exists() and len(journal.read_text().splitlines()) >= 3:  # meta and two rows
+            break
+        time.sleep(0.05)
+    sweep.send_signal(signal.SIGINT)
+    _, err = sweep.communicate(timeout=120)
+    if sweep.returncode == 0:
+        pytest.skip("the sweep finished before it could be interrupted")
+    assert sweep.returncode == 130, err
+    assert "Traceback" not in err and "run the same command to resume" in err, err
+    kept = len(pd.read_parquet(out))
+    assert kept >= 2 and f"{kept} of 36 rows kept in {out}" in err
+    assert not journal.exists()
+
+    resumed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"{36 - kept} replays run, {kept} already in the file skipped" in " ".join(resumed.stdout.split())
+    whole = tmp_path / "whole.parquet"
+    subprocess.run([*command[:-1], str(whole)], cwd=ROOT, check=True, capture_output=True, timeout=300)
+    key = ["config_key", "seed"]
+    pd.testing.assert_frame_equal(pd.read_parquet(out).sort_values(key).reset_index(drop=True),
+                                  pd.read_parquet(whole).sort_values(key).reset_index(drop=True))

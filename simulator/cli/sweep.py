@@ -9,12 +9,22 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from simulator.cli import app
-from simulator.cli._common import GENERATED, Flags, console, setting_options, user_errors
+from simulator.cli._common import GENERATED, Flags, console, err_console, setting_options, user_errors
 from simulator.metrics import figure_key
 from simulator.plan import slo_figures
 from simulator.profile import DEFAULT_PROFILE, load_profile
 from simulator.scenario import build_scenario, parse_set
-from simulator.sweep import Base, SweepSpec, aggregate, axes_of, metric_column, run_sweep, seeds_from, show_axis_value
+from simulator.sweep import (
+    Base,
+    SweepInterrupted,
+    SweepSpec,
+    aggregate,
+    axes_of,
+    metric_column,
+    run_sweep,
+    seeds_from,
+    show_axis_value,
+)
 from simulator.trace.formats import load_trace
 
 
@@ -58,7 +68,13 @@ def sweep_cli(
             def progress(done: int, total: int) -> None:
                 bar.update(job, completed=done, total=total)
 
-            result = run_sweep(spec, base, out, workers=jobs, cluster=cluster, force=force, progress=progress)
+            try:
+                result = run_sweep(spec, base, out, workers=jobs, cluster=cluster, force=force, progress=progress)
+            except SweepInterrupted as stop:
+                bar.stop()
+                err_console.print(f"interrupted; {stop.kept} of {stop.total} rows kept in {stop.out}; "
+                                  "run the same command to resume", highlight=False)
+                raise typer.Exit(130) from None
         console.print(f"{out}: {result.ran} replays run, {result.skipped} already in the file skipped, "
                       f"{len(result.frame)} rows", highlight=False)
         print_best(result.frame, metric)
