@@ -455,6 +455,7 @@ def _run_jobs(spec: SweepSpec, base: Base, out: str | Path, meta: dict[str, Any]
         progress(skipped, total)
     results = (_dask_results(jobs, spec.task, base, cluster) if cluster is not None
                else _local_results(jobs, spec.task, base, workers or os.cpu_count() or 1))
+    interrupted = False
     try:
         for row in results:
             store.add(row)
@@ -462,9 +463,11 @@ def _run_jobs(spec: SweepSpec, base: Base, out: str | Path, meta: dict[str, Any]
             if progress:
                 progress(skipped + finished, total)
     except KeyboardInterrupt:
-        frame = store.close()
+        interrupted = True
+    finally:
+        frame = store.close()  # every finished row saved, whatever stopped the sweep
+    if interrupted:
         raise SweepInterrupted(Path(out), len(frame), finished, total) from None
-    frame = store.close()
     return SweepResult(frame, finished, skipped, total)
 
 
