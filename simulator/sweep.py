@@ -184,6 +184,31 @@ def _set_base(base: Base) -> None:
     _BASE = base
 
 
+def _worker_start(base: Base, parent: int) -> None:
+    """A pool worker's start: it dies with the sweep (a killed sweep leaves no worker blocked
+    on a queue nobody feeds), then takes the sweep's base."""
+    die_with_parent(parent)
+    _set_base(base)
+
+
+def die_with_parent(parent: int) -> None:
+    """Have the kernel kill this process when its parent ends (Linux ``PR_SET_PDEATHSIG``);
+    exit at once if the parent ``parent`` has ended already. Elsewhere, nothing."""
+    import ctypes
+    import signal
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
+
+
 def run_job(job: tuple[str, dict[str, Any], int], task: str | None, base: Base | None = None) -> dict[str, Any]:
     """Replay one (configuration, seed); the result row. ``base`` defaults to the process's."""
     base = base or _BASE
@@ -331,8 +356,8 @@ def _local_results(jobs: list, task: str | None, base: Base, workers: int) -> It
         _set_base(base)
         yield run_job(jobs[0], task)
         jobs = jobs[1:]
-    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_set_base,
-                                initargs=(base,)) as pool:
+    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_start,
+                                initargs=(base, os.getpid())) as pool:
         # Chunks amortise the inter-process round trip over several millisecond-long replays.
         chunk = max(1, min(8, len(jobs) // (4 * workers)))
         futures = [pool.submit(_run_chunk, jobs[i:i + chunk], task) for i in range(0, len(jobs), chunk)]

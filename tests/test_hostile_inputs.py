@@ -177,3 +177,57 @@ def test_an_interrupted_sweep_says_what_it_kept_and_resumes_to_the_same_rows(tmp
     key = ["config_key", "seed"]
     pd.testing.assert_frame_equal(pd.read_parquet(out).sort_values(key).reset_index(drop=True),
                                   pd.read_parquet(whole).sort_values(key).reset_index(drop=True))
+
+
+def test_a_killed_sweep_leaves_no_worker_behind(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from simulator.trace.formats import load_trace, save_trace
+    from simulator.trace.model import Call, Trace
+
+    bundled = load_trace(TRACE)
+    span = bundled.calls[-1].t + 1
+    calls = tuple(Call(f"{k}-{c.id}", c.t + k * span, c.prompts) for k in range(150) for c in bundled.calls)
+    trace = tmp_path / "long.json"
+    save_trace(Trace(calls=calls), trace)
+    sweep = subprocess.Popen([sys.executable, "-c", "from simulator.cli import main; main()", "sweep", str(trace),
+                              "-c", "design-notes", "--flush", ",".join(str(f / 10) for f in range(30)),
+                              "--jobs", "2", "--out", str(tmp_path / "s.parquet")],
+                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def children() -> list[int]:
+        found = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    fields = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                if int(fields[1]) == sweep.pid:
+                    found.append(int(entry))
+        return found
+
+    deadline = time.monotonic() + 120
+    workers: list[int] = []
+    while time.monotonic() < deadline and sweep.poll() is None and len(workers) < 2:
+        workers = children()
+        time.sleep(0.05)
+    if sweep.poll() is not None:
+        pytest.skip("the sweep finished before its workers could be seen")
+    sweep.send_signal(signal.SIGKILL)
+    sweep.wait()
+
+    def alive(pid: int) -> bool:
+        try:
+            return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    until = time.monotonic() + 15
+    while time.monotonic() < until and any(alive(w) for w in workers):
+        time.sleep(0.1)
+    assert not [w for w in workers if alive(w)], "workers outlived the killed sweep"
