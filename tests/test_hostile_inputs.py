@@ -231,3 +231,33 @@ def test_a_killed_sweep_leaves_no_worker_behind(tmp_path):
     while time.monotonic() < until and any(alive(w) for w in workers):
         time.sleep(0.1)
     assert not [w for w in workers if alive(w)], "workers outlived the killed sweep"
+
+
+def test_a_write_killed_midway_leaves_a_part_file_the_next_write_removes(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    from simulator.outputs import open_output
+
+    out = tmp_path / "summary.json"
+    writer = subprocess.Popen([sys.executable, "-c", (
+        "import time, sys\n"
+        "from simulator.outputs import open_output\n"
+        f"with open_output({str(out)!r}) as fh:\n"
+        "    fh.write('partial'); fh.flush(); print('writing', flush=True); time.sleep(60)\n")],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert writer.stdout is not None and writer.stdout.readline().strip() == "writing"
+    live = [p for p in tmp_path.iterdir() if p.name.endswith(".part")]
+    assert len(live) == 1 and f".{writer.pid}." in live[0].name
+    # a write of another output, or of this one while its writer lives, leaves the part alone
+    with open_output(tmp_path / "other.json") as fh:
+        fh.write("x")
+    assert live[0].exists()
+    writer.send_signal(signal.SIGKILL)
+    writer.wait()
+    assert live[0].exists() and not out.exists()  # killed midway: no output, a part left
+    with open_output(out) as fh:
+        fh.write("{}")
+    assert out.read_text() == "{}" and not live[0].exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.json", "summary.json"]
