@@ -261,3 +261,18 @@ def test_a_write_killed_midway_leaves_a_part_file_the_next_write_removes(tmp_pat
         fh.write("{}")
     assert out.read_text() == "{}" and not live[0].exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other.json", "summary.json"]
+
+
+def test_compare_never_overwrites_a_plot_without_force_nor_its_input(tmp_path):
+    results = tmp_path / "s.parquet"
+    assert runner.invoke(app, ["sweep", str(TRACE), "--flush", "0.1,0.2", "--out", str(results)]).exit_code == 0
+    plot = tmp_path / "plot.png"
+    plot.write_text("mine")
+    assert_one_line_error(runner.invoke(app, ["compare", str(results), "--plot", str(plot)]), "plot.png", "--force")
+    assert plot.read_text() == "mine"
+    before = results.read_bytes()
+    assert_one_line_error(runner.invoke(app, ["compare", str(results), "--plot", str(results), "--force"]),
+                          "overwrite an input")
+    assert results.read_bytes() == before
+    assert runner.invoke(app, ["compare", str(results), "--plot", str(plot), "--force"]).exit_code == 0
+    assert plot.read_bytes().startswith(b"\x89PNG")

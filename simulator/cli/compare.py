@@ -13,6 +13,7 @@ from rich.table import Table
 from simulator.cli import app
 from simulator.cli._common import console, user_errors
 from simulator.errors import SweepError
+from simulator.outputs import check_writable
 from simulator.sweep import aggregate, axes_of, axis_order, metric_column, read_results, show_axis_value
 
 
@@ -45,9 +46,12 @@ def compare_cli(
     where: list[str] = typer.Option([], "--where", help="Fix an axis: AXIS=VALUE (repeatable)."),
     higher_is_better: bool = typer.Option(False, "--higher-is-better", help="Best cell is the largest (e.g. throughput)."),
     plot: Path | None = typer.Option(None, "--plot", help="Write a heatmap (two axes) or lines with CI bands (one numeric axis)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing --plot file."),
 ) -> None:
     """Pivot one figure of a sweep across its axes, mark the best cell, optionally plot it."""
     with user_errors():
+        if plot is not None:
+            check_writable(plot, force=force, inputs=(results,))
         frame, meta = read_results(results)
         metric = metric_column(frame, metric)
         frame = parse_where(where, frame)
