@@ -276,3 +276,24 @@ def test_compare_never_overwrites_a_plot_without_force_nor_its_input(tmp_path):
     assert results.read_bytes() == before
     assert runner.invoke(app, ["compare", str(results), "--plot", str(plot), "--force"]).exit_code == 0
     assert plot.read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize("rows, dataset, needles", [
+    ("0,1e9,1,Gamma,1,1\n600,1,1,Gamma,1,1\n", None, ["line 1", "'rate_rps'", "at most 50,000,000"]),
+    ("0,1,1,Gamma,1,1\n1e12,1,1,Gamma,1,1\n", None, ["'rate_rps'", "at most 50,000,000"]),
+    ("0,1,1,Weibull,1e-9,1\n600,1,1,Gamma,1,1\n", None, ["line 1", "'param1'", "shape in [0.01, 1000]"]),
+    ("0,1,1,Gamma,1e-300,1\n600,1,1,Gamma,1,1\n", None, ["line 1", "'param1'"]),
+    ("0,1,1,Gamma,1,1\n600,1,1,Gamma,1,1\n", {"0": {"input_tokens": "{10: -0.5, 20: 1.5}", "output_tokens": "{5: 1}"}},
+     ["period 0", "'input_tokens'", "probabilities must be finite and >= 0"]),
+    ("0,1,1,Gamma,1,1\n600,1,1,Gamma,1,1\n", [1, 2], ["must be an object of periods"]),
+    ("0,1,1,Gamma,1,1\n600,1,1,Gamma,1,1\n", {"0": {"input_tokens": "[1, 2]", "output_tokens": "{5: 1}"}},
+     ["period 0", "'input_tokens'", "{length: probability} dict"]),
+])
+def test_servegen_files_asking_the_impossible_are_refused_up_front(tmp_path, rows, dataset, needles):
+    trace = tmp_path / "chunk-1-trace.csv"
+    trace.write_text(rows)
+    if dataset is not None:
+        (tmp_path / "chunk-1-dataset.json").write_text(json.dumps(dataset))
+    out = tmp_path / "out.json"
+    assert_one_line_error(runner.invoke(app, ["import", "servegen", str(trace), "-o", str(out)]), *needles)
+    assert not out.exists()

@@ -21,11 +21,40 @@ import numpy as np
 import pandas as pd
 from scipy.special import gamma as gamma_fn
 
+from simulator import inputs
 from simulator.errors import TraceError
+from simulator.trace.formats._common import MAX_COUNT
 from simulator.trace.formats._requests import DEFAULT_OPTIONS, TRACE_IMPORTERS, Importer, ImportOptions, bad_rows, build
 from simulator.trace.model import Trace
 
 DISTS = ("Gamma", "Weibull", "")
+
+
+#: The arrival shapes a window may give: outside, a Weibull's mean (Gamma(1 + 1/k)) overflows
+#: or draws underflow to gaps of zero, and a window never ends.
+MIN_SHAPE, MAX_SHAPE = 0.01, 1000.0
+#: The most requests a file may ask for in all.
+MAX_REQUESTS = 50_000_000
+
+
+def _window_arrivals(rng: np.random.Generator, start: float, end: float, mean: float, shape: float,
+                     dist: str) -> np.ndarray:
+    """Arrival instants in ``[start, end)``: gaps of mean ``mean`` from the window's Gamma or
+    Weibull of ``shape``, added one after another from ``start``; drawn in blocks of about
+    the window's expected count (the block's draws past the window's end are dropped)."""
+    out: list[np.ndarray] = []
+    t = start
+    block = max(16, int(1.2 * (end - start) / mean) + 16)
+    scale = mean / shape if dist == "Gamma" else mean / gamma_fn(1 + 1 / shape)
+    while True:
+        gaps = rng.gamma(shape, scale, block) if dist == "Gamma" else rng.weibull(shape, block) * scale
+        instants = t + np.cumsum(gaps)
+        inside = instants < end
+        if not inside.all():
+            out.append(instants[:int(np.argmin(inside))])
+            return np.concatenate(out)
+        out.append(instants)
+        t = float(instants[-1])
 
 
 def looks_like(first_line: str) -> bool:
@@ -45,24 +74,36 @@ def _dataset(path: Path, options: ImportOptions) -> dict[float, dict[str, tuple[
         if options.dataset:
             raise TraceError(given, None, None, "no such file (the ServeGen dataset of length PDFs)")
         return None
-    import json
-
-    raw = json.loads(given.read_text())
+    raw = inputs.read_json(given, TraceError, "ServeGen dataset")
+    if not isinstance(raw, dict):
+        raise TraceError(given, None, None, "must be an object of periods ({start: {input_tokens, output_tokens}})")
     out = {}
     for start, pdfs in raw.items():
+        try:
+            period = float(start)
+        except ValueError:
+            raise TraceError(given, f"period {start!r}", None, "a period's key must be its start in seconds") from None
+        if not isinstance(pdfs, dict):
+            raise TraceError(given, f"period {start}", None, "must be an object with input_tokens and output_tokens")
         entry = {}
         for key in ("input_tokens", "output_tokens"):
             try:
                 pdf = ast.literal_eval(pdfs[key]) if isinstance(pdfs[key], str) else pdfs[key]
-            except (KeyError, ValueError, SyntaxError):
+                if not isinstance(pdf, dict):
+                    raise ValueError
+                values = np.array([float(k) for k in pdf], dtype=float)
+                probs = np.array([float(v) for v in pdf.values()], dtype=float)
+            except (KeyError, ValueError, SyntaxError, TypeError, RecursionError, MemoryError):
                 raise TraceError(given, f"period {start}", key, "missing or not a {length: probability} dict") from None
-            values = np.array([float(k) for k in pdf], dtype=float)
-            probs = np.array([float(v) for v in pdf.values()], dtype=float)
+            if not (np.isfinite(values).all() and (values >= 0).all() and (values <= MAX_COUNT).all()):
+                raise TraceError(given, f"period {start}", key, "lengths must be finite token counts >= 0")
+            if not (np.isfinite(probs).all() and (probs >= 0).all()):
+                raise TraceError(given, f"period {start}", key, "probabilities must be finite and >= 0")
             if values.size and probs.sum() > 0:
                 entry[key] = (values, probs / probs.sum())
         # A period without traffic has empty PDFs: the previous period's lengths carry on.
         if len(entry) == 2:
-            out[float(start)] = entry
+            out[period] = entry
     return out or None
 
 
@@ -78,35 +119,34 @@ def read_servegen(path: str | Path, options: ImportOptions = DEFAULT_OPTIONS) ->
     bad_start = ~np.isfinite(start) | (start < 0)
     bad_rate = ~np.isfinite(rate) | (rate < 0)
     bad_dist = np.array([d not in DISTS for d in dist]) | ((rate > 0) & np.array([d == "" for d in dist]))
-    bad_shape = (rate > 0) & (~np.isfinite(shape) | (shape <= 0))
+    bad_shape = (rate > 0) & (~np.isfinite(shape) | (shape < MIN_SHAPE) | (shape > MAX_SHAPE))
     keep = bad_rows(path, lines, bad_start | bad_rate | bad_dist | bad_shape, [
         (bad_start, "window_start_s", "must be a number of seconds >= 0"),
         (bad_rate, "rate_rps", "must be a number >= 0"),
         (bad_dist, "arrival_dist", "must be Gamma or Weibull (empty only when the rate is 0)"),
-        (bad_shape, "param1", "must be a shape > 0"),
+        (bad_shape, "param1", f"must be a shape in [{MIN_SHAPE:g}, {MAX_SHAPE:g}]"),
     ], options)
     start, rate, shape, dist = start[keep], rate[keep], shape[keep], dist[keep]
     window = float(np.median(np.diff(np.sort(start)))) if start.size > 1 else 600.0
+    # Refused up front: a file asking for more requests than any trace holds (a rate of 1e9,
+    # windows 1e12 s apart) would only run out of memory drawing them.
+    expected = float(np.sum(rate * window))
+    if not expected <= MAX_REQUESTS:
+        first = int(np.flatnonzero(np.cumsum(rate * window) > MAX_REQUESTS)[0]) if np.isfinite(expected) else 0
+        raise TraceError(path, f"line {int(lines[keep][first])}", "rate_rps",
+                         f"asks for about {expected:.3g} requests ({window:g}-s windows); at most {MAX_REQUESTS:,}")
     rng = np.random.default_rng(options.seed)
     times, origin_lines = [], []
     for s, r, k, d, ln in zip(start, rate, shape, dist, lines[keep], strict=True):
         if r <= 0:
             continue
-        mean = 1.0 / r
-        t = s
-        while True:
-            if d == "Gamma":
-                gap = rng.gamma(k, mean / k)
-            else:
-                gap = rng.weibull(k) * mean / gamma_fn(1 + 1 / k)
-            t += gap
-            if t >= s + window:
-                break
-            times.append(t)
-            origin_lines.append(ln)
-    if not times:
+        arrivals = _window_arrivals(rng, s, s + window, 1.0 / r, k, d)
+        times.append(arrivals)
+        origin_lines.append(np.full(arrivals.size, ln))
+    t = np.concatenate(times) if times else np.zeros(0)
+    if not t.size:
         raise TraceError(path, None, None, "every window has rate 0: no arrivals to synthesise")
-    t = np.array(times)
+    origin = np.concatenate(origin_lines)
     pdfs = _dataset(path, options)
     prompt = output = None
     if pdfs:
@@ -124,7 +164,7 @@ def read_servegen(path: str | Path, options: ImportOptions = DEFAULT_OPTIONS) ->
     if t.min() > 0:
         meta["first_arrival_s"] = float(t.min())  # before the shift to 0
     return build(path, t, prompt, output, np.full(t.size, "servegen", dtype=object),
-                 np.array(origin_lines), meta, options)
+                 origin, meta, options)
 
 
 TRACE_IMPORTERS.register("servegen")(Importer(looks_like, read_servegen))
