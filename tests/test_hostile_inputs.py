@@ -46,6 +46,13 @@ CASES = {
         "b.csv", "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
                  "5,ChatGPT,1e30,10,20,Conversation log\n",
         ["import", "burstgpt", "{f}", "-o", "{out}"], ["b.csv", "line 2", "'Request tokens'"]),
+    "CSV row with more fields than the header (first row)": (
+        "a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,10,5,99\n",
+        ["import", "azure", "{f}", "-o", "{out}"], ["a.csv", "line 2", "has 4 fields; the header has 3"]),
+    "CSV row with more fields than the header (later row)": (
+        "b.csv", "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                 "5,ChatGPT,10,10,20,Conversation log\n6,ChatGPT,10,10,20,Conversation log,x\n",
+        ["import", "burstgpt", "{f}", "-o", "{out}"], ["b.csv", "line 3", "has 7 fields; the header has 6"]),
     "trace time past any float": (
         "t.json", json.dumps({"calls": [{"t": 10**400, "prompts": ["mmlu"]}]}),
         ["replay", "{f}"], ["t.json", "record 0", "'t'", "too large"]),

@@ -8,6 +8,7 @@ arrive close together into one call, and the handling of bad rows.
 
 from __future__ import annotations
 
+import csv
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -15,11 +16,41 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from simulator.errors import SimctlWarning, TraceError
 from simulator.registry import Registry
 from simulator.trace.formats._common import EPOCH_THRESHOLD
 from simulator.trace.model import Call, Prompt, Trace
+
+
+def read_csv_table(path: Path) -> pd.DataFrame:
+    """A CSV file with a header as text columns; :class:`TraceError` naming the first line
+    whose field count differs from the header's (pandas would otherwise take a longer first
+    row's extra field as an index, shifting every column, or drop it)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pd.errors.ParserWarning)
+        try:
+            return pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True, index_col=False)
+        except (pd.errors.ParserWarning, pd.errors.ParserError):
+            ragged = _first_ragged_line(path)
+            if ragged is None:
+                raise
+            line, fields, expected = ragged
+            raise TraceError(path, f"line {line}", None, f"has {fields} fields; the header has {expected}") from None
+
+
+def _first_ragged_line(path: Path) -> tuple[int, int, int] | None:
+    """(line, fields, header's fields) of the first row whose field count is not the header's."""
+    with open(path, encoding="utf-8", newline="") as fh:
+        rows = csv.reader(fh)
+        header = next(rows, None)
+        if header is None:
+            return None
+        for row in rows:
+            if row and len(row) != len(header):
+                return rows.line_num, len(row), len(header)
+    return None
 
 
 @dataclass(frozen=True)

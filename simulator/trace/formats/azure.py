@@ -15,7 +15,15 @@ import pandas as pd
 
 from simulator.errors import TraceError
 from simulator.trace.formats._common import MAX_COUNT
-from simulator.trace.formats._requests import DEFAULT_OPTIONS, TRACE_IMPORTERS, Importer, ImportOptions, bad_rows, build
+from simulator.trace.formats._requests import (
+    DEFAULT_OPTIONS,
+    TRACE_IMPORTERS,
+    Importer,
+    ImportOptions,
+    bad_rows,
+    build,
+    read_csv_table,
+)
 from simulator.trace.model import Trace
 
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -34,7 +42,7 @@ def tokens(frame: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]:
 
 def read_azure(path: str | Path, options: ImportOptions = DEFAULT_OPTIONS) -> Trace:
     path = Path(path)
-    frame = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
+    frame = read_csv_table(path)
     missing = [c for c in COLUMNS if c not in frame.columns]
     if missing:
         raise TraceError(path, "line 1", missing[0], f"missing column (the header must be {','.join(COLUMNS)})")

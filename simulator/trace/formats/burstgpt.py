@@ -16,7 +16,15 @@ import numpy as np
 import pandas as pd
 
 from simulator.errors import SimctlWarning, TraceError
-from simulator.trace.formats._requests import DEFAULT_OPTIONS, TRACE_IMPORTERS, Importer, ImportOptions, bad_rows, build
+from simulator.trace.formats._requests import (
+    DEFAULT_OPTIONS,
+    TRACE_IMPORTERS,
+    Importer,
+    ImportOptions,
+    bad_rows,
+    build,
+    read_csv_table,
+)
 from simulator.trace.formats.azure import tokens
 from simulator.trace.model import Trace
 
@@ -30,7 +38,7 @@ def looks_like(header: str) -> bool:
 
 def read_burstgpt(path: str | Path, options: ImportOptions = DEFAULT_OPTIONS) -> Trace:
     path = Path(path)
-    frame = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
+    frame = read_csv_table(path)
     frame.columns = [c.strip() for c in frame.columns]
     missing = [c for c in REQUIRED if c not in frame.columns]
     if missing:
