@@ -150,7 +150,12 @@ class SleepBackend(Backend):
     async def sleep(self, runtime: Runtime, batch: ServeBatch) -> None:
         work, first = self.draw(runtime, batch)
         batch.plan(runtime, first, work)
-        device = batch.device
+        await self.serve_work(runtime, batch.device, work)
+
+    async def serve_work(self, runtime: Runtime, device: Device, work: float) -> None:
+        """Take ``work`` server seconds of ``device``'s time (a batch, or a continuous
+        engine's iteration): a sleep, stretched on a processor-sharing GPU by what else runs
+        there."""
         if device.gpu_id >= 0 and not device.exclusive:
             shared = self._shared.get(device.gpu_id)
             if shared is None:
