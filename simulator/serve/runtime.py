@@ -496,9 +496,11 @@ class ServeEngine:
 
     Lag: an iteration's sleep ends a little late (the event loop wakes on millisecond
     timers, and other work runs first). Iterations run back to back on a device, so the
-    engine keeps to its own schedule: the lateness of one iteration's end is taken off the
-    next one's sleep (never below zero; the rest is carried), so it does not add up over an
-    engine's hundreds of iterations. It is forgotten when the engine goes idle.
+    engine keeps to its own schedule: the device seconds one iteration ran past its work
+    (the backend's ``serve_work`` tells; on a processor-sharing GPU in solo seconds, its
+    stretch by other work not counted) are taken off the next one's (never below zero; the
+    rest is carried), so lag does not add up over an engine's hundreds of iterations. It is
+    forgotten when the engine goes idle.
     """
 
     def __init__(self, runtime: Runtime, task: str, config: TaskConfig, device: Device, index: int) -> None:
@@ -714,11 +716,9 @@ class ServeEngine:
         device.running += 1
         device.outstanding += rows
         try:
-            start = runtime.clock.now()
             owed = min(self._late, work)
-            await runtime.backend.serve_work(runtime, device, work - owed)  # type: ignore[attr-defined]
-            late = runtime.clock.now() - (start + work - owed)
-            self._late = self._late - owed + max(late, 0.0)
+            late = await runtime.backend.serve_work(runtime, device, work - owed)  # type: ignore[attr-defined]
+            self._late = self._late - owed + float(late)
         finally:
             device.outstanding -= rows
             device.running -= 1
