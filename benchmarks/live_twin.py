@@ -73,7 +73,10 @@ def _serve(topology: str, time_scale: float, seed: int, log_path: Path) -> tuple
     """``simctl serve`` as a process on a free port of 127.0.0.1; (process, base URL)."""
     args = [sys.executable, "-c", "from simulator.cli import main; main()", "serve", "-s", "design-notes",
             "-p", "seed-calibrated", "--backend", "sleep", "--time-scale", f"{time_scale:g}", "--seed", str(seed),
-            "--host", "127.0.0.1", "--port", "0", "--grace", "5"]
+            "--host", "127.0.0.1", "--port", "0", "--grace", "5",
+            # the stall guard is no part of the model (a direct infobench batch under processor
+            # sharing runs for thousands of model seconds)
+            "--batch-timeout", "1000000"]
     for key, value in overrides(topology).items():
         args += ["--set", f"{key}={value}"]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))

@@ -527,16 +527,19 @@ class ServeEngine:
         self.jobs: dict[int, PromptJob] = {}
         self.waiting: deque[int] = deque()
         self.resumed: dict[int, int] = {}
-        gain = self.cost.fixed_tokens
-        self.rows: FixedGainRows | DrawnGainRows = (
-            FixedGainRows(gain, self.prompt_tokens, self.max_tokens, config.block_size, self.counts_blocks)
-            if gain is not None else DrawnGainRows(self.cost, self.prompt_tokens, self.max_tokens, config.block_size))
+        self.rows = self._new_rows()
         self.running = 0
         self.busy = False
         self.outstanding_tokens = 0
         self.iterations = 0
         self._late = 0.0  # server seconds the engine is behind its own schedule
         runtime.engines.append(self)
+
+    def _new_rows(self) -> FixedGainRows | DrawnGainRows:
+        gain = self.cost.fixed_tokens
+        if gain is not None:
+            return FixedGainRows(gain, self.prompt_tokens, self.max_tokens, self.block_size, self.counts_blocks)
+        return DrawnGainRows(self.cost, self.prompt_tokens, self.max_tokens, self.block_size)
 
     @property
     def outstanding(self) -> int:
@@ -747,12 +750,17 @@ class ServeEngine:
             watcher()
 
     def _fail_all(self, error: PromptFailed) -> None:
+        """Every prompt here fails with ``error``; the engine starts afresh (empty cache)."""
         for pid, job in list(self.jobs.items()):
             if not job.future.done():
                 self.runtime.fail(job, error, "failed")
             del self.jobs[pid]
         self.waiting.clear()
         self.resumed.clear()
+        self.rows = self._new_rows()
+        self.free_blocks = self.total_blocks
+        self.running = 0
+        self.outstanding_tokens = 0
 
 
 class ContinuousFront(Front):
