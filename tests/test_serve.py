@@ -484,6 +484,35 @@ def test_continuous_same_admissions_as_the_simulator():
     assert all(close(a[2], b[2]) for a, b in zip(served, simulated, strict=True)), (served, simulated)
 
 
+def test_continuous_preemption_as_the_simulator():
+    """A KV cache of 6 blocks of 4 tokens: three 7-token prompts of one call are admitted
+    together (2 blocks each), the newest is preempted when the rows grow into a third block,
+    recomputed when the others end; a fourth prompt waits behind it. Each prompt ends when
+    the reference engine says (6, 6, 10.5, 12), one preemption among them."""
+    from simulator.replay import replay
+    from simulator.trace.classify import estimate_tokens
+    from simulator.trace.model import Call, Prompt, Trace
+
+    calls = [(0, 3), (2.25, 1)]
+    scenario = build_scenario(run={"gpus": 1, "engine": "reference"},
+                              tasks={"mmlu": {"topology": "continuous", "kv_blocks": 6, "block_size": 4}})
+    profile = det_profile(mmlu=6.0)
+    texts = {(i, j): MMLU.format(f"{i}{j}") for i, (_, n) in enumerate(calls) for j in range(n)}
+    trace = Trace(tuple(Call(str(i), t, tuple(Prompt("mmlu", prompt_tokens=estimate_tokens(texts[i, j]), max_tokens=4)
+                                              for j in range(n))) for i, (t, n) in enumerate(calls)))
+    log = replay(trace, scenario, profile, seed=0).log.sort_values(["call_index", "prompt_index"])
+    assert int(log["preemptions"].sum()) == 1
+    sa = build_app(scenario, profile, SleepBackend(), time_scale=SCALE)
+
+    async def main():
+        async with client(sa) as c:
+            await asyncio.gather(*(post_at(c, t, [texts[i, j] for j in range(n)]) for i, (t, n) in enumerate(calls)))
+    asyncio.run(main())
+    served = sorted(sa.runtime.log, key=lambda r: (r["call_id"], r["prompt_index"]))
+    assert [r["status"] for r in served] == ["served"] * 4
+    assert all(close(r["done_at"], d) for r, d in zip(served, log["done_at"], strict=True)), served
+
+
 # -- the command ---------------------------------------------------------------------------
 runner = CliRunner()
 
