@@ -301,7 +301,7 @@ class ServeQueue:
         self.waiting.extend(jobs)
         self.outstanding_tokens += sum(j.prompt_tokens + j.max_tokens for j in jobs)
         if self.limits.timeout is not None:
-            self.runtime.call_later(self.limits.timeout, self._on_queue_timeout, jobs)
+            self.runtime.call_at(jobs[0].arrived_at + self.limits.timeout, self._on_queue_timeout, jobs)
         self.poll()
 
     def _idle_share(self, chosen: Device | None) -> float:
@@ -332,7 +332,7 @@ class ServeQueue:
                     self.timer_at = at
                     if self._timer is not None:
                         self._timer.cancel()
-                    self._timer = runtime.call_later(at - now, self._on_timer, at)
+                    self._timer = runtime.call_at(at, self._on_timer, at)
                 return
             jobs = [self.waiting.popleft() for _ in range(decision.count)]
             self.pickup_at = None
@@ -574,7 +574,7 @@ class ServeEngine:
         self.waiting.append(pid)
         self.outstanding_tokens += need
         if self.limits.timeout is not None:
-            runtime.call_later(self.limits.timeout, self._on_queue_timeout, pid)
+            runtime.call_at(job.arrived_at + self.limits.timeout, self._on_queue_timeout, pid)
         if not self.busy:
             # as the model's TIMER after ARRIVAL: the iteration starts after this call's
             # other prompts have joined
@@ -935,6 +935,14 @@ class Runtime:
     def call_later(self, seconds: float, callback: Callable[..., Any], *args: Any) -> asyncio.TimerHandle:
         """Call ``callback(*args)`` after ``seconds`` of server time."""
         return asyncio.get_running_loop().call_later(self.clock.real(seconds), callback, *args)
+
+    def call_at(self, at: float, callback: Callable[..., Any], *args: Any) -> asyncio.TimerHandle:
+        """Call ``callback(*args)`` at the server instant ``at``. Timers of one instant get
+        one loop deadline, so they fire in one turn of the loop, in the order they were set
+        (as the model's same-instant events, in creation order), not in the order the
+        loop's millisecond timers happen to split them."""
+        loop = asyncio.get_running_loop()
+        return loop.call_at(self.clock.t0 + max(at, 0.0) / self.clock.scale, callback, *args)
 
     def spawn(self, coroutine: Any) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coroutine)
