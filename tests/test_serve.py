@@ -429,6 +429,34 @@ def test_same_batches_as_the_simulator():
     assert served == simulated
 
 
+def test_batches_released_at_one_instant_draw_in_the_model_order():
+    """Two GPUs, split round-robin, flush 1 s: each call's two prompts go to both GPUs'
+    queues, whose windows end at one instant; the two batches are formed, and draw their
+    service times from the task's stream, in the reference engine's order, so each batch
+    takes what it takes there (gamma service times, cv 0.5: a swap would show)."""
+    from simulator.replay import replay
+    from simulator.trace.model import Call, Prompt, Trace
+
+    profile = profile_from_dict({"name": "gamma", "tasks": {"mmlu": {
+        "resource": "gpu", "prompt_tokens": 10, "max_tokens": 4,
+        "service": {"kind": "distribution", "dist": "gamma", "cv": 0.5, "mean": 1.0}}}})
+    scenario = build_scenario(run={"gpus": 2, "engine": "reference", "gpu_sharing": "exclusive"},
+                              tasks={"mmlu": {"topology": "split", "dispatch": "round-robin", "flush": 1.0}})
+    arrivals = [0.0, 4.0, 8.0, 12.0]
+    trace = Trace(tuple(Call(str(i), t, (Prompt("mmlu"), Prompt("mmlu"))) for i, t in enumerate(arrivals)))
+    log = replay(trace, scenario, profile, seed=3).log
+    simulated = sorted((int(r.call_index), int(r.prompt_index), r.done_at - r.started_at) for r in log.itertuples())
+    sa = build_app(scenario, profile, SleepBackend(), seed=3, time_scale=SCALE)
+
+    async def main():
+        async with client(sa) as c:
+            await asyncio.gather(*(post_at(c, t, [MMLU.format(i), MMLU.format(i)]) for i, t in enumerate(arrivals)))
+    asyncio.run(main())
+    served = sorted((r["call_id"], r["prompt_index"], r["done_at"] - r["started_at"]) for r in sa.runtime.log)
+    assert [s[:2] for s in served] == [m[:2] for m in simulated]
+    assert all(abs(s[2] - m[2]) < 0.2 for s, m in zip(served, simulated, strict=True)), (served, simulated)
+
+
 def test_continuous_timeline_by_hand():
     """One continuous engine; each iteration takes 6 / 4 = 1.5 s (a deterministic batch of
     6 s over max tokens 4, one token per iteration), a prompt runs 4 iterations. a at 0 runs

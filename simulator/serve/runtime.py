@@ -15,6 +15,9 @@ Clock: every instant is in *server seconds*, real seconds since the runtime star
 ``time_scale`` (1 for a real backend). A sleep backend with ``time_scale`` 100 runs the
 modeled system 100 times faster than real time: flush windows, queue timeouts and service
 times all shrink by that factor, so decisions are those of the model at its own instants.
+A flush window's end and a queue timeout are timers at a server instant
+(:meth:`Runtime.call_at`): timers of one instant share one loop deadline and fire in the
+order they were set, as the model's same-instant events do.
 
 Topologies: ``shared`` (one queue per task; a worker per GPU bound to it, or fewer workers
 taking a GPU per batch by the dispatch rule), ``split`` (a queue per GPU, each prompt (or
