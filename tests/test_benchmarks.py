@@ -140,3 +140,22 @@ def test_continuous_speed_quick_mode(capsys):
         assert r["simpy_customers"] == pytest.approx(r["replay_ms"] / 1000 * result["simpy_customers_per_s"])
     table = bench.table(result)
     assert sum(line.startswith("| ") for line in table.splitlines()) == 3  # header and two rows
+
+
+@pytest.mark.benchmark
+@pytest.mark.slow
+def test_live_twin_quick_mode(capsys):
+    """The first 20 calls at time scale 100, each topology: simctl load against simctl serve
+    agrees with simctl replay. The tolerances are loose (20 % on latency quantiles, 10 % on
+    mean batch sizes; the benchmark's own are 5 % and 2 %) so a loaded machine's event-loop
+    lag cannot fail it, yet a server that batched or timed differently would."""
+    bench = load("live_twin")
+    assert bench.main(["--quick", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert [r["topology"] for r in result["rows"]] == list(bench.TOPOLOGIES)
+    for row in result["rows"]:
+        assert row["calls"] == 20 and row["failed"] == 0, row
+        for q in bench.QUANTILES:
+            assert abs(row[f"p{q}_err"]) < 0.2, (row["topology"], q, row)
+        for task in bench.TASKS:
+            assert row[f"batch_{task}_err"] is not None and abs(row[f"batch_{task}_err"]) < 0.1, (row["topology"], task)

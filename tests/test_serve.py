@@ -429,12 +429,126 @@ def test_same_batches_as_the_simulator():
     assert served == simulated
 
 
+def test_batches_released_at_one_instant_draw_in_the_model_order():
+    """Two GPUs, split round-robin, flush 1 s: each call's two prompts go to both GPUs'
+    queues, whose windows end at one instant; the two batches are formed, and draw their
+    service times from the task's stream, in the reference engine's order, so each batch
+    takes what it takes there (gamma service times, cv 0.5: a swap would show)."""
+    from simulator.replay import replay
+    from simulator.trace.model import Call, Prompt, Trace
+
+    profile = profile_from_dict({"name": "gamma", "tasks": {"mmlu": {
+        "resource": "gpu", "prompt_tokens": 10, "max_tokens": 4,
+        "service": {"kind": "distribution", "dist": "gamma", "cv": 0.5, "mean": 1.0}}}})
+    scenario = build_scenario(run={"gpus": 2, "engine": "reference", "gpu_sharing": "exclusive"},
+                              tasks={"mmlu": {"topology": "split", "dispatch": "round-robin", "flush": 1.0}})
+    arrivals = [0.0, 4.0, 8.0, 12.0]
+    trace = Trace(tuple(Call(str(i), t, (Prompt("mmlu"), Prompt("mmlu"))) for i, t in enumerate(arrivals)))
+    log = replay(trace, scenario, profile, seed=3).log
+    simulated = sorted((int(r.call_index), int(r.prompt_index), r.done_at - r.started_at) for r in log.itertuples())
+    sa = build_app(scenario, profile, SleepBackend(), seed=3, time_scale=SCALE)
+
+    async def main():
+        async with client(sa) as c:
+            await asyncio.gather(*(post_at(c, t, [MMLU.format(i), MMLU.format(i)]) for i, t in enumerate(arrivals)))
+    asyncio.run(main())
+    served = sorted((r["call_id"], r["prompt_index"], r["done_at"] - r["started_at"]) for r in sa.runtime.log)
+    assert [s[:2] for s in served] == [m[:2] for m in simulated]
+    assert all(abs(s[2] - m[2]) < 0.2 for s, m in zip(served, simulated, strict=True)), (served, simulated)
+
+
+def test_continuous_timeline_by_hand():
+    """One continuous engine; each iteration takes 6 / 4 = 1.5 s (a deterministic batch of
+    6 s over max tokens 4, one token per iteration), a prompt runs 4 iterations. a at 0 runs
+    0..6 (first token 1.5). b at 2.2 joins at the boundary 3.0: first token 4.5, done 9.
+    c at 10 finds the engine idle: 10..16. With max_num_seqs 1, b waits for a's end (6..12)
+    and c for b's (12..18)."""
+    for seqs, expect in ((8, [(0, 0, 1.5, 6), (2.2, 3, 4.5, 9), (10, 10, 11.5, 16)]),
+                         (1, [(0, 0, 1.5, 6), (2.2, 6, 7.5, 12), (10, 12, 13.5, 18)])):
+        sa = make(tasks={"mmlu": {"topology": "continuous", "max_num_seqs": seqs}}, profile=det_profile(mmlu=6.0))
+
+        async def main(sa=sa):
+            async with client(sa) as c:
+                rs = await asyncio.gather(*(post_at(c, t, [MMLU.format(n)]) for n, t in zip("abc", [0, 2.2, 10],
+                                                                                        strict=True)))
+            assert all("choices" in r.json() for r in rs)
+        asyncio.run(main())
+        log = sorted(sa.runtime.log, key=lambda r: r["call_id"])
+        assert [r["batch_size"] for r in log] == [1, 1, 1] and len({r["batch_id"] for r in log}) == 3
+        assert {r["queue"] for r in log} == {"mmlu~0"}
+        for rec, (arrived, admitted, first, done) in zip(log, expect, strict=True):
+            got = (rec["arrived_at"], rec["batched_at"], rec["first_token_at"], rec["done_at"])
+            assert all(close(g, e) for g, e in zip(got, (arrived, admitted, first, done), strict=True)), (seqs, got)
+
+
+def test_continuous_same_admissions_as_the_simulator():
+    """Two GPUs, an engine each, prompts dispatched round-robin; iterations of 1.5 s. The
+    server's admissions (which prompts join which engine at which boundary) equal the
+    reference engine's; every arrival is at least 0.75 s from an iteration boundary."""
+    from simulator.replay import replay
+    from simulator.trace.model import Call, Prompt, Trace
+
+    calls = [(0, 2), (2.25, 1), (3.75, 2), (5.25, 1), (12.75, 1)]
+    scenario = build_scenario(run={"gpus": 2, "engine": "reference"},
+                              tasks={"mmlu": {"topology": "continuous", "dispatch": "round-robin"}})
+    profile = det_profile(mmlu=6.0)
+    trace = Trace(tuple(Call(str(i), t, tuple(Prompt("mmlu") for _ in range(n))) for i, (t, n) in enumerate(calls)))
+    log = replay(trace, scenario, profile, seed=0).log
+
+    def admissions(rows: list[tuple[int, int, float, float]]) -> list[tuple[list[int], int, float]]:
+        out: dict[int, Any] = {}
+        for batch, call, gpu, at in rows:
+            out.setdefault(batch, [[], int(gpu), round(at * 4) / 4])[0].append(call)
+        return sorted((sorted(v[0]), v[1], v[2]) for v in out.values())
+    simulated = admissions([(int(r.batch_id), int(r.call_index), r.gpu, r.started_at) for r in log.itertuples()])
+    sa = build_app(scenario, profile, SleepBackend(), time_scale=SCALE)
+
+    async def main():
+        async with client(sa) as c:
+            await asyncio.gather(*(post_at(c, t, [MMLU.format(i)] * n) for i, (t, n) in enumerate(calls)))
+    asyncio.run(main())
+    served = admissions([(r["batch_id"], r["call_id"], r["gpu"], r["batched_at"]) for r in sa.runtime.log])
+    assert [(b[0], b[1]) for b in served] == [(b[0], b[1]) for b in simulated]
+    assert all(close(a[2], b[2]) for a, b in zip(served, simulated, strict=True)), (served, simulated)
+
+
+def test_continuous_preemption_as_the_simulator():
+    """A KV cache of 6 blocks of 4 tokens: three 7-token prompts of one call are admitted
+    together (2 blocks each), the newest is preempted when the rows grow into a third block,
+    recomputed when the others end; a fourth prompt waits behind it. Each prompt ends when
+    the reference engine says (6, 6, 10.5, 12), one preemption among them."""
+    from simulator.replay import replay
+    from simulator.trace.classify import estimate_tokens
+    from simulator.trace.model import Call, Prompt, Trace
+
+    calls = [(0, 3), (2.25, 1)]
+    scenario = build_scenario(run={"gpus": 1, "engine": "reference"},
+                              tasks={"mmlu": {"topology": "continuous", "kv_blocks": 6, "block_size": 4}})
+    profile = det_profile(mmlu=6.0)
+    texts = {(i, j): MMLU.format(f"{i}{j}") for i, (_, n) in enumerate(calls) for j in range(n)}
+    trace = Trace(tuple(Call(str(i), t, tuple(Prompt("mmlu", prompt_tokens=estimate_tokens(texts[i, j]), max_tokens=4)
+                                              for j in range(n))) for i, (t, n) in enumerate(calls)))
+    log = replay(trace, scenario, profile, seed=0).log.sort_values(["call_index", "prompt_index"])
+    assert int(log["preemptions"].sum()) == 1
+    sa = build_app(scenario, profile, SleepBackend(), time_scale=SCALE)
+
+    async def main():
+        async with client(sa) as c:
+            await asyncio.gather(*(post_at(c, t, [texts[i, j] for j in range(n)]) for i, (t, n) in enumerate(calls)))
+    asyncio.run(main())
+    served = sorted(sa.runtime.log, key=lambda r: (r["call_id"], r["prompt_index"]))
+    assert [r["status"] for r in served] == ["served"] * 4
+    assert all(close(r["done_at"], d) for r, d in zip(served, log["done_at"], strict=True)), served
+
+
 # -- the command ---------------------------------------------------------------------------
 runner = CliRunner()
 
 
 @pytest.mark.parametrize("args, words", [
-    (["-s", "design-notes", "--set", "tasks.mmlu.topology=continuous"], "field 'topology'"),
+    (["-s", "design-notes", "--set", "tasks.mmlu.topology=split_by_color"], "field 'topology'"),
+    (["-s", "design-notes", "--backend", "harness", "--set", "tasks.mmlu.topology=continuous"],
+     "runs whole batches, not continuous engines"),
     (["-s", "design-notes", "--time-scale", "0"], "--time-scale"),
     (["-s", "design-notes", "--backend", "harness", "--time-scale", "5"], "only the sleep backend"),
     (["-s", "design-notes", "--backend", "openai:http://127.0.0.1:9"], "1 URL(s) for 2 GPU(s)"),

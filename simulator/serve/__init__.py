@@ -1,8 +1,8 @@
 """``simctl serve``: the modeled server run for real, with real timers and concurrency.
 
-:mod:`simulator.serve.runtime` runs a scenario's router, queues, workers, dispatch rules, GPU
-locks and queue limits on asyncio, deciding with the simulator's own policy and dispatch
-classes; :mod:`simulator.serve.backends` serves batches (``sleep`` on the profile's times,
+:mod:`simulator.serve.runtime` runs a scenario's router, queues, workers, continuous
+engines, dispatch rules, GPU locks and queue limits on asyncio, deciding with the simulator's
+own policy, dispatch and continuous-batching classes; :mod:`simulator.serve.backends` serves batches (``sleep`` on the profile's times,
 ``harness`` on the torch decoder, ``openai`` on real engines); :mod:`simulator.serve.app` is
 the HTTP layer (FastAPI): the users' batch endpoint, OpenAI-compatible completions,
 Prometheus metrics. Needs the ``serve`` extra (fastapi, uvicorn, prometheus-client), which

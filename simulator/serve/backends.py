@@ -111,16 +111,17 @@ class SharedGpuTime:
             if left <= 1e-9:
                 del self.jobs[future]
                 if not future.done():
-                    future.set_result(None)
+                    future.set_result(max(-left, 0.0))  # solo seconds it ran past its end
         self._schedule()
 
-    async def serve(self, work: float) -> None:
+    async def serve(self, work: float) -> float:
+        """Take ``work`` solo seconds of the GPU; how many it ran past them (a late timer)."""
         self._advance()
         future = asyncio.get_running_loop().create_future()
         self.jobs[future] = work
         self._schedule()
         try:
-            await future
+            return float(await future)
         finally:
             if future in self.jobs:  # cancelled: the others speed up
                 self._advance()
@@ -150,14 +151,21 @@ class SleepBackend(Backend):
     async def sleep(self, runtime: Runtime, batch: ServeBatch) -> None:
         work, first = self.draw(runtime, batch)
         batch.plan(runtime, first, work)
-        device = batch.device
+        await self.serve_work(runtime, batch.device, work)
+
+    async def serve_work(self, runtime: Runtime, device: Device, work: float) -> float:
+        """Take ``work`` server seconds of ``device``'s time (a batch, or a continuous
+        engine's iteration): a sleep, stretched on a processor-sharing GPU by what else runs
+        there. Returns the device seconds it ran past ``work`` (the event loop's timers wake
+        late), which a caller running back to back may take off its next sleep."""
         if device.gpu_id >= 0 and not device.exclusive:
             shared = self._shared.get(device.gpu_id)
             if shared is None:
                 shared = self._shared[device.gpu_id] = SharedGpuTime(runtime)
-            await shared.serve(work)
-        else:
-            await asyncio.sleep(runtime.clock.real(work))
+            return await shared.serve(work)
+        end = runtime.clock.now() + work
+        await asyncio.sleep(runtime.clock.real(work))
+        return max(runtime.clock.now() - end, 0.0)
 
     async def run(self, runtime: Runtime, batch: ServeBatch) -> list[str]:
         await self.sleep(runtime, batch)

@@ -15,11 +15,17 @@ Clock: every instant is in *server seconds*, real seconds since the runtime star
 ``time_scale`` (1 for a real backend). A sleep backend with ``time_scale`` 100 runs the
 modeled system 100 times faster than real time: flush windows, queue timeouts and service
 times all shrink by that factor, so decisions are those of the model at its own instants.
+A flush window's end and a queue timeout are timers at a server instant
+(:meth:`Runtime.call_at`): timers of one instant share one loop deadline and fire in the
+order they were set, as the model's same-instant events do.
 
 Topologies: ``shared`` (one queue per task; a worker per GPU bound to it, or fewer workers
 taking a GPU per batch by the dispatch rule), ``split`` (a queue per GPU, each prompt (or
 call group, ``dispatch_per``) dispatched on arrival) and ``direct`` (each call's group goes at
-once as batches of at most max batch to the GPU the rule picks). ``continuous`` is refused.
+once as batches of at most max batch to the GPU the rule picks) and ``continuous`` (an
+iteration-level engine per device, :class:`ServeEngine`, on the sleep backend only: each
+prompt dispatched on arrival, admitted, preempted and costed per iteration by the model's
+own rules and objects).
 
 GPUs: with ``gpu_sharing = "exclusive"`` each GPU has a lock that batches take in priority
 order (higher first, FIFO within a class) after they are formed, as the users' per-GPU
@@ -37,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import math
 import time
 import traceback
 from collections import deque
@@ -52,13 +59,15 @@ from simulator.model.dispatch import DISPATCH_RULES, DispatchGroups, DispatchRul
 from simulator.model.engine import ServiceStreams
 from simulator.model.policies import POLICIES, BatchingPolicy, ReleaseNow, is_unbounded
 from simulator.model.queues import QueueLimits
+from simulator.model.topologies.continuous import DrawnGainRows, FixedGainRows, _blocks
 from simulator.profile import Profile
+from simulator.profile.iteration import step_cost
 from simulator.profile.kinds import BatchShape, ServiceModel
 from simulator.scenario import Scenario, TaskConfig
 from simulator.trace.classify import DEFAULT_CLASSIFIER, KeywordClassifier, estimate_tokens
 
 #: Topologies the runtime serves.
-SERVED_TOPOLOGIES = ("shared", "split", "direct")
+SERVED_TOPOLOGIES = ("shared", "split", "direct", "continuous")
 #: Why a prompt failed -> a one-line account (the HTTP layer maps reasons to status codes).
 REASONS = ("rejected", "dropped", "shutdown", "backend", "timeout", "unknown-task")
 
@@ -295,7 +304,7 @@ class ServeQueue:
         self.waiting.extend(jobs)
         self.outstanding_tokens += sum(j.prompt_tokens + j.max_tokens for j in jobs)
         if self.limits.timeout is not None:
-            self.runtime.call_later(self.limits.timeout, self._on_queue_timeout, jobs)
+            self.runtime.call_at(jobs[0].arrived_at + self.limits.timeout, self._on_queue_timeout, jobs)
         self.poll()
 
     def _idle_share(self, chosen: Device | None) -> float:
@@ -326,7 +335,7 @@ class ServeQueue:
                     self.timer_at = at
                     if self._timer is not None:
                         self._timer.cancel()
-                    self._timer = runtime.call_later(at - now, self._on_timer, at)
+                    self._timer = runtime.call_at(at, self._on_timer, at)
                 return
             jobs = [self.waiting.popleft() for _ in range(decision.count)]
             self.pickup_at = None
@@ -472,11 +481,319 @@ class DirectFront(Front):
             self.runtime.spawn(self.runtime.run_batch(batch))
 
 
-FRONTS: dict[str, type[Front]] = {"shared": SharedFront, "split": SplitFront, "direct": DirectFront}
+
+class ServeEngine:
+    """One continuous-batching engine on asyncio: the loop of
+    :class:`simulator.model.topologies.continuous.Engine` (its module docstring is the
+    spec), with the model's own parts: the running rows' bookkeeping
+    (:class:`~simulator.model.topologies.continuous.FixedGainRows` or
+    :class:`~simulator.model.topologies.continuous.DrawnGainRows`: tokens, KV blocks,
+    preemption of the newest row), the task's :class:`~simulator.profile.iteration.StepCost`
+    drawn from the task's service stream, and :class:`~simulator.model.queues.QueueLimits`.
+
+    While it holds prompts, one iteration follows another: preempt while the cache is short,
+    else admit waiting prompts in order (``max_num_seqs``, the token budget, KV blocks), then
+    run the iteration on the device for its step cost (an exclusive GPU's lock by priority, a
+    processor-sharing GPU's shared time, a CPU server), as one unit of work among the
+    device's micro-batches. Its instants are the real ones of the scaled clock.
+
+    Lag: an iteration's sleep ends a little late (the event loop wakes on millisecond
+    timers, and other work runs first). Iterations run back to back on a device, so the
+    engine keeps to its own schedule: the device seconds one iteration ran past its work
+    (the backend's ``serve_work`` tells; on a processor-sharing GPU in solo seconds, its
+    stretch by other work not counted) are taken off the next one's (never below zero; the
+    rest is carried), so lag does not add up over an engine's hundreds of iterations. It is
+    forgotten when the engine goes idle.
+    """
+
+    def __init__(self, runtime: Runtime, task: str, config: TaskConfig, device: Device, index: int) -> None:
+        self.runtime = runtime
+        self.task = task
+        self.device = device
+        self.name = f"{task}~{index}"
+        self.max_rows = config.max_num_seqs
+        self.token_budget = config.max_batched_tokens
+        self.block_size = config.block_size
+        task_profile = runtime.profile.tasks[task]
+        kv = config.kv_blocks if config.kv_blocks is not None else task_profile.kv_blocks(config.block_size)
+        self.total_blocks: float = kv if kv is not None else math.inf
+        self.free_blocks: float = self.total_blocks
+        self.counts_blocks = kv is not None
+        self.limits = QueueLimits.of(config)
+        self.priority = config.priority
+        self.cost = step_cost(task_profile, runtime.service_of(task))
+        self.reads_lengths = self.cost.reads_lengths
+        self.rng = runtime.service_rng(task)
+        # Engine-local prompt numbers index these (the rows' bookkeeping reads them by number).
+        self.prompt_tokens: list[int] = []
+        self.max_tokens: list[int] = []
+        self.jobs: dict[int, PromptJob] = {}
+        self.waiting: deque[int] = deque()
+        self.resumed: dict[int, int] = {}
+        self.rows = self._new_rows()
+        self.running = 0
+        self.busy = False
+        self.outstanding_tokens = 0
+        self.iterations = 0
+        self._late = 0.0  # server seconds the engine is behind its own schedule
+        runtime.engines.append(self)
+
+    def _new_rows(self) -> FixedGainRows | DrawnGainRows:
+        gain = self.cost.fixed_tokens
+        if gain is not None:
+            return FixedGainRows(gain, self.prompt_tokens, self.max_tokens, self.block_size, self.counts_blocks)
+        return DrawnGainRows(self.cost, self.prompt_tokens, self.max_tokens, self.block_size)
+
+    @property
+    def outstanding(self) -> int:
+        """Prompts waiting or running here (what ``least-loaded`` compares)."""
+        return len(self.waiting) + self.running
+
+    @property
+    def waiting_count(self) -> int:
+        return len(self.waiting)
+
+    # -- arrivals -------------------------------------------------------------------------
+    def add(self, job: PromptJob) -> None:
+        """A prompt joins the waiting line now (rejected if the line is full or the cache
+        could never hold it); an idle engine starts an iteration once the call's prompts
+        have all joined."""
+        runtime = self.runtime
+        need = job.prompt_tokens + job.max_tokens
+        job.queue = self.name
+        if _blocks(need, self.block_size) > self.total_blocks:
+            runtime.fail(job, PromptFailed("rejected", f"a prompt of {job.prompt_tokens} + {job.max_tokens} tokens "
+                                                       f"needs {_blocks(need, self.block_size)} KV blocks; engine "
+                                                       f"{self.name} has {self.total_blocks}"), "rejected")
+            return
+        if self.limits.room(len(self.waiting), 1) == 0:
+            runtime.fail(job, PromptFailed("rejected", f"engine {self.name} is full (max_queue "
+                                                       f"{self.limits.max_queue})"), "rejected")
+            return
+        pid = len(self.prompt_tokens)
+        self.prompt_tokens.append(job.prompt_tokens)
+        self.max_tokens.append(job.max_tokens)
+        self.jobs[pid] = job
+        self.waiting.append(pid)
+        self.outstanding_tokens += need
+        if self.limits.timeout is not None:
+            runtime.call_at(job.arrived_at + self.limits.timeout, self._on_queue_timeout, pid)
+        if not self.busy:
+            # as the model's TIMER after ARRIVAL: the iteration starts after this call's
+            # other prompts have joined
+            self.busy = True
+            self.runtime.spawn(self._loop())
+
+    def _on_queue_timeout(self, pid: int) -> None:
+        job = self.jobs.get(pid)
+        if job is None or job.status != "waiting":
+            return  # admitted in time (a preempted prompt is not timed out again), or gone
+        if self.limits.drop:
+            self.waiting.remove(pid)
+            self.outstanding_tokens -= job.prompt_tokens + job.max_tokens
+            del self.jobs[pid]
+            self.runtime.fail(job, PromptFailed("dropped", f"waited longer than queue_timeout "
+                                                           f"{self.limits.timeout:g} s in engine {self.name}"),
+                              "dropped")
+        else:
+            job.sent_after_timeout = True
+
+    def drain(self, error: PromptFailed) -> None:
+        """Every waiting prompt not yet admitted fails with ``error`` (shutdown); running rows
+        finish."""
+        keep: deque[int] = deque()
+        while self.waiting:
+            pid = self.waiting.popleft()
+            if pid in self.resumed:
+                keep.append(pid)  # preempted: it has a reply under way; it finishes
+                continue
+            job = self.jobs.pop(pid)
+            self.outstanding_tokens -= job.prompt_tokens + job.max_tokens
+            self.runtime.fail(job, error, "shutdown")
+        self.waiting = keep
+
+    # -- iterations ---------------------------------------------------------------------------
+    def plan(self) -> tuple[float, int, list[int], int, list[int]] | None:
+        """Steps 1 and 2 of the model's iteration boundary: preemptions, admissions, the
+        step cost. ``(work, decoding rows, prefilled token counts, their tokens, the prompts
+        prefilled for the first time)``, or ``None`` when there is nothing to run."""
+        rows = self.rows
+        ptoks = self.prompt_tokens
+        decoding = rows.start(self.rng)
+        preempted = False
+        if decoding and self.counts_blocks:
+            free, victims = rows.reserve(int(self.free_blocks))
+            self.free_blocks = free
+            if victims:
+                preempted = True
+                for pid, made in victims:  # newest first: the oldest ends up at the head
+                    self.outstanding_tokens += ptoks[pid] + made
+                    self.resumed[pid] = made
+                    self.waiting.appendleft(pid)
+                    self.jobs[pid].status = "preempted"
+                decoding = len(rows)
+        self.running = decoding
+        context, capacity = rows.bounds() if self.reads_lengths else (0, 0)
+        prefill: list[int] = []
+        fresh: list[int] = []
+        if not preempted:
+            waiting, resumed, bs = self.waiting, self.resumed, self.block_size
+            budget = self.token_budget - decoding
+            room = self.max_rows - decoding
+            while waiting and len(prefill) < room:
+                pid = waiting[0]
+                made = resumed.get(pid, 0)
+                tokens = ptoks[pid] + made
+                if tokens > budget and (decoding or prefill):
+                    break
+                if self.counts_blocks:
+                    blocks = _blocks(tokens + 1, bs)
+                    if blocks > self.free_blocks:
+                        break
+                    self.free_blocks -= blocks
+                waiting.popleft()
+                if made:
+                    del resumed[pid]
+                else:
+                    fresh.append(pid)
+                rows.admit(pid, tokens, made)
+                prefill.append(tokens)
+                budget -= tokens
+        if not decoding and not prefill:
+            return None
+        work = float(self.cost.step(decoding, prefill, context, self.rng, capacity))
+        return work, decoding, prefill, sum(prefill), fresh
+
+    def _admitted(self, fresh: list[int], work: float) -> None:
+        """The admission record: the prompts prefilled for the first time are this
+        iteration's batch in the event log (as the model logs them)."""
+        runtime = self.runtime
+        jobs = [self.jobs[p] for p in fresh]
+        now = runtime.clock.now()
+        shape = BatchShape(len(jobs), max(j.prompt_tokens for j in jobs), max(j.max_tokens for j in jobs))
+        batch = ServeBatch(next(runtime._batch_ids), self.task, self.name, jobs, shape, 1, -1, self.device,
+                           priority=self.priority, tokens=sum(j.prompt_tokens + j.max_tokens for j in jobs))
+        for job in jobs:
+            job.status = "running"
+            job.batched_at = job.started_at = now
+            job.batch_id, job.batch_size, job.worker = batch.id, len(jobs), -1
+            job.gpu = self.device.gpu_id if self.device.gpu_id >= 0 else None
+            if not job.started.done():
+                # a streaming reply: first token at the end of this iteration; the end unknown
+                job.started.set_result((now, now + work, None))
+        for observer in runtime.on_batch:
+            observer(batch)
+
+    async def _loop(self) -> None:
+        """Iterations while the engine holds prompts (one busy period)."""
+        current = asyncio.current_task()
+        if current is not None:
+            self.runtime._batches_running.add(current)
+        try:
+            while True:
+                planned = self.plan()
+                if planned is None:
+                    break
+                work, decoding, prefill, prefill_tokens, fresh = planned
+                self.iterations += 1
+                if fresh:
+                    self._admitted(fresh, work)
+                rows = decoding + len(prefill)
+                await self._on_device(work, rows)
+                self._iteration_done(decoding, len(prefill), prefill_tokens, fresh)
+        except asyncio.CancelledError:
+            self._fail_all(PromptFailed("shutdown", "the server shut down before the prompt finished"))
+            raise
+        except Exception as exc:  # a backend's error is the engine's prompts' error
+            self._fail_all(PromptFailed("backend", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+        finally:
+            self.busy = False
+            self._late = 0.0
+            if current is not None:
+                self.runtime._batches_running.discard(current)
+
+    async def _on_device(self, work: float, rows: int) -> None:
+        """Run one iteration of ``work`` server seconds on the device (module docstring)."""
+        runtime, device = self.runtime, self.device
+        if device.lock is not None:
+            await device.lock.acquire(self.priority)
+        elif device.pool is not None:
+            await device.pool.acquire()
+        device.running += 1
+        device.outstanding += rows
+        try:
+            owed = min(self._late, work)
+            late = await runtime.backend.serve_work(runtime, device, work - owed)  # type: ignore[attr-defined]
+            self._late = self._late - owed + float(late)
+        finally:
+            device.outstanding -= rows
+            device.running -= 1
+            if device.lock is not None:
+                device.lock.release()
+            elif device.pool is not None:
+                device.pool.release()
+
+    def _iteration_done(self, decoding: int, admitted: int, admitted_tokens: int, fresh: list[int]) -> None:
+        runtime = self.runtime
+        now = runtime.clock.now()
+        made, finished = self.rows.finish(decoding)
+        self.outstanding_tokens -= made + admitted_tokens + admitted
+        for pid in fresh:
+            self.jobs[pid].first_token_at = now
+        self.running = len(self.rows)
+        if finished:
+            if self.counts_blocks:
+                ptoks, mtoks, bs = self.prompt_tokens, self.max_tokens, self.block_size
+                self.free_blocks += sum(_blocks(ptoks[p] + max(mtoks[p], 1), bs) for p in finished)
+            for pid in finished:
+                job = self.jobs.pop(pid)
+                job.done_at = now
+                runtime.finish(job, runtime.backend.planned_text(job) or "")
+        for watcher in self.device.watchers:
+            watcher()
+
+    def _fail_all(self, error: PromptFailed) -> None:
+        """Every prompt here fails with ``error``; the engine starts afresh (empty cache)."""
+        for pid, job in list(self.jobs.items()):
+            if not job.future.done():
+                self.runtime.fail(job, error, "failed")
+            del self.jobs[pid]
+        self.waiting.clear()
+        self.resumed.clear()
+        self.rows = self._new_rows()
+        self.free_blocks = self.total_blocks
+        self.running = 0
+        self.outstanding_tokens = 0
 
 
-def check_served(scenario: Scenario, tasks: Sequence[str]) -> None:
-    """A :class:`ScenarioError` naming the first setting the runtime does not serve."""
+class ContinuousFront(Front):
+    """``continuous``: an engine per device (:class:`ServeEngine`); each prompt dispatched
+    on arrival by the task's rule (:class:`simulator.model.topologies.continuous.Continuous`)."""
+
+    def __init__(self, runtime: Runtime, task: str, config: TaskConfig) -> None:
+        super().__init__(runtime, task, config)
+        devices = runtime.devices_for(task, config)
+        self.engines = [ServeEngine(runtime, task, config, d, i) for i, d in enumerate(devices)]
+        self.rule = runtime.dispatch_rule(config, task)
+
+    def accept(self, jobs: list[PromptJob]) -> None:
+        engines = self.engines
+        for job in jobs:
+            if len(engines) == 1:
+                engines[0].add(job)
+            else:
+                engines[self.rule.choose(self.rule.loads(engines), self.runtime.dispatch_rng)].add(job)
+
+
+FRONTS: dict[str, type[Front]] = {"shared": SharedFront, "split": SplitFront, "direct": DirectFront,
+                                 "continuous": ContinuousFront}
+
+
+def check_served(scenario: Scenario, tasks: Sequence[str], backend: str = "sleep",
+                 resource_of: Callable[[str], str] | None = None) -> None:
+    """A :class:`ScenarioError` naming the first setting the runtime does not serve (on
+    ``backend``: only the sleep backend runs continuous engines on the GPUs, from the
+    profile's iteration costs; every backend serves a CPU task from them)."""
     if scenario.host_lock:
         raise ScenarioError(scenario.source, "run", "host_lock", "simctl serve does not emulate the host lock "
                             "(a real backend has its own); set it to false")
@@ -485,8 +802,13 @@ def check_served(scenario: Scenario, tasks: Sequence[str]) -> None:
         if cfg.topology not in SERVED_TOPOLOGIES:
             raise ScenarioError(scenario.source, f"tasks.{task}", "topology",
                                 f"simctl serve runs the {', '.join(SERVED_TOPOLOGIES)} topologies, not "
-                                f"{cfg.topology!r} (run a continuous engine such as vLLM behind "
-                                f"--backend openai:URL instead)")
+                                f"{cfg.topology!r}")
+        if (cfg.topology == "continuous" and backend != "sleep"
+                and (resource_of is None or resource_of(task) == "gpu")):
+            raise ScenarioError(scenario.source, f"tasks.{task}", "topology",
+                                f"the {backend} backend runs whole batches, not continuous engines: use "
+                                f"--backend sleep, or run a continuous engine such as vLLM behind "
+                                f"--backend openai:URL with another topology")
         if cfg.adaptive_lookahead:
             raise ScenarioError(scenario.source, f"tasks.{task}", "adaptive_lookahead",
                                 "simctl serve does not pick lookaheads; set it to false")
@@ -513,7 +835,8 @@ class Runtime:
         #: server seconds a batch may take on its backend before its prompts fail (stall guard)
         self.batch_timeout = batch_timeout
         self.tasks = list(profile.tasks)
-        check_served(scenario, self.tasks)
+        check_served(scenario, self.tasks, backend.name,
+                     lambda t: scenario.for_task(t).resource or profile.tasks[t].resource)
         backend.check(scenario)
         self.configs = {t: scenario.for_task(t) for t in self.tasks}
         self.clock = Clock(time_scale)
@@ -533,6 +856,7 @@ class Runtime:
         self._services: dict[str, ServiceModel] = {}
         self._shaping = {t: Shaping.of(c) for t, c in self.configs.items()}
         self.queues: list[ServeQueue] = []
+        self.engines: list[ServeEngine] = []
         self.gpus: list[Device] = []
         self._cpu_pools: dict[str, Device] = {}
         self.fronts: dict[str, Front] = {}
@@ -568,6 +892,8 @@ class Runtime:
         error = PromptFailed("shutdown", "the server is shutting down; the prompt was not served")
         for queue in self.queues:
             queue.drain(error)
+        for engine in self.engines:
+            engine.drain(error)
         running = [t for t in self._batches_running if not t.done()]
         if running:
             done, pending = await asyncio.wait(running, timeout=grace)
@@ -612,6 +938,14 @@ class Runtime:
     def call_later(self, seconds: float, callback: Callable[..., Any], *args: Any) -> asyncio.TimerHandle:
         """Call ``callback(*args)`` after ``seconds`` of server time."""
         return asyncio.get_running_loop().call_later(self.clock.real(seconds), callback, *args)
+
+    def call_at(self, at: float, callback: Callable[..., Any], *args: Any) -> asyncio.TimerHandle:
+        """Call ``callback(*args)`` at the server instant ``at``. Timers of one instant get
+        one loop deadline, so they fire in one turn of the loop, in the order they were set
+        (as the model's same-instant events, in creation order), not in the order the
+        loop's millisecond timers happen to split them."""
+        loop = asyncio.get_running_loop()
+        return loop.call_at(self.clock.t0 + max(at, 0.0) / self.clock.scale, callback, *args)
 
     def spawn(self, coroutine: Any) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coroutine)
@@ -812,4 +1146,6 @@ class Runtime:
     # -- what the metrics read -----------------------------------------------------------
     def queue_depths(self) -> dict[str, int]:
         """Prompts waiting per queue."""
-        return {q.name: len(q.waiting) for q in self.queues}
+        depths = {q.name: len(q.waiting) for q in self.queues}
+        depths.update((e.name, len(e.waiting)) for e in self.engines)
+        return depths
