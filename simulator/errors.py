@@ -112,6 +112,18 @@ class LoadError(SimctlError):
     kind = "load"
 
 
+class ServeError(SimctlError):
+    """``simctl serve`` cannot start as asked (an option, the ``serve`` extra missing)."""
+
+    kind = "serve"
+
+
+class BackendError(SimctlError):
+    """A serving backend cannot be set up as asked (``--backend``)."""
+
+    kind = "backend"
+
+
 class HardwareError(SimctlError):
     """An unknown GPU or backend, or a shape no table can answer."""
 

@@ -153,3 +153,23 @@ def test_the_whole_package_has_no_import_cycles(monkeypatch):
         if node not in state:
             visit(node, [node])
     assert not cycles, "import cycles in simulator: " + "; ".join(cycles)
+
+
+def test_every_error_class_is_in_the_one_hierarchy_module():
+    """Every typed error is declared in simulator/errors.py (a second class of one name would
+    not be caught where the first is expected)."""
+    import simulator.errors as errors
+
+    hierarchy = {name for name, value in vars(errors).items()
+                 if isinstance(value, type) and issubclass(value, errors.SimctlError)}
+    elsewhere = []
+    for path in sorted(MODEL.parent.rglob("*.py")):
+        if path.name == "errors.py" and path.parent == MODEL.parent:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                bases = {b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else ""
+                         for b in node.bases}
+                if bases & hierarchy:
+                    elsewhere.append(f"{path.relative_to(MODEL.parent.parent)}: {node.name}")
+    assert not elsewhere, f"error classes outside simulator/errors.py: {elsewhere}"

@@ -10,17 +10,11 @@ import typer
 
 from simulator.cli import app
 from simulator.cli._common import console, user_errors
-from simulator.errors import ScenarioError, SimctlError
+from simulator.errors import ScenarioError, ServeError
 from simulator.profile import DEFAULT_PROFILE
 
 #: The packages of the ``serve`` extra (imported only when a server starts).
 SERVE_EXTRA = ("fastapi", "uvicorn", "prometheus_client")
-
-
-class ServeError(SimctlError):
-    """``simctl serve`` cannot start as asked."""
-
-    kind = "serve"
 
 
 def missing_extra() -> str | None:

@@ -31,17 +31,10 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from simulator.errors import SimctlError
+from simulator.errors import BackendError
 from simulator.profile.iteration import first_token_seconds
 from simulator.scenario import Scenario
 from simulator.serve.runtime import Device, PromptJob, Runtime, ServeBatch
-
-
-class BackendError(SimctlError):
-    """A backend cannot be set up as asked (``--backend``)."""
-
-    kind = "backend"
-
 
 _PIECE = re.compile(r"\s*\S+")
 
