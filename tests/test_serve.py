@@ -511,3 +511,14 @@ def test_harness_backend_serves_a_call_on_the_cpu():
     assert [c["task"] for c in body["choices"]] == ["mmlu", "mmlu", "graph"], body
     assert all(len(c["text"].split()) == 4 for c in body["choices"][:2])
     assert seconds < 30
+
+
+def test_harness_prompts_are_as_many_tokens_as_the_trace_says():
+    """The load generator's invented text of P tokens is a prefill of P tokens on the harness."""
+    from simulator.serve.backends import prompt_tokens
+    from simulator.trace.formats.client import placeholder_text
+
+    for tokens in (16, 64, 190):
+        ids = prompt_tokens(placeholder_text("mmlu", tokens), 1000)
+        assert len(ids) == tokens and all(0 <= i < 1000 for i in ids)
+    assert prompt_tokens("", 1000) == [0] and len(prompt_tokens("abcde", 7)) == 2
