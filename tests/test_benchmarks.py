@@ -140,3 +140,27 @@ def test_continuous_speed_quick_mode(capsys):
         assert r["simpy_customers"] == pytest.approx(r["replay_ms"] / 1000 * result["simpy_customers_per_s"])
     table = bench.table(result)
     assert sum(line.startswith("| ") for line in table.splitlines()) == 3  # header and two rows
+
+
+@pytest.mark.benchmark
+@pytest.mark.slow
+def test_live_loop_quick_mode(capsys):
+    """Serve, load, calibrate, predict, load again: structure only (8 s runs on a shared CPU;
+    no error is asserted)."""
+    import math
+
+    for name in ("torch", "fastapi", "uvicorn", "httpx", "prometheus_client"):
+        pytest.importorskip(name)
+    bench = load("live_loop")
+    assert bench.main(["--quick", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert [(r["run"], r["what"]) for r in result["rows"]] == [
+        ("A", "fitted run (in sample)"), ("B", "predicted (out of sample)"), ("B", "measured profile, not fitted")]
+    for r in result["rows"]:
+        assert r["calls"] == result["calls"] > 0
+        for q in ("p50", "p90"):
+            assert r[f"{q}_ref"] > 0 and r[f"{q}_other"] > 0 and math.isfinite(r[f"{q}_err"])
+    assert set(result["fit"]["values"]) == {"mmlu.pass_base", "mmlu.pass_per_row_token"}
+    assert " succeeded, 0 failed" in result["runs"]["A"]["load"] and " succeeded, 0 failed" in result["runs"]["B"]["load"]
+    table = bench.table(result)
+    assert sum(line.startswith("| ") for line in table.splitlines()) == 4  # header and three rows
