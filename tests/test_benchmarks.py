@@ -161,6 +161,9 @@ def test_live_loop_quick_mode(capsys):
         for q in ("p50", "p90"):
             assert r[f"{q}_ref"] > 0 and r[f"{q}_other"] > 0 and math.isfinite(r[f"{q}_err"])
     assert set(result["fit"]["values"]) == {"mmlu.pass_base", "mmlu.pass_per_row_token"}
+    # the prediction made before B ran is the one set against B (B replays the trace's instants)
+    assert result["blind_prediction_b"]["p50"] == pytest.approx(result["rows"][1]["p50_other"])
     assert " succeeded, 0 failed" in result["runs"]["A"]["load"] and " succeeded, 0 failed" in result["runs"]["B"]["load"]
     table = bench.table(result)
     assert sum(line.startswith("| ") for line in table.splitlines()) == 4  # header and three rows
+    assert all(r["p99_ref"] > 0 for r in result["rows"])
