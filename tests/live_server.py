@@ -1,8 +1,9 @@
 """A tiny fake inference server on 127.0.0.1 for the load generator's tests.
 
-It answers the users' batch endpoint (``POST /``) and the streamed OpenAI endpoints
-(``/v1/completions``, ``/v1/chat/completions``). What it does with a request is told by
-markers in the prompt text: ``[delay=S]`` answers after S seconds (else the server's
+It answers the users' batch endpoint (``POST /``), the streamed OpenAI endpoints
+(``/v1/completions``, ``/v1/chat/completions``) and a plain completion of a list of prompts
+(as ``simctl serve --backend openai`` asks its engines). What it does with a request is told
+by markers in the prompt text: ``[delay=S]`` answers after S seconds (else the server's
 ``delay``), ``[stall]`` never answers (until the server stops), ``[500]`` answers HTTP 500,
 ``[error]`` answers HTTP 200 with ``{"error", "traceback"}`` (as the users' server does),
 ``[drop]`` closes the connection without an answer. Streams send ``tokens`` events,
@@ -88,8 +89,12 @@ class FakeServer:
             self._json(handler, 500, {"detail": "Internal Server Error"})
         elif "[error]" in text:
             self._json(handler, 200, {"error": "Already borrowed", "traceback": "..."})
-        elif handler.path.startswith("/v1/"):
+        elif handler.path.startswith("/v1/") and body.get("stream"):
             self._stream(handler, body)
+        elif handler.path.startswith("/v1/"):  # a plain completion of a list of prompts (an engine behind serve)
+            prompts = body["prompt"] if isinstance(body.get("prompt"), list) else [text]
+            self._json(handler, 200, {"choices": [{"text": f" answer {i}", "index": i, "finish_reason": "length"}
+                                                  for i in range(len(prompts))], "model": "fake"})
         else:
             prompts = body["prompt"]
             self._json(handler, 200, {"choices": [{"text": f"answer {i}", "index": i, "finish_reason": "length"}

@@ -159,3 +159,28 @@ def test_live_twin_quick_mode(capsys):
             assert abs(row[f"p{q}_err"]) < 0.2, (row["topology"], q, row)
         for task in bench.TASKS:
             assert row[f"batch_{task}_err"] is not None and abs(row[f"batch_{task}_err"]) < 0.1, (row["topology"], task)
+
+
+def test_live_loop_quick_mode(capsys):
+    """Serve, load, calibrate, predict, load again: structure only (8 s runs on a shared CPU;
+    no error is asserted)."""
+    import math
+
+    for name in ("torch", "fastapi", "uvicorn", "httpx", "prometheus_client"):
+        pytest.importorskip(name)
+    bench = load("live_loop")
+    assert bench.main(["--quick", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert [(r["run"], r["what"]) for r in result["rows"]] == [
+        ("A", "fitted run (in sample)"), ("B", "predicted (out of sample)"), ("B", "measured profile, not fitted")]
+    for r in result["rows"]:
+        assert r["calls"] == result["calls"] > 0
+        for q in ("p50", "p90"):
+            assert r[f"{q}_ref"] > 0 and r[f"{q}_other"] > 0 and math.isfinite(r[f"{q}_err"])
+    assert set(result["fit"]["values"]) == {"mmlu.pass_base", "mmlu.pass_per_row_token"}
+    # the prediction made before B ran is the one set against B (B replays the trace's instants)
+    assert result["blind_prediction_b"]["p50"] == pytest.approx(result["rows"][1]["p50_other"])
+    assert " succeeded, 0 failed" in result["runs"]["A"]["load"] and " succeeded, 0 failed" in result["runs"]["B"]["load"]
+    table = bench.table(result)
+    assert sum(line.startswith("| ") for line in table.splitlines()) == 4  # header and three rows
+    assert all(r["p99_ref"] > 0 for r in result["rows"])

@@ -149,6 +149,24 @@ def test_streamed_openai_apis_measure_ttft_and_itl(tmp_path, api):
     assert "HTTP 500" in run.calls["error"][1]
 
 
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_streamed_calls_that_drop_or_stall_are_failed_calls(tmp_path, api):
+    """A streamed prompt whose connection drops or which stalls past the timeout fails its
+    call (another prompt of the call may succeed); the run goes on and is recorded."""
+    trace = trace_of((0.0, ["mmlu", ("mmlu", "[drop]")]), (0.0, [("mmlu", "[stall]")]), (0.0, ["graph"]))
+    start = time.monotonic()
+    with FakeServer(tokens=2, itl=0.01) as server:
+        result = run_load(trace, LoadOptions(url=server.url, api=api, model="m", timeout=0.5), tmp_path / "run")
+    assert time.monotonic() - start < 20
+    assert result.summary["successful_batches"] == 1 and result.summary["failed_batches"] == 2
+    recs = records(tmp_path / "run")
+    assert recs[0]["response"] is None and "connection dropped" in recs[0]["error"]
+    assert recs[1]["response"] is None and "timeout" in recs[1]["error"]
+    requests = pd.read_parquet(tmp_path / "run" / "requests.parquet")
+    assert requests["status"].tolist() == ["ok", "error", "timeout", "ok"]
+    assert list(read_observed(tmp_path / "run").calls["ok"]) == [False, False, True]
+
+
 def test_cli_writes_the_run_and_observed_reads_it(tmp_path):
     trace_file = tmp_path / "trace.json"
     save_trace(trace_of((0.0, ["mmlu"]), (1.0, ["infobench"])), trace_file)

@@ -625,3 +625,62 @@ def test_harness_backend_serves_a_call_on_the_cpu():
     assert [c["task"] for c in body["choices"]] == ["mmlu", "mmlu", "graph"], body
     assert all(len(c["text"].split()) == 4 for c in body["choices"][:2])
     assert seconds < 30
+
+
+def test_harness_prompts_are_as_many_tokens_as_the_trace_says():
+    """The load generator's invented text of P tokens is a prefill of P tokens on the harness."""
+    from simulator.serve.backends import prompt_tokens
+    from simulator.trace.formats.client import placeholder_text
+
+    for tokens in (16, 64, 190):
+        ids = prompt_tokens(placeholder_text("mmlu", tokens), 1000)
+        assert len(ids) == tokens and all(0 <= i < 1000 for i in ids)
+    assert prompt_tokens("", 1000) == [0] and len(prompt_tokens("abcde", 7)) == 2
+
+
+def test_load_against_serve_with_a_failing_engine_records_failed_calls(tmp_path):
+    """End to end: ``simctl serve`` (a process) in front of an engine that errors, drops the
+    connection or stalls past the batch timeout, loaded by ``simctl load``'s library: each
+    such call is a failed call in the run record with the server's error reply, the good
+    calls succeed, and nothing hangs."""
+    from live_server import FakeServer
+
+    from simulator.live import LoadOptions, run_load
+    from simulator.observed import read_observed
+    from simulator.trace.model import Call, Prompt, Trace
+
+    markers = ["", "[500]", "[drop]", "[stall]", ""]
+    trace = Trace(tuple(Call(str(i), 0.2 * i, (Prompt("mmlu", 10, 4, MMLU.format(m)),))
+                        for i, m in enumerate(markers)))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    with FakeServer() as engine:
+        proc = subprocess.Popen([sys.executable, "-c", "from simulator.cli import main; main()", "serve", "-s",
+                                 str(REPO / "scenarios" / "harness-cpu.toml"), "-p", "cpu__tiny__tiny",
+                                 "--backend", f"openai:{engine.url}", "--set", "tasks.mmlu.flush=0",
+                                 "--set", "tasks.mmlu.max_batch=1", "--batch-timeout", "1", "--port", "0"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+        try:
+            line = proc.stdout.readline() if proc.stdout else ""
+            match = re.search(r"http://127\.0\.0\.1:(\d+)", line)
+            assert match, line + (proc.stderr.read() if proc.stderr else "")
+            t0 = time.monotonic()
+            result = run_load(trace, LoadOptions(url=f"http://127.0.0.1:{match.group(1)}/", timeout=20),
+                              tmp_path / "run", handle_sigint=False)
+            seconds = time.monotonic() - t0
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=20) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert seconds < 15  # the stalled batch gave up at its 1 s timeout, not the client's 20 s
+    recs = {r["batch_id"]: r for r in result.summary["results"]}
+    assert result.summary["successful_batches"] == 2 and result.summary["failed_batches"] == 3
+    assert "choices" in recs[0]["response"] and "choices" in recs[4]["response"]
+    for i in (1, 2, 3):   # the server's error replies: HTTP 200 with an error body, as the users' server
+        assert recs[i]["status_code"] == 200 and "choices" not in recs[i]["response"], recs[i]
+    assert "HTTP 500" in recs[1]["response"]["error"]
+    assert recs[2]["response"]["failed"][0]["reason"] == "backend"
+    assert recs[3]["response"]["failed"][0]["reason"] == "timeout"
+    run = read_observed(tmp_path / "run")
+    assert list(run.calls["ok"]) == [True, False, False, False, True]

@@ -42,6 +42,7 @@ def serve_cli(
     harness_model: str = typer.Option("tiny", "--harness-model", help="Harness backend: the target model preset."),
     harness_draft: str = typer.Option("tiny", "--harness-draft", help="Harness backend: the draft model preset."),
     harness_device: str | None = typer.Option(None, "--harness-device", help="Harness backend: cpu, cuda or cuda:N for every GPU of the scenario (default cuda:i where there is one, else cpu)."),
+    harness_threads: int = typer.Option(1, "--harness-threads", help="Harness backend: torch's intra-op threads (1, as simctl profile measures; 0: torch's default)."),
     engine_model: str | None = typer.Option(None, "--engine-model", help="OpenAI backend: the model name sent to the engines (default: the first one their /v1/models lists)."),
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn's log level (critical, error, warning, info, debug)."),
 ) -> None:
@@ -59,7 +60,7 @@ def serve_cli(
             raise ServeError(None, None, None, f"simctl serve needs the serve extra (missing the Python package "
                              f"{missing!r}): pip install 'simctl[serve]'")
         serve_app = make_server(scenario, profile, backend, time_scale, seed, set_values, batch_timeout, grace,
-                                harness_model, harness_draft, harness_device, engine_model)
+                                harness_model, harness_draft, harness_device, engine_model, harness_threads)
         if not 0 <= port <= 65535:
             raise ServeError(None, None, "--port", f"must be between 0 and 65535, got {port}")
         if log_level not in ("critical", "error", "warning", "info", "debug", "trace"):
@@ -70,7 +71,7 @@ def serve_cli(
 
 def make_server(scenario: str, profile: str, backend: str, time_scale: float, seed: int, set_values: list[str],
                 batch_timeout: float, grace: float, harness_model: str, harness_draft: str,
-                harness_device: str | None, engine_model: str | None) -> Any:
+                harness_device: str | None, engine_model: str | None, harness_threads: int = 1) -> Any:
     """The :class:`~simulator.serve.app.ServeApp` the options describe (typed errors for bad ones)."""
     from simulator.profile import load_profile
     from simulator.scenario import build_scenario, parse_set
@@ -84,6 +85,8 @@ def make_server(scenario: str, profile: str, backend: str, time_scale: float, se
                          "backend takes real time)")
     if not batch_timeout > 0:
         raise ServeError(None, None, "--batch-timeout", f"must be > 0, got {batch_timeout}")
+    if harness_threads < 0:
+        raise ServeError(None, None, "--harness-threads", f"must be >= 0, got {harness_threads}")
     if not grace >= 0:
         raise ServeError(None, None, "--grace", f"must be >= 0, got {grace}")
     prof = load_profile(profile)
@@ -93,7 +96,7 @@ def make_server(scenario: str, profile: str, backend: str, time_scale: float, se
         raise ScenarioError(scen.source, f"tasks.{unknown[0]}", None,
                             f"the profile {prof.name} has no task {unknown[0]!r} (it has: {', '.join(prof.tasks)})")
     chosen = backend_from_spec(backend, target=harness_model, draft=harness_draft, device=harness_device,
-                               model=engine_model)
+                               model=engine_model, threads=harness_threads)
     return build_app(scen, prof, chosen, seed=seed, time_scale=time_scale, batch_timeout=batch_timeout,
                      grace=grace, model_name=engine_model or "simctl")
 

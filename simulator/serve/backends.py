@@ -44,6 +44,18 @@ def pieces(text: str) -> list[str]:
     return _PIECE.findall(text) or ([text] if text else [])
 
 
+def prompt_tokens(text: str, vocab: int) -> list[int]:
+    """``text`` as the harness's token ids: one per four characters, the count
+    :func:`~simulator.trace.classify.estimate_tokens` gives (the count a trace, the load
+    generator's invented texts and the simulator all use), so a prompt of the trace's P
+    tokens is a prefill of P tokens on the real decoder too."""
+    from simulator.trace.classify import estimate_tokens
+
+    data = text.encode("utf-32-le")  # one 4-byte unit per code point, as len() counts
+    units = [int.from_bytes(data[i:i + 4], "little") for i in range(0, len(data), 4)]
+    return [sum(units[4 * i:4 * i + 4]) % vocab for i in range(estimate_tokens(text))]
+
+
 def placeholder_text(job: PromptJob) -> str:
     """The sleep backend's answer: ``max_tokens`` placeholder tokens."""
     return "".join(f" tok{i}" for i in range(job.max_tokens))
@@ -174,8 +186,12 @@ class HarnessBackend(SleepBackend):
     name = "harness"
 
     def __init__(self, target: str = "tiny", draft: str = "tiny", lookahead: int = 3, acceptance: float = 0.7,
-                 device: str | None = None, max_prompt_tokens: int = 256) -> None:
+                 device: str | None = None, max_prompt_tokens: int = 256, threads: int = 1) -> None:
         super().__init__()
+        #: torch's intra-op threads (0: torch's default), pinned as ``simctl profile``
+        #: pins them: on a shared CPU, spinning intra-op threads make each step wait for a
+        #: descheduled one, and a 40 ms batch can take seconds
+        self.threads = threads
         self.target, self.draft = target, draft
         self.lookahead, self.acceptance = lookahead, acceptance
         self.device = device
@@ -222,6 +238,10 @@ class HarnessBackend(SleepBackend):
                            graphs=dev.type == "cuda", seed=gpu)
 
     async def start(self, runtime: Runtime) -> None:
+        if self.threads:
+            import torch
+
+            torch.set_num_threads(self.threads)
         loop = asyncio.get_running_loop()
         for gpu in range(len(runtime.gpus)):
             executor = self._executors[gpu] = ThreadPoolExecutor(1, thread_name_prefix=f"simctl-gpu{gpu}")
@@ -236,7 +256,7 @@ class HarnessBackend(SleepBackend):
 
         decoder = self._decoders[gpu]
         vocab = decoder.target.shape.vocab
-        rows = [[b % vocab for b in text.encode()][: self.max_prompt_tokens] or [0] for text in texts]
+        rows = [prompt_tokens(text, vocab)[: self.max_prompt_tokens] for text in texts]
         longest = max(len(r) for r in rows)
         prompts = torch.zeros(len(rows), longest, dtype=torch.long)
         for i, row in enumerate(rows):
@@ -340,7 +360,7 @@ def backend_from_spec(spec: str, **options: Any) -> Backend:
         return SleepBackend()
     if name == "harness" and not rest:
         return HarnessBackend(**{k: v for k, v in options.items() if k in (
-            "target", "draft", "lookahead", "acceptance", "device") and v is not None})
+            "target", "draft", "lookahead", "acceptance", "device", "threads") and v is not None})
     if name == "openai":
         return OpenAIBackend([u for u in rest.split(",") if u], options.get("model"))
     raise BackendError(None, None, "--backend", f"unknown backend {spec!r}; valid: {', '.join(BACKENDS)}")
