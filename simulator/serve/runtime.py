@@ -59,7 +59,7 @@ from simulator.model.dispatch import DISPATCH_RULES, DispatchGroups, DispatchRul
 from simulator.model.engine import ServiceStreams
 from simulator.model.policies import POLICIES, BatchingPolicy, ReleaseNow, is_unbounded
 from simulator.model.queues import QueueLimits
-from simulator.model.topologies.continuous import DrawnGainRows, FixedGainRows, _blocks
+from simulator.model.topologies.continuous import DrawnGainRows, FixedGainRows, _blocks, iteration_boundary
 from simulator.profile import Profile
 from simulator.profile.iteration import step_cost
 from simulator.profile.kinds import BatchShape, ServiceModel
@@ -617,48 +617,10 @@ class ServeEngine:
         """Steps 1 and 2 of the model's iteration boundary: preemptions, admissions, the
         step cost. ``(work, decoding rows, prefilled token counts, their tokens, the prompts
         prefilled for the first time)``, or ``None`` when there is nothing to run."""
-        rows = self.rows
-        ptoks = self.prompt_tokens
-        decoding = rows.start(self.rng)
-        preempted = False
-        if decoding and self.counts_blocks:
-            free, victims = rows.reserve(int(self.free_blocks))
-            self.free_blocks = free
-            if victims:
-                preempted = True
-                for pid, made in victims:  # newest first: the oldest ends up at the head
-                    self.outstanding_tokens += ptoks[pid] + made
-                    self.resumed[pid] = made
-                    self.waiting.appendleft(pid)
-                    self.jobs[pid].status = "preempted"
-                decoding = len(rows)
-        self.running = decoding
-        context, capacity = rows.bounds() if self.reads_lengths else (0, 0)
-        prefill: list[int] = []
-        fresh: list[int] = []
-        if not preempted:
-            waiting, resumed, bs = self.waiting, self.resumed, self.block_size
-            budget = self.token_budget - decoding
-            room = self.max_rows - decoding
-            while waiting and len(prefill) < room:
-                pid = waiting[0]
-                made = resumed.get(pid, 0)
-                tokens = ptoks[pid] + made
-                if tokens > budget and (decoding or prefill):
-                    break
-                if self.counts_blocks:
-                    blocks = _blocks(tokens + 1, bs)
-                    if blocks > self.free_blocks:
-                        break
-                    self.free_blocks -= blocks
-                waiting.popleft()
-                if made:
-                    del resumed[pid]
-                else:
-                    fresh.append(pid)
-                rows.admit(pid, tokens, made)
-                prefill.append(tokens)
-                budget -= tokens
+        def preempted(pid: int) -> None:
+            self.jobs[pid].status = "preempted"
+
+        decoding, prefill, fresh, context, capacity = iteration_boundary(self, self.prompt_tokens, preempted)
         if not decoding and not prefill:
             return None
         work = float(self.cost.step(decoding, prefill, context, self.rng, capacity))

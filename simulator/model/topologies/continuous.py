@@ -51,8 +51,9 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from heapq import heapify, heappop, heappush
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -318,6 +319,61 @@ class _Rows:
         return self.rows
 
 
+def iteration_boundary(engine: Any, ptoks: Any, on_preempt: Callable[[int], None]
+                       ) -> tuple[int, list[int], list[int], int, int]:
+    """Steps 1 and 2 of an iteration boundary (see the module docstring), for the model's
+    engine and for the live server's alike (:mod:`simulator.serve.runtime`), so the two
+    cannot drift apart: the running rows' tokens, preempting the newest while the cache is
+    short (``on_preempt(pid)`` for each), else admissions. ``engine`` holds ``rows``,
+    ``rng``, ``counts_blocks``, ``free_blocks``, ``outstanding_tokens``, ``resumed``,
+    ``waiting``, ``block_size``, ``token_budget``, ``max_rows``, ``reads_lengths`` and
+    ``running``. Returns ``(decoding rows, prefilled token counts, prompts prefilled for the
+    first time, context, capacity)``."""
+    rows = engine.rows
+    # 1. tokens of the running rows, preempting the newest while the cache is short
+    decoding = rows.start(engine.rng)
+    preempted = False
+    if decoding and engine.counts_blocks:
+        engine.free_blocks, victims = rows.reserve(int(engine.free_blocks))
+        if victims:
+            preempted = True
+            for pid, made in victims:  # newest first: the oldest ends up at the head
+                on_preempt(pid)
+                engine.outstanding_tokens += ptoks[pid] + made  # to recompute
+                engine.resumed[pid] = made
+                engine.waiting.appendleft(pid)
+            decoding = len(rows)
+    engine.running = decoding
+    context, capacity = rows.bounds() if engine.reads_lengths else (0, 0)
+    # 2. admissions
+    prefill: list[int] = []
+    fresh: list[int] = []
+    if not preempted:
+        waiting, resumed, bs = engine.waiting, engine.resumed, engine.block_size
+        budget = engine.token_budget - decoding
+        room = engine.max_rows - decoding
+        while waiting and len(prefill) < room:
+            pid = waiting[0]
+            made = resumed.get(pid, 0)
+            tokens = ptoks[pid] + made
+            if tokens > budget and (decoding or prefill):
+                break
+            if engine.counts_blocks:
+                blocks = _blocks(tokens + 1, bs)
+                if blocks > engine.free_blocks:
+                    break
+                engine.free_blocks -= blocks
+            waiting.popleft()
+            if made:
+                del resumed[pid]
+            else:
+                fresh.append(pid)
+            rows.admit(pid, tokens, made)
+            prefill.append(tokens)
+            budget -= tokens
+    return decoding, prefill, fresh, context, capacity
+
+
 class Engine:
     """One continuous-batching engine: a waiting line, a running batch, a KV cache."""
 
@@ -400,49 +456,11 @@ class Engine:
     # -- one iteration --------------------------------------------------------------------
     def _iterate(self, event=None) -> None:
         run = self.run
-        ptoks = run.prompt_tokens
-        rows = self.rows
-        # 1. tokens of the running rows, preempting the newest while the cache is short
-        decoding = rows.start(self.rng)
-        preempted = False
-        if decoding and self.counts_blocks:
-            self.free_blocks, victims = rows.reserve(cast(int, self.free_blocks))
-            if victims:
-                preempted = True
-                for pid, made in victims:  # newest first: the oldest ends up at the head
-                    run.preemptions[pid] += 1
-                    self.outstanding_tokens += ptoks[pid] + made  # to recompute
-                    self.resumed[pid] = made
-                    self.waiting.appendleft(pid)
-                decoding = len(rows)
-        self.running = decoding
-        context, capacity = rows.bounds() if self.reads_lengths else (0, 0)
-        # 2. admissions
-        prefill: list[int] = []
-        fresh: list[int] = []
-        if not preempted:
-            waiting, resumed, bs = self.waiting, self.resumed, self.block_size
-            budget = self.token_budget - decoding
-            room = self.max_rows - decoding
-            while waiting and len(prefill) < room:
-                pid = waiting[0]
-                made = resumed.get(pid, 0)
-                tokens = ptoks[pid] + made
-                if tokens > budget and (decoding or prefill):
-                    break
-                if self.counts_blocks:
-                    blocks = _blocks(tokens + 1, bs)
-                    if blocks > self.free_blocks:
-                        break
-                    self.free_blocks -= blocks
-                waiting.popleft()
-                if made:
-                    del resumed[pid]
-                else:
-                    fresh.append(pid)
-                rows.admit(pid, tokens, made)
-                prefill.append(tokens)
-                budget -= tokens
+
+        def preempted(pid: int) -> None:
+            run.preemptions[pid] += 1
+
+        decoding, prefill, fresh, context, capacity = iteration_boundary(self, run.prompt_tokens, preempted)
         if not decoding and not prefill:
             self.busy = False
             return
