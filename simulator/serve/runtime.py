@@ -51,14 +51,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import numpy as np
-
 from simulator.errors import ScenarioError
 from simulator.model.batching import BATCH_FORMING, Shaping, task_service
 from simulator.model.dispatch import DISPATCH_RULES, DispatchGroups, DispatchRule
 from simulator.model.engine import ServiceStreams
 from simulator.model.policies import POLICIES, BatchingPolicy, ReleaseNow, is_unbounded
 from simulator.model.queues import QueueLimits
+from simulator.model.streams import dispatch_stream
 from simulator.model.topologies.continuous import DrawnGainRows, FixedGainRows, _blocks, iteration_boundary
 from simulator.profile import Profile
 from simulator.profile.iteration import step_cost
@@ -802,7 +801,7 @@ class Runtime:
         backend.check(scenario)
         self.configs = {t: scenario.for_task(t) for t in self.tasks}
         self.clock = Clock(time_scale)
-        self.dispatch_rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
+        self.dispatch_rng = dispatch_stream(seed)
         self.service_rng = ServiceStreams(seed)
         rotation = frozenset(scenario.shared_rotation)
 
