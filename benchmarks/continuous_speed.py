@@ -22,7 +22,6 @@ is faster).
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 import time
@@ -117,15 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     repeat = 3 if args.quick else args.repeat
     customers = 5_000 if args.quick else 50_000
     result = run(repeat, args.seed, args.profile, customers)
-    if args.write_docs:
-        from docs_tables import write_generated
+    from docs_tables import report
 
-        write_generated("continuous-speed", table(result))
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print(table(result))
-    return 0
+    return report(result, table(result), "continuous-speed", write_docs=args.write_docs, as_json=args.json)
 
 
 if __name__ == "__main__":

@@ -6,8 +6,10 @@ run with ``--write-docs`` replaces what is between them with what it measured.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
+from typing import Any
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -22,3 +24,13 @@ def write_generated(name: str, text: str, page: str = "benchmarks.md") -> Path:
         raise SystemExit(f"{path} has no generated block {name!r}")
     path.write_text(pattern.sub(lambda m: m.group(1) + text.rstrip("\n") + "\n" + m.group(2), content))
     return path
+
+
+def report(result: dict[str, Any], text: str, name: str, *, write_docs: bool, as_json: bool,
+           page: str = "benchmarks.md") -> int:
+    """A benchmark's ending: its block ``name`` of ``docs/page`` rewritten with ``text`` when
+    asked, then the result printed as JSON or as ``text``; the exit status (0)."""
+    if write_docs:
+        write_generated(name, text, page=page)
+    print(json.dumps(result, indent=2) if as_json else text)
+    return 0

@@ -251,15 +251,9 @@ def main(argv: list[str] | None = None) -> int:
         work = args.keep or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         result = run(args.quick, args.seed, work)
-    if args.write_docs:
-        from docs_tables import write_generated
+    from docs_tables import report
 
-        write_generated("live-loop", table(result), page="calibration.md")
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print(table(result))
-    return 0
+    return report(result, table(result), "live-loop", write_docs=args.write_docs, as_json=args.json, page="calibration.md")
 
 
 if __name__ == "__main__":

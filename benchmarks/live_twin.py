@@ -26,7 +26,6 @@ batch size within 2 %.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import signal
@@ -220,15 +219,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown topologies {sorted(unknown)}; valid: {', '.join(TOPOLOGIES)}")
     result = run(time_scale, calls, args.seed, topologies)
-    if args.write_docs:
-        from docs_tables import write_generated
+    from docs_tables import report
 
-        write_generated("live-twin", table(result))
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print(table(result))
-    return 0
+    return report(result, table(result), "live-twin", write_docs=args.write_docs, as_json=args.json)
 
 
 if __name__ == "__main__":

@@ -58,7 +58,7 @@ from simulator.model.engine import ServiceStreams
 from simulator.model.policies import POLICIES, BatchingPolicy, ReleaseNow, is_unbounded
 from simulator.model.queues import QueueLimits
 from simulator.model.streams import dispatch_stream
-from simulator.model.topologies.continuous import DrawnGainRows, FixedGainRows, _blocks, iteration_boundary
+from simulator.model.topologies.continuous import DrawnGainRows, FixedGainRows, _blocks, iteration_boundary, new_rows
 from simulator.profile import Profile
 from simulator.profile.iteration import step_cost
 from simulator.profile.kinds import BatchShape, ServiceModel
@@ -538,10 +538,7 @@ class ServeEngine:
         runtime.engines.append(self)
 
     def _new_rows(self) -> FixedGainRows | DrawnGainRows:
-        gain = self.cost.fixed_tokens
-        if gain is not None:
-            return FixedGainRows(gain, self.prompt_tokens, self.max_tokens, self.block_size, self.counts_blocks)
-        return DrawnGainRows(self.cost, self.prompt_tokens, self.max_tokens, self.block_size)
+        return new_rows(self.cost, self.prompt_tokens, self.max_tokens, self.block_size, self.counts_blocks)
 
     @property
     def outstanding(self) -> int:

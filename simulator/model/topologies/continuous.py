@@ -319,6 +319,16 @@ class _Rows:
         return self.rows
 
 
+def new_rows(cost: StepCost, ptoks: Any, mtoks: Any, block_size: int,
+             counts_blocks: bool) -> FixedGainRows | DrawnGainRows:
+    """An engine's running rows: kept by iteration number where every row commits a fixed
+    number of tokens, in arrays where they are drawn (see the module docstring)."""
+    gain = cost.fixed_tokens
+    if gain is not None:
+        return FixedGainRows(gain, ptoks, mtoks, block_size, counts_blocks)
+    return DrawnGainRows(cost, ptoks, mtoks, block_size)
+
+
 def iteration_boundary(engine: Any, ptoks: Any, on_preempt: Callable[[int], None]
                        ) -> tuple[int, list[int], list[int], int, int]:
     """Steps 1 and 2 of an iteration boundary (see the module docstring), for the model's
@@ -397,11 +407,7 @@ class Engine:
         self.rng = run.service_rng(task)
         self.waiting: deque[int] = deque()
         self.resumed: dict[int, int] = {}  # tokens made before preemption, per preempted waiting prompt
-        ptoks, mtoks = run.prompt_tokens, run.max_tokens
-        gain = self.cost.fixed_tokens
-        self.rows: FixedGainRows | DrawnGainRows = (
-            FixedGainRows(gain, ptoks, mtoks, config.block_size, self.counts_blocks) if gain is not None
-            else DrawnGainRows(self.cost, ptoks, mtoks, config.block_size))
+        self.rows = new_rows(self.cost, run.prompt_tokens, run.max_tokens, config.block_size, self.counts_blocks)
         self.running = 0  # rows running, as the dispatch rules count them (not those being prefilled)
         self.busy = False
         self.outstanding_tokens = 0
