@@ -45,30 +45,43 @@ from simulator.scenario import Compositions
 STAT_KEYS = ("mean", "p50", "p90", "p95", "p99", "max")
 
 
+#: Rows per block where a figure's arithmetic is done in blocks (bounded temporaries).
+_BLOCK = 1 << 18
+
 #: Stand-in for +inf inside the percentile arithmetic (see :func:`describe`).
 _UNFINISHED = 1e300
 
 
-def describe(values: Iterable[float] | np.ndarray) -> dict[str, float | None]:
+def describe(values: Iterable[float] | np.ndarray, scratch: bool = False) -> dict[str, float | None]:
     """``{mean, p50, p90, p95, p99, max}`` of ``values`` (linear-interpolated percentiles);
     all ``None`` when there are no values.
 
     ``+inf`` values (prompts that did not finish) are infinitely late: a percentile whose
     interpolation touches one is ``+inf``, as are the mean and the max.
+
+    ``scratch``: ``values`` is a float array of the caller's that may be reordered and
+    overwritten (no copy of a large run's column is made).
     """
     x = np.asarray(values, dtype=float)
     if x.size == 0:
         return {k: None for k in STAT_KEYS}
+    mean, top = float(x.mean()), float(x.max())
     unfinished = np.isposinf(x)
     if unfinished.any():
         # Interpolating towards a huge finite stand-in keeps the finite percentiles exact and
         # sends every percentile that depends on an unfinished value past the stand-in's half.
-        pct = np.percentile(np.where(unfinished, _UNFINISHED, x), [50, 90, 95, 99])
+        if scratch:
+            x[unfinished] = _UNFINISHED
+        else:
+            x = np.where(unfinished, _UNFINISHED, x)
+        del unfinished
+        pct = np.percentile(x, [50, 90, 95, 99], overwrite_input=True)
         p50, p90, p95, p99 = np.where(pct >= _UNFINISHED * 1e-6, np.inf, pct)
     else:
-        p50, p90, p95, p99 = np.percentile(x, [50, 90, 95, 99])
-    return {"mean": float(x.mean()), "p50": float(p50), "p90": float(p90),
-            "p95": float(p95), "p99": float(p99), "max": float(x.max())}
+        del unfinished
+        p50, p90, p95, p99 = np.percentile(x, [50, 90, 95, 99], overwrite_input=scratch)
+    return {"mean": mean, "p50": float(p50), "p90": float(p90),
+            "p95": float(p95), "p99": float(p99), "max": top}
 
 
 #: Top-level figures of the summary (no task or ``overall`` in front).
@@ -231,6 +244,11 @@ def _group_summary(v: dict[str, Callable[[], np.ndarray]], done_ok: np.ndarray, 
     ``v`` makes the group's per-prompt columns on demand (one at a time, so a large run never
     holds them all), ``done_ok`` marks completed prompts."""
     completed = int(done_ok.sum())
+
+    def unless_done(x: np.ndarray) -> np.ndarray:
+        x[~done_ok] = np.inf  # (x is the group's own new column)
+        return x
+
     figures: dict[str, Any] = {
         "prompts": int(done_ok.size),
         "completed": completed,
@@ -242,14 +260,13 @@ def _group_summary(v: dict[str, Callable[[], np.ndarray]], done_ok: np.ndarray, 
         "preemptions": int(v["preemptions"]().sum()),
         "calls": int(call_ok.size),
         "calls_completed": int(call_ok.sum()),
-        "latency": describe(np.where(done_ok, v["latency"](), np.inf)),
-        "call_latency": describe(np.where(call_ok, call_latency, np.inf)),
-        "wait": describe(v["wait"]()[done_ok]),
-        "service": describe(v["service"]()[done_ok]),
-        "ttft": describe(np.where(done_ok, v["ttft"](), np.inf)),
+        "latency": describe(unless_done(v["latency"]()), scratch=True),
+        "call_latency": describe(np.where(call_ok, call_latency, np.inf), scratch=True),
+        "wait": describe(v["wait"]()[done_ok], scratch=True),
+        "service": describe(v["service"]()[done_ok], scratch=True),
+        "ttft": describe(unless_done(v["ttft"]()), scratch=True),
     }
-    tpot = v["tpot"]()
-    figures["tpot"] = describe(tpot[done_ok & np.isfinite(tpot)])
+    figures["tpot"] = describe(v["tpot"](), scratch=True)
     figures["mean_batch_size"] = float(batch_sizes.mean()) if batch_sizes.size else None
     figures["throughput_prompts_per_s"] = float(completed / makespan) if makespan > 0 else None
     return figures
@@ -290,6 +307,39 @@ def _call_codes(call_index: np.ndarray) -> np.ndarray:
     return pd.factorize(call_index, sort=True)[0]
 
 
+def _gpu_figures(gpu_column: pd.Series, served: np.ndarray, started: np.ndarray, done: np.ndarray,
+                 batch_ids: np.ndarray, sizes: np.ndarray, gpus: int | None,
+                 makespan: float) -> tuple[list[dict[str, Any]], float]:
+    """Per GPU (``gpus`` of them, else as many as the log names): utilisation, busy time,
+    batches, mean batch size and concurrency (module docstring); and the total busy time."""
+    gpu = gpu_column.to_numpy(dtype=np.int64 if gpu_column.dtype == "Int64" else np.int32, na_value=-1)
+    on_gpu = (gpu >= 0) & served
+    n_gpus = gpus if gpus is not None else (int(gpu[on_gpu].max()) + 1 if on_gpu.any() else 0)
+    gpu_rows = []
+    total_busy = 0.0
+    # The rows of each GPU, found with one stable sort (not a pass over the log per GPU):
+    # rows on no GPU (or not served) sort last.
+    gpu[~on_gpu] = n_gpus
+    del on_gpu
+    rows = np.argsort(gpu, kind="stable")
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(gpu, minlength=n_gpus + 1))])
+    del gpu
+    for g in range(n_gpus):
+        mine = rows[bounds[g]:bounds[g + 1]]
+        busy = busy_time(started[mine], done[mine])
+        total_busy += busy
+        gpu_batches = batch_sizes_of(batch_ids[mine], sizes[mine])
+        gpu_rows.append({
+            "id": g,
+            "utilization": busy / makespan if makespan > 0 else 0.0,
+            "busy_s": busy,
+            "batches": int(gpu_batches.size),
+            "mean_batch_size": float(gpu_batches.mean()) if gpu_batches.size else None,
+            "mean_concurrency": float((done[mine] - started[mine]).sum() / busy) if busy > 0 else None,
+        })
+    return gpu_rows, total_busy
+
+
 def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
               deadline: float | None = None, gpus: int | None = None,
               client_timeout: float | None = None, compositions: Compositions | None = None) -> dict[str, Any]:
@@ -323,7 +373,7 @@ def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
     makespan = float(done[served].max() - arrived.min()) if served.any() else 0.0
 
     # calls: latency of the last prompt, completed if every prompt is
-    call_of = _call_codes(log["call_index"].to_numpy(np.int64))
+    call_of = _call_codes(log["call_index"].to_numpy())
     n_calls = int(call_of.max()) + 1 if call_of.size else 0
     call_done = np.full(n_calls, -np.inf)
     np.maximum.at(call_done, call_of, np.where(served, done, np.inf))
@@ -336,9 +386,10 @@ def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
     if client_timeout is not None:
         call_ok &= call_latency <= client_timeout
 
-    batch_ids = log["batch_id"].to_numpy(np.int64)
-    sizes = log["batch_size"].to_numpy(np.int64)
-    preemptions = log["preemptions"].to_numpy(np.int64)
+    # (the log's own integer columns, uncopied; sums of them are taken in 64 bits)
+    batch_ids = log["batch_id"].to_numpy()
+    sizes = log["batch_size"].to_numpy()
+    preemptions = log["preemptions"].to_numpy()
 
     def group(mask: np.ndarray | None) -> dict[str, Any]:
         """The figures of the prompts ``mask`` selects (``None``: every prompt, uncopied)."""
@@ -346,9 +397,21 @@ def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
             return x if mask is None else x[mask]
 
         def tpot() -> np.ndarray:
-            m, d, f = pick(max_tokens), pick(done), pick(first)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                return np.where(m > 1, (d - f) / (m - 1), np.nan)
+            """The TPOT of the completed prompts that have one (more than one token)."""
+            m, d, f, ok = pick(max_tokens), pick(done), pick(first), pick(done_ok)
+            out = np.empty(len(m))
+            kept = 0
+            # In blocks, each block's values packed after the previous block's (never past
+            # its own start): temporaries a block long, not a column long.
+            for lo in range(0, len(m), _BLOCK):
+                hi = lo + _BLOCK
+                mm = m[lo:hi]
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    values = (d[lo:hi] - f[lo:hi]) / (mm - 1)
+                values = values[ok[lo:hi] & (mm > 1) & np.isfinite(values)]
+                out[kept:kept + len(values)] = values
+                kept += len(values)
+            return out[:kept]
 
         columns = {
             "served": lambda: pick(served), "preemptions": lambda: pick(preemptions),
@@ -365,34 +428,15 @@ def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
 
     task_codes, task_names = _codes(log["task"])
     tasks = {str(name): group(task_codes == i) for i, name in enumerate(task_names)}
+    overall = group(None)
 
-    gpu = log["gpu"].to_numpy(dtype=float, na_value=np.nan)
-    on_gpu = ~np.isnan(gpu) & served
-    n_gpus = gpus if gpus is not None else (int(np.nanmax(gpu)) + 1 if on_gpu.any() else 0)
-    gpu_rows = []
-    total_busy = 0.0
-    # The rows of each GPU, found with one stable sort (not a pass over the log per GPU).
-    rows = np.flatnonzero(on_gpu)
-    rows = rows[np.argsort(gpu[rows], kind="stable")]
-    bounds = np.searchsorted(gpu[rows], np.arange(n_gpus + 1))
-    for g in range(n_gpus):
-        mine = rows[bounds[g]:bounds[g + 1]]
-        busy = busy_time(started[mine], done[mine])
-        total_busy += busy
-        gpu_batches = batch_sizes_of(batch_ids[mine], sizes[mine])
-        gpu_rows.append({
-            "id": g,
-            "utilization": busy / makespan if makespan > 0 else 0.0,
-            "busy_s": busy,
-            "batches": int(gpu_batches.size),
-            "mean_batch_size": float(gpu_batches.mean()) if gpu_batches.size else None,
-            "mean_concurrency": float((done[mine] - started[mine]).sum() / busy) if busy > 0 else None,
-        })
+    gpu_rows, total_busy = _gpu_figures(log["gpu"], served, started, done, batch_ids, sizes, gpus, makespan)
     # compositions: the figures call_figures(client_calls(log)) gives (a test holds them equal),
     # computed here with numpy because sweeps summarise thousands of runs. A call's task set
     # is a bit mask, mapped to its class (few distinct masks).
-    mask = np.zeros(n_calls, dtype=np.int64)
-    np.bitwise_or.at(mask, call_of, np.left_shift(1, task_codes.astype(np.int64)))
+    bits = np.uint8 if len(task_names) <= 8 else np.int64  # (a byte a prompt where it suffices)
+    mask = np.zeros(n_calls, dtype=bits)
+    np.bitwise_or.at(mask, call_of, np.left_shift(bits(1), task_codes.astype(bits)))
     rules = compositions or Compositions()
     classes = {m: rules.classify(frozenset(str(task_names[i]) for i in range(len(task_names)) if m >> i & 1))
                for m in np.unique(mask).tolist()}
@@ -410,7 +454,7 @@ def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
                 "latency_censored": describe(censored[mine & np.isfinite(censored)]),
             }
     return {
-        "overall": group(None),
+        "overall": overall,
         "tasks": tasks,
         "compositions": by_composition,
         "gpus": gpu_rows,

@@ -67,8 +67,9 @@ DI_KIND, DI_SERVERS, DI_GPU, DI_BUSY, DI_OUT, DI_OUT_TOKENS, DI_VERSION, DI_RUN_
     DI_RUN_COUNT = range(10)
 DF_UPDATED = 0
 # Columns of the batch table BI and BF.
-BI_TASK, BI_NAME, BI_OFF, BI_SIZE, BI_WORKER_ID, BI_WORKER, BI_DEVICE, BI_QUEUE, BI_TOKENS, BI_NEXT, \
-    BI_PREV = range(11)
+# BI is int32 (ids, offsets and sizes below 2**31: a trace holds fewer prompts); a batch's
+# tokens, which can pass 2**31, are in BTOK (int64).
+BI_TASK, BI_NAME, BI_OFF, BI_SIZE, BI_WORKER_ID, BI_WORKER, BI_DEVICE, BI_QUEUE, BI_NEXT, BI_PREV = range(10)
 BF_FORMED, BF_STARTED, BF_WORK, BF_FIRST, BF_REMAINING = range(5)
 
 
@@ -92,7 +93,7 @@ class Run(structref.StructRefProxy):
 RUN_FIELDS = ("heap", "S", "call_t", "call_g0", "g_start", "g_front", "order", "arrived", "ptok", "mtok", "FI",
               "QI", "QF", "WDEV", "WID", "W_NEXT", "DI", "DF", "DEVLIST", "RULES", "TK", "TMEAN", "TSCALE",
               "NOISE", "NOISE0", "noise_used", "TPI", "GRID", "GLEN", "GVAL", "GAXIS", "cold_until", "n_calls",
-              "nxt", "bp", "BI", "BF", "batch_of", "status", "done_at", "first_at", "rng",
+              "nxt", "bp", "BI", "BTOK", "BF", "batch_of", "status", "done_at", "first_at", "rng",
               # the iteration and spec_decode kinds (simulator.model.kernel_service): per task
               # its parameters and its own service stream
               "SI", "SF", "SRNG",
@@ -152,15 +153,18 @@ def run_kernel(call_t, call_g0, g_start, g_front, order, arrived, ptok, mtok, FI
     n_prompts = len(arrived)
     n_calls = len(call_t)
     nan = math.nan
-    batch_of = np.full(n_prompts, -1, dtype=np.int64)
+    # Per prompt: int32 where the values are prompt or batch ids (memory per prompt is what
+    # bounds the largest trace).
+    batch_of = np.full(n_prompts, -1, dtype=np.int32)
     done_at = np.full(n_prompts, nan)
     first_at = np.full(n_prompts, nan)
     status = np.zeros(n_prompts, dtype=np.int8)
-    nxt = np.full(n_prompts, -1, dtype=np.int64)      # the queue's next waiting prompt
-    bp = np.empty(n_prompts, dtype=np.int64)          # prompts of batch b: bp[off:off+size]
+    nxt = np.full(n_prompts, -1, dtype=np.int32)      # the queue's next waiting prompt
+    bp = np.empty(n_prompts, dtype=np.int32)          # prompts of batch b: bp[off:off+size]
     # A batch holds at least one prompt: at most n_prompts batches (no growth needed); then
     # one row per continuous engine, its iteration in flight.
-    BI = np.empty((max(n_prompts, 1) + EI.shape[0], 11), dtype=np.int64)
+    BI = np.empty((max(n_prompts, 1) + EI.shape[0], 10), dtype=np.int32)
+    BTOK = np.empty(max(n_prompts, 1) + EI.shape[0], dtype=np.int64)
     BF = np.empty((max(n_prompts, 1) + EI.shape[0], 5))
     W_NEXT = np.full(len(WDEV), -1, dtype=np.int64)   # next idle worker in its queue
     noise_used = np.zeros(TK.shape[0], dtype=np.int64)
@@ -170,15 +174,18 @@ def run_kernel(call_t, call_g0, g_start, g_front, order, arrived, ptok, mtok, FI
     S = np.zeros(6, dtype=np.int64)  # 0 event order, 1 batches, 2 workers, 3 bp used, 4 input closed
     S[2] = n_workers0
     n_queues = QI.shape[0]
-    preemptions = np.zeros(n_prompts, dtype=np.int64)
-    skipped = np.zeros(max(n_prompts, 1) + 1, dtype=np.int64)  # batch ids without a row, before each row
-    # continuous engines' waiting lines (none without engines: no memory per prompt)
+    # The continuous engines' per-prompt state (none without engines: no memory per prompt):
+    # preemptions and tokens made before the last, batch ids without a row before each row,
+    # waiting lines.
     n_waiting = n_prompts if EI.shape[0] > 0 else 0
-    waiting_next = np.full(n_waiting, -1, dtype=np.int64)
+    preemptions = np.zeros(n_waiting, dtype=np.int32)
+    resumed = np.zeros(n_waiting, dtype=np.int64)
+    skipped = np.zeros(n_waiting + 1, dtype=np.int32)
+    waiting_next = np.full(n_waiting, -1, dtype=np.int32)
     st = Run(heap, S, call_t, call_g0, g_start, g_front, order, arrived, ptok, mtok, FI, QI, QF, WDEV, WID, W_NEXT,
              DI, DF, DEVLIST, RULES, TK, TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS,
-             cold_until, n_calls, nxt, bp, BI, BF, batch_of, status, done_at, first_at, rng, SI, SF, SRNG,
-             EI, CTI, CTF, CSTEP, np.zeros(n_prompts, dtype=np.int64), preemptions,
+             cold_until, n_calls, nxt, bp, BI, BTOK, BF, batch_of, status, done_at, first_at, rng, SI, SF, SRNG,
+             EI, CTI, CTF, CSTEP, resumed, preemptions,
              waiting_next, R_PID, np.zeros(len(R_PID), dtype=np.int64),
              np.zeros(len(R_PID), dtype=np.int64), np.zeros(len(R_PID), dtype=np.int64), skipped, CS,
              np.zeros(max(EI.shape[0], 1), dtype=np.int64), np.zeros(max(EI.shape[0], 1)))
@@ -224,8 +231,9 @@ def run_kernel(call_t, call_g0, g_start, g_front, order, arrived, ptok, mtok, FI
             if b != DI[a, DI_VERSION]:
                 continue
             _shared_finish(st, a, now)
-    nb = S[1]
-    return BI[:nb].copy(), BF[:nb].copy(), WID, batch_of, done_at, first_at, status, preemptions, skipped[:nb].copy()
+    # The tables as allocated, with their row count: the caller takes views of the rows used
+    # (the pages of rows never written were never resident; a copy would double the rest).
+    return BI, BF, S[1], batch_of, done_at, first_at, status, preemptions, skipped
 
 
 @njit(cache=True, inline="always")
@@ -242,7 +250,7 @@ def _idle_push(st, q, w):
 def _send(st, ci, now):
     """A call is taken in: its groups go to their fronts (after the cold start)."""
     if now < st.cold_until:
-        heapq.heappush(st.heap, (st.cold_until, ARRIVAL, st.S[0], EV_SEND, ci, 0.0))
+        heapq.heappush(st.heap, (st.cold_until, ARRIVAL, st.S[0], EV_SEND, np.int64(ci), 0.0))
         st.S[0] += 1
         return
     for g in range(st.call_g0[ci], st.call_g0[ci + 1]):
@@ -343,7 +351,7 @@ def _poll(st, q, now):
             else:
                 if end != st.QF[q, QF_TIMER] and end != math.inf:
                     st.QF[q, QF_TIMER] = end
-                    heapq.heappush(st.heap, (end, TIMER, st.S[0], EV_TIMER, q, end))
+                    heapq.heappush(st.heap, (end, TIMER, st.S[0], EV_TIMER, np.int64(q), end))
                     st.S[0] += 1
                 return
         # release the first ``count`` waiting prompts
@@ -433,7 +441,7 @@ def _form(st, task, name, size, worker_id, worker, q, now):
     st.BI[b, BI_WORKER] = worker
     st.BI[b, BI_DEVICE] = -1
     st.BI[b, BI_QUEUE] = q
-    st.BI[b, BI_TOKENS] = tokens
+    st.BTOK[b] = tokens
     st.BF[b, BF_FORMED] = now
     st.BF[b, BF_STARTED] = math.nan
     st.BF[b, BF_WORK] = work
@@ -500,7 +508,7 @@ def _submit(st, b, d, now):
     """Device ``d`` takes batch ``b`` now (ServerPool.submit / RetimedGpu.submit)."""
     st.BI[b, BI_DEVICE] = d
     st.DI[d, DI_OUT] += st.BI[b, BI_SIZE]
-    st.DI[d, DI_OUT_TOKENS] += st.BI[b, BI_TOKENS]
+    st.DI[d, DI_OUT_TOKENS] += st.BTOK[b]
     if st.DI[d, DI_KIND] == D_POOL:
         if st.DI[d, DI_SERVERS] < 0 or st.DI[d, DI_BUSY] < st.DI[d, DI_SERVERS]:
             _pool_start(st, b, d, now)
@@ -522,7 +530,7 @@ def _submit(st, b, d, now):
 def _pool_start(st, b, d, now):
     st.DI[d, DI_BUSY] += 1
     st.BF[b, BF_STARTED] = now
-    heapq.heappush(st.heap, (now + st.BF[b, BF_WORK], COMPLETION, st.S[0], EV_POOL_DONE, b, 0.0))
+    heapq.heappush(st.heap, (now + st.BF[b, BF_WORK], COMPLETION, st.S[0], EV_POOL_DONE, np.int64(b), 0.0))
     st.S[0] += 1
 
 
@@ -558,7 +566,7 @@ def _shared_reschedule(st, d, now):
     if n > 0:
         least = _shared_least(st, d)
         at = now + max(least, 0.0) / (1.0 / n)
-        heapq.heappush(st.heap, (at, COMPLETION, st.S[0], EV_SHARED_DONE, d, float(st.DI[d, DI_VERSION])))
+        heapq.heappush(st.heap, (at, COMPLETION, st.S[0], EV_SHARED_DONE, np.int64(d), float(st.DI[d, DI_VERSION])))
         st.S[0] += 1
 
 
@@ -821,7 +829,7 @@ def _iterate(st, e, now):
         st.BI[b, BI_WORKER] = -1
         st.BI[b, BI_DEVICE] = st.EI[e, EI_DEVICE]
         st.BI[b, BI_QUEUE] = -1
-        st.BI[b, BI_TOKENS] = 0
+        st.BTOK[b] = 0
         st.BF[b, BF_FORMED] = now
         st.BF[b, BF_STARTED] = now
         st.BF[b, BF_WORK] = work
@@ -892,7 +900,7 @@ def _continuous_init(st):
     slot0 = _slot0(st)
     for e in range(st.EI.shape[0]):
         st.BI[slot0 + e, BI_TASK] = st.EI[e, EI_TASK]
-        st.BI[slot0 + e, BI_TOKENS] = 0
+        st.BTOK[slot0 + e] = 0
         st.BI[slot0 + e, BI_QUEUE] = -1
         st.BI[slot0 + e, BI_WORKER] = -1
         st.BI[slot0 + e, BI_WORKER_ID] = -1
@@ -919,7 +927,7 @@ def _batch_done(st, b, now):
     if q < 0:
         return
     st.QI[q, QI_IN_SERVICE] -= st.BI[b, BI_SIZE]
-    st.QI[q, QI_TOKENS] -= st.BI[b, BI_TOKENS]
+    st.QI[q, QI_TOKENS] -= st.BTOK[b]
     _idle_push(st, q, st.BI[b, BI_WORKER])
     _poll(st, q, now)
 
@@ -929,7 +937,7 @@ def _pool_finish(st, b, now):
     d = st.BI[b, BI_DEVICE]
     st.DI[d, DI_BUSY] -= 1
     st.DI[d, DI_OUT] -= st.BI[b, BI_SIZE]
-    st.DI[d, DI_OUT_TOKENS] -= st.BI[b, BI_TOKENS]
+    st.DI[d, DI_OUT_TOKENS] -= st.BTOK[b]
     # The next waiting batch starts before the finished batch's worker is told.
     head = st.DI[d, DI_RUN_HEAD]
     if head >= 0:
@@ -953,7 +961,7 @@ def _shared_finish(st, d, now):
             n += 1
             _link_remove(st, d, b)
             st.DI[d, DI_OUT] -= st.BI[b, BI_SIZE]
-            st.DI[d, DI_OUT_TOKENS] -= st.BI[b, BI_TOKENS]
+            st.DI[d, DI_OUT_TOKENS] -= st.BTOK[b]
         b = following
     _shared_reschedule(st, d, now)
     for k in range(n):
@@ -971,10 +979,10 @@ def group_prompts(call_start, task_of, rank, n_tasks):
     and each call's first group (and the number of groups)."""
     n = len(task_of)
     n_calls = len(call_start) - 1
-    order = np.empty(n, dtype=np.int64)
-    g_start = np.empty(n + 1, dtype=np.int64)
-    g_front = np.empty(n, dtype=np.int64)
-    call_g0 = np.empty(n_calls + 1, dtype=np.int64)
+    order = np.empty(n, dtype=np.int32)  # (prompt and group ids: 32 bits, as batch_of)
+    g_start = np.empty(n + 1, dtype=np.int32)
+    g_front = np.empty(n, dtype=np.int32)
+    call_g0 = np.empty(n_calls + 1, dtype=np.int32)
     seen = np.full(max(n_tasks, 1), -1, dtype=np.int64)  # the last call each task was seen in
     tasks = np.empty(max(n_tasks, 1), dtype=np.int64)
     k = 0

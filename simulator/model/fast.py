@@ -158,8 +158,7 @@ def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int,
     rank_of = {t: r for r, t in enumerate(scenario.group_order)}
     rank = np.array([rank_of.get(t, len(rank_of)) for t in names], dtype=np.int64)
     call_start = np.concatenate([[0], np.cumsum(np.bincount(cols.call_of, minlength=len(cols.call_t)))])
-    order, g_start, g_front, call_g0 = group_prompts(call_start.astype(np.int64), task_of.astype(np.int64), rank,
-                                                      n_tasks)
+    order, g_start, g_front, call_g0 = group_prompts(call_start.astype(np.int64), task_of, rank, n_tasks)
 
     # Devices: the GPUs, then a CPU pool per CPU task (built as the reference builds them).
     gpus = scenario.gpus
@@ -304,8 +303,8 @@ def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int,
     engine_arrays = _engines(scenario, configs, task_profiles, names, engines, counts, ptok, mtok, task_of,
                              order)
     args = (
-        cols.call_t, call_g0, g_start, g_front, order.astype(np.int64), arrived, ptok.astype(np.int64),
-        mtok.astype(np.int64), int_table(fronts, 10), QI, QF, worker_device,
+        cols.call_t, call_g0, g_start, g_front, order, arrived,
+        ptok.astype(np.int64, copy=False), mtok.astype(np.int64, copy=False), int_table(fronts, 10), QI, QF, worker_device,
         np.arange(len(worker_device), dtype=np.int64), DI, np.zeros((n_dev, 1)), np.array(devlist, dtype=np.int64),
         int_table(rules, 3), TK, TMEAN, TSCALE,
         np.concatenate(draws) if draws else np.zeros(0), NOISE0, TPI, GRID, GLEN, GVAL, GAXIS,
@@ -428,21 +427,27 @@ def simulate_fast(trace: Trace, scenario: Scenario, profile: Profile, seed: int)
     draw_factor = FIRST_DRAW_FACTOR
     while True:
         lowered = lower(trace, scenario, profile, seed, draw_factor)
-        BI, BF, _, batch_of, done_at, first_at, status, preemptions, skipped = run_kernel(*lowered.args)
+        BI, BF, nb, batch_of, done_at, first_at, status, preemptions, skipped = run_kernel(*lowered.args)
         if not lowered.out_of_draws[0]:
             break
         draw_factor *= 4  # preemptions took more token draws than were drawn: again, with more
     lowered.args = ()  # the run's inputs, freed before the log is built beside its outputs
+    BI, BF, skipped = BI[:nb], BF[:nb], skipped[:nb]
     # Batch ids: the rows' order, plus the ids of continuous iterations that admitted no new
     # prompt (they have no row).
-    batch_id = np.arange(len(BI), dtype=np.int64)
+    batch_id = np.arange(len(BI), dtype=np.int32)  # (fewer batches than prompts: below 2**31)
     if skipped.any():
-        batch_id += np.cumsum(skipped)[:len(BI)]
+        batch_id = batch_id + np.cumsum(skipped, dtype=np.int64)[:len(BI)]
         batch_of = np.where(batch_of >= 0, batch_id[np.maximum(batch_of, 0)] if len(BI) else -1, -1)
+    # The batch table's columns the log reads, copied out so that the kernel's whole table
+    # (its working columns too) is freed before the log's columns are made.
+    formed_at, started_at = BF[:, BF_FORMED].copy(), BF[:, BF_STARTED].copy()
+    device = lowered.gpu_of_device.astype(np.int32)[BI[:, BI_DEVICE]]
+    worker, size, queue = BI[:, BI_WORKER_ID].copy(), BI[:, BI_SIZE].copy(), BI[:, BI_NAME].copy()
+    del BI, BF
     outcome = Outcome(
         batch_of=batch_of, done_at=done_at, first_token_at=first_at, status=status,
-        preemptions=preemptions, batch_id=batch_id,
-        formed_at=BF[:, BF_FORMED], started_at=BF[:, BF_STARTED], device=lowered.gpu_of_device[BI[:, BI_DEVICE]],
-        worker=BI[:, BI_WORKER_ID], size=BI[:, BI_SIZE], queue=BI[:, BI_NAME], queue_names=lowered.queue_names,
+        preemptions=preemptions, batch_id=batch_id, formed_at=formed_at, started_at=started_at, device=device,
+        worker=worker, size=size, queue=queue, queue_names=lowered.queue_names,
     )
     return build_event_log(lowered.prompts, outcome)

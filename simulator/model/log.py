@@ -25,8 +25,8 @@ class PromptColumns:
     """What is known of every prompt before the run, in trace order."""
 
     call_ids: np.ndarray       # text: the id of each call
-    call_of: np.ndarray        # int64: each prompt's call
-    prompt_index: np.ndarray   # int64: its position in its call
+    call_of: np.ndarray        # int32: each prompt's call
+    prompt_index: np.ndarray   # int32: its position in its call
     task_names: list[str]      # the tasks, by code
     task_of: np.ndarray        # int: each prompt's task code
     resources: list[str]       # per task code: gpu or cpu
@@ -39,12 +39,12 @@ class PromptColumns:
 class Outcome:
     """What a run decided: per prompt, and per batch (``batch_of`` holds batch ids)."""
 
-    batch_of: np.ndarray        # int64, -1: never batched
+    batch_of: np.ndarray        # int32 or int64, -1: never batched
     done_at: np.ndarray         # float64
     first_token_at: np.ndarray  # float64
     status: np.ndarray          # int8 codes of STATUSES
-    preemptions: np.ndarray     # int64
-    batch_id: np.ndarray        # int64, one row per batch
+    preemptions: np.ndarray     # int, or empty: none (an engine without continuous batching)
+    batch_id: np.ndarray        # int, one row per batch
     formed_at: np.ndarray
     started_at: np.ndarray
     device: np.ndarray          # GPU index, -1 on a CPU
@@ -82,6 +82,13 @@ def label_column(names: list[str] | tuple[str, ...], codes: np.ndarray) -> pd.Ca
                                      categories=pd.Index(labels[present].astype(object), dtype=TEXT_DTYPE))
 
 
+#: The type of the log's id and count columns (calls, prompts, workers, batches, sizes,
+#: preemptions, GPUs): 32 bits, as the trace's columns, so a large replay's log is smaller
+#: and the trace's columns are taken without a copy. Token counts stay 64-bit: they are summed
+#: and added.
+ID_INT = np.int32
+
+
 def build_event_log(prompts: PromptColumns, outcome: Outcome) -> pd.DataFrame:
     """The event log DataFrame (columns in :data:`simulator.events.EVENT_COLUMNS` order)."""
     bid = outcome.batch_of
@@ -102,33 +109,35 @@ def build_event_log(prompts: PromptColumns, outcome: Outcome) -> pd.DataFrame:
 
     nan = float("nan")
     n_tasks = len(prompts.task_names)
-    task_of = prompts.task_of.astype(np.int64, copy=False)
+    task_of = prompts.task_of
     # Queues by code; a prompt never served is named by its task (codes past the queues').
-    queue_code = column(outcome.queue, len(outcome.queue_names), np.int64)
+    queue_code = column(outcome.queue, len(outcome.queue_names), np.int32)
     if len(queue_code) and not served.all():
         queue_code = queue_code.copy()
         queue_code[~served] = len(outcome.queue_names) + task_of[~served]
-    gpu = column(outcome.device, -1, np.int64)
+    gpu = column(outcome.device, -1, ID_INT)
+    n_prompts = len(bid)
+    preemptions = outcome.preemptions if len(outcome.preemptions) == n_prompts else np.zeros(n_prompts, ID_INT)
     log = pd.DataFrame({
         "call_id": text_column(prompts.call_ids, prompts.call_of),
-        "call_index": prompts.call_of.astype(np.int64, copy=False),
-        "prompt_index": prompts.prompt_index.astype(np.int64, copy=False),
+        "call_index": prompts.call_of.astype(ID_INT, copy=False),
+        "prompt_index": prompts.prompt_index.astype(ID_INT, copy=False),
         "task": label_column(prompts.task_names, task_of) if n_tasks else label_column([""], task_of),
         "resource": label_column(prompts.resources, task_of) if n_tasks else label_column([""], task_of),
         "prompt_tokens": prompts.prompt_tokens.astype(np.int64, copy=False),
         "max_tokens": prompts.max_tokens.astype(np.int64, copy=False),
         "queue": label_column([*outcome.queue_names, *prompts.task_names], queue_code),
-        "status": label_column(STATUSES, outcome.status.astype(np.int64)),
+        "status": label_column(STATUSES, outcome.status),
         "arrived_at": prompts.arrived_at.astype(float, copy=False),
         "batched_at": column(outcome.formed_at, nan, float),
         "started_at": column(outcome.started_at, nan, float),
         "first_token_at": outcome.first_token_at.astype(float, copy=False),
         "done_at": outcome.done_at.astype(float, copy=False),
         "gpu": pd.arrays.IntegerArray(gpu, mask=gpu < 0),
-        "worker": column(outcome.worker, -1, np.int64),
-        "batch_id": bid.astype(np.int64, copy=False),
-        "batch_size": column(outcome.size, 0, np.int64),
-        "preemptions": outcome.preemptions.astype(np.int64, copy=False),
+        "worker": column(outcome.worker, -1, ID_INT),
+        "batch_id": bid.astype(ID_INT, copy=False),
+        "batch_size": column(outcome.size, 0, ID_INT),
+        "preemptions": preemptions.astype(ID_INT, copy=False),
     }, copy=False)  # no copy into 2-D blocks: a third of a large replay's time, and its memory
     assert list(log.columns) == EVENT_COLUMNS
     return log

@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from simulator.errors import TraceError
+
 
 @dataclass(frozen=True, slots=True)
 class Prompt:
@@ -40,23 +42,39 @@ class Call:
     prompts: tuple[Prompt, ...]
 
 
+#: The integer type of the per-prompt columns, and the largest token count a trace may give.
+PROMPT_INT = np.dtype(np.int32)
+MAX_TOKENS = int(np.iinfo(PROMPT_INT).max)
+
+
 @dataclass(frozen=True)
 class TraceColumns:
     """A trace as numpy columns: one entry per call, or per prompt in trace order.
 
     Absent token counts are ``-1`` (prompt tokens) and ``0`` (max tokens), as a replay reads
     them: the task's default applies. ``texts`` holds the prompts' texts (``None`` where a
-    prompt has none), or is ``None`` when no prompt has one."""
+    prompt has none), or is ``None`` when no prompt has one.
+
+    The per-prompt integers are 32-bit (:data:`PROMPT_INT`): a trace holds fewer than 2**31
+    prompts, and token counts are at most 2**31 − 1 (the readers refuse larger ones); the
+    columns of a large trace are then 4 bytes a value instead of 8. Sums of them are taken
+    in 64 bits (numpy's default for ``sum``)."""
 
     call_t: np.ndarray         # float64, per call
     call_ids: np.ndarray       # text (numpy StringDType: no Python object per id), per call
-    call_of: np.ndarray        # int64, per prompt: its call
-    prompt_index: np.ndarray   # int64, per prompt: its position in its call
+    call_of: np.ndarray        # int32, per prompt: its call
+    prompt_index: np.ndarray   # int32, per prompt: its position in its call
     task_names: tuple[str, ...]  # in order of first appearance
-    task_of: np.ndarray        # int64, per prompt: index into task_names
-    prompt_tokens: np.ndarray  # int64, -1: absent
-    max_tokens: np.ndarray     # int64, 0: absent
+    task_of: np.ndarray        # int32, per prompt: index into task_names
+    prompt_tokens: np.ndarray  # int32, -1: absent
+    max_tokens: np.ndarray     # int32, 0: absent
     texts: np.ndarray | None = None  # object, per prompt
+
+    def __post_init__(self) -> None:
+        for name in ("call_of", "prompt_index", "task_of", "prompt_tokens", "max_tokens"):
+            values = getattr(self, name)
+            if values.dtype != PROMPT_INT:  # (readers that made 64-bit columns: one copy)
+                object.__setattr__(self, name, np.asarray(values).astype(PROMPT_INT))
 
     @classmethod
     def of_calls(cls, calls: tuple[Call, ...]) -> TraceColumns:
@@ -65,10 +83,13 @@ class TraceColumns:
         n = int(sizes.sum())
         codes: dict[str, int] = {}
         task_of = np.fromiter((codes.setdefault(p.task, len(codes)) for c in calls for p in c.prompts),
-                              dtype=np.int64, count=n)
+                              dtype=PROMPT_INT, count=n)
         prompt_tokens = np.fromiter((-1 if p.prompt_tokens is None else p.prompt_tokens
                                      for c in calls for p in c.prompts), dtype=np.int64, count=n)
         max_tokens = np.fromiter((p.max_tokens or 0 for c in calls for p in c.prompts), dtype=np.int64, count=n)
+        too_large = (prompt_tokens > MAX_TOKENS) | (max_tokens > MAX_TOKENS)
+        if too_large.any():  # (a Trace made in code; the readers refuse these with the record)
+            raise TraceError(None, int(np.argmax(too_large)), "tokens", f"token counts are at most {MAX_TOKENS:,}")
         texts = None
         if any(p.text is not None for c in calls for p in c.prompts):
             texts = np.empty(n, dtype=object)
@@ -86,8 +107,8 @@ class TraceColumns:
         n = len(task_of)
         starts = np.cumsum(sizes) - sizes
         return cls(call_t=call_t, call_ids=call_ids,
-                   call_of=np.repeat(np.arange(len(call_t), dtype=np.int64), sizes),
-                   prompt_index=np.arange(n, dtype=np.int64) - np.repeat(starts, sizes),
+                   call_of=np.repeat(np.arange(len(call_t), dtype=PROMPT_INT), sizes),
+                   prompt_index=(np.arange(n, dtype=PROMPT_INT) - np.repeat(starts.astype(PROMPT_INT), sizes)),
                    task_names=task_names, task_of=task_of, prompt_tokens=prompt_tokens, max_tokens=max_tokens,
                    texts=texts)
 
@@ -241,7 +262,8 @@ class Trace:
         frame = pd.DataFrame({
             "call_index": cols.call_of, "call_id": cols.call_ids[cols.call_of], "t": cols.call_t[cols.call_of],
             "prompt_index": cols.prompt_index, "task": names[cols.task_of] if len(names) else [],
-            "prompt_tokens": pd.arrays.IntegerArray(cols.prompt_tokens.copy(), cols.prompt_tokens < 0),
-            "max_tokens": pd.arrays.IntegerArray(cols.max_tokens.copy(), cols.max_tokens <= 0),
+            # tokens in 64 bits, as in the event log: a user sums and adds them
+            "prompt_tokens": pd.arrays.IntegerArray(cols.prompt_tokens.astype(np.int64), cols.prompt_tokens < 0),
+            "max_tokens": pd.arrays.IntegerArray(cols.max_tokens.astype(np.int64), cols.max_tokens <= 0),
         })
         return frame

@@ -22,7 +22,7 @@ import numpy as np
 
 from simulator import inputs
 from simulator.errors import SimctlWarning, TraceError
-from simulator.trace.model import Call, Prompt, Trace
+from simulator.trace.model import MAX_TOKENS, Call, Prompt, Trace
 
 #: Times at or above this many seconds are absolute epochs (2001-09-09 onwards) and are
 #: normalised so the trace starts at 0.
@@ -82,8 +82,9 @@ def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-#: The largest token count a trace may give: counts are held as 64-bit integers.
-MAX_COUNT = 2**63 - 1
+#: The largest token count a trace may give: counts are held as 32-bit integers (see
+#: :class:`simulator.trace.model.TraceColumns`).
+MAX_COUNT = MAX_TOKENS
 
 
 def check_count(path: Path, record: int, field: str, value: Any, minimum: int) -> int:

@@ -48,7 +48,7 @@ from simulator.trace.formats._common import (
     show,
     type_name,
 )
-from simulator.trace.model import Prompt, Trace, TraceColumns, id_column
+from simulator.trace.model import PROMPT_INT, Prompt, Trace, TraceColumns, id_column
 
 FORMAT_NAME = "simctl-trace/1"
 TIME_KEYS = ("t", "timestamp", "arrival_time", "time")
@@ -113,16 +113,16 @@ class _ColumnBlocks:
         n = len(prompts)
         codes = self.codes
         task_of = np.fromiter((codes.setdefault(p if p.__class__ is str else p.task, len(codes))  # type: ignore[union-attr]
-                               for p in prompts), dtype=np.int64, count=n)
+                               for p in prompts), dtype=PROMPT_INT, count=n)
         records = [p for p in prompts if p.__class__ is _Prompt]
-        prompt_tokens = np.full(n, -1, dtype=np.int64)
-        max_tokens = np.zeros(n, dtype=np.int64)
+        prompt_tokens = np.full(n, -1, dtype=PROMPT_INT)
+        max_tokens = np.zeros(n, dtype=PROMPT_INT)
         if records:
             at = np.fromiter((i for i, p in enumerate(prompts) if p.__class__ is _Prompt), dtype=np.int64,
                              count=len(records))
             prompt_tokens[at] = np.fromiter((-1 if p.prompt_tokens is None else p.prompt_tokens for p in records),
-                                            dtype=np.int64, count=len(records))
-            max_tokens[at] = np.fromiter((p.max_tokens or 0 for p in records), dtype=np.int64, count=len(records))
+                                            dtype=PROMPT_INT, count=len(records))
+            max_tokens[at] = np.fromiter((p.max_tokens or 0 for p in records), dtype=PROMPT_INT, count=len(records))
             if any(p.text is not None for p in records):
                 self.texts.append((self.n_prompts, [None if p.__class__ is str else p.text  # type: ignore[union-attr]
                                                     for p in prompts]))
