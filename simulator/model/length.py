@@ -48,7 +48,9 @@ from simulator.registry import Registry
 from simulator.settings import parse_bounds
 
 if TYPE_CHECKING:
-    from simulator.model.context import RunContext
+    from pathlib import Path
+
+    from simulator.model.prompts import PromptTable
     from simulator.scenario import TaskConfig
 
 
@@ -139,11 +141,12 @@ class LengthBuckets:
 class Bucketing:
     """A task's length buckets in a run: how many (known when the topology is built, so its
     queues are too) and, from the task's first call on (when the router has read every
-    prompt of the trace), which bucket each prompt joins."""
+    prompt of the trace into the run's columns ``run``), which bucket each prompt joins.
+    ``source`` is the scenario file, for errors."""
 
-    def __init__(self, run: RunContext, task: str, config: TaskConfig) -> None:
+    def __init__(self, run: PromptTable, task: str, config: TaskConfig, source: str | Path | None = None) -> None:
         if config.bucket_bounds is not None and config.length_buckets != 1:
-            raise ScenarioError(run.source, f"tasks.{task}", "bucket_bounds",
+            raise ScenarioError(source, f"tasks.{task}", "bucket_bounds",
                                 f"give length_buckets ({config.length_buckets}) or bucket_bounds, not both")
         self.run = run
         self.task = task

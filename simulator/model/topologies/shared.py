@@ -37,7 +37,7 @@ class SharedQueue(Topology):
             n_workers = run.cpu_servers(task)  # None: a worker per request, unlimited
         elif n_workers is None:
             n_workers = len(devices)
-        self.bucketing = Bucketing(run, task, config)
+        self.bucketing = Bucketing(run, task, config, run.source)
 
         def workers() -> list[Worker] | None:
             if n_workers is None:

@@ -42,7 +42,7 @@ class SplitQueues(Topology):
                                     f"CPU worker: give it cpu_workers (--set tasks.{task}.cpu_workers=4) or "
                                     f"another topology (--set tasks.{task}.topology=direct)")
             devices = devices * servers
-        self.bucketing = Bucketing(run, task, config)
+        self.bucketing = Bucketing(run, task, config, run.source)
         count = self.bucketing.count
         #: per bucket, its queue on each device
         self.buckets = [
