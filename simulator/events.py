@@ -13,7 +13,8 @@ resource       ``gpu`` or ``cpu``
 prompt_tokens  prompt length used by the service model
 max_tokens     max output tokens after the scenario's cap
 queue          the queue it waited in (``task``, ``task@i`` for split, ``task/direct``,
-               ``task~g`` for the continuous engine on GPU g)
+               ``task~g`` for the continuous engine on GPU g; with length buckets
+               ``task#b`` and ``task@i#b``)
 status         ``served``; ``sent_after_timeout`` (waited past its queue timeout, then
                served); ``rejected`` (its queue was full); ``dropped`` (removed at its
                queue timeout). Prompts not served have no batch and empty instants.

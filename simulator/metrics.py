@@ -18,7 +18,11 @@ Definitions (deadline D, if given; otherwise D = ∞):
   iterates exactly while it holds a prompt), so processor-shared work is not counted
   twice; utilisation = busy / makespan; ``gpu_seconds`` sums busy time over GPUs;
   ``mean_concurrency`` = prompt-seconds on the GPU / busy time (time-average rows served);
-* TTFT and TPOT as in :func:`simulator.events.with_durations`.
+* TTFT and TPOT as in :func:`simulator.events.with_durations`;
+* ``padding``: padding waste of static batches, Σ(padded − actual) / Σ padded tokens and
+  the mean per-batch waste, with padded = batch size × (longest prompt + longest max
+  tokens) and actual = Σ (prompt + max tokens) per batch (:mod:`simulator.padding`;
+  continuous batching pads nothing: waste 0).
 
 Latency, TTFT and call-latency statistics count every prompt (call) that did not complete
 (timed out at the deadline, rejected, dropped, or, for calls, failed at the client timeout)
@@ -40,6 +44,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.errors import FigureError
+from simulator.padding import continuous_rows, padding_figures
 from simulator.scenario import Compositions
 
 STAT_KEYS = ("mean", "p50", "p90", "p95", "p99", "max")
@@ -389,6 +394,8 @@ def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
     # (the log's own integer columns, uncopied; sums of them are taken in 64 bits)
     batch_ids = log["batch_id"].to_numpy()
     sizes = log["batch_size"].to_numpy()
+    prompt_tokens = log["prompt_tokens"].to_numpy()
+    continuous = continuous_rows(log)
     preemptions = log["preemptions"].to_numpy()
 
     def group(mask: np.ndarray | None) -> dict[str, Any]:
@@ -422,9 +429,12 @@ def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
         in_call = np.zeros(n_calls, dtype=bool)
         in_call[pick(call_of)] = True
         batched = batch_ids >= 0 if mask is None else mask & (batch_ids >= 0)
-        return _group_summary(columns, pick(done_ok), {k: pick(t) for k, t in turned.items()},
-                              batch_sizes_of(batch_ids[batched], sizes[batched]), call_latency[in_call],
-                              call_ok[in_call], makespan)
+        figures = _group_summary(columns, pick(done_ok), {k: pick(t) for k, t in turned.items()},
+                                 batch_sizes_of(batch_ids[batched], sizes[batched]), call_latency[in_call],
+                                 call_ok[in_call], makespan)
+        figures["padding"] = padding_figures(pick(batch_ids), pick(prompt_tokens), pick(max_tokens),
+                                             pick(continuous))
+        return figures
 
     task_codes, task_names = _codes(log["task"])
     tasks = {str(name): group(task_codes == i) for i, name in enumerate(task_names)}

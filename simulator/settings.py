@@ -48,6 +48,7 @@ TOPOLOGIES = "simulator.model:TOPOLOGIES"
 DISPATCH_RULES = "simulator.model:DISPATCH_RULES"
 GPU_SHARING = "simulator.model:GPU_SHARING"
 BATCH_FORMING = "simulator.model.batching:BATCH_FORMING"
+BATCH_SELECTION = "simulator.model.length:SELECTIONS"
 PROFILE_KINDS = "simulator.profile.kinds:KINDS"
 
 # Who reads a setting, in the topologies' names.
@@ -282,6 +283,18 @@ def parse_client(text: str) -> ClosedLoop | None:
     return ClosedLoop(calls, think)
 
 
+def parse_bounds(text: str) -> tuple[int, ...]:
+    """Length bucket boundaries (``bucket_bounds``): ``"600,1500"`` -> ``(600, 1500)``,
+    increasing token counts >= 1; ``ValueError`` with the reason otherwise."""
+    try:
+        bounds = tuple(int(p) for p in text.split(","))
+    except ValueError:
+        raise ValueError(f"must be comma-separated token counts such as '600,1500', got {text!r}") from None
+    if any(b < 1 for b in bounds) or any(a >= b for a, b in zip(bounds, bounds[1:], strict=False)):
+        raise ValueError(f"must be increasing token counts >= 1, got {text!r}")
+    return bounds
+
+
 #: How a run is computed (``run.engine``); every engine gives the same event log.
 ENGINES = ("auto", "reference", "fast")
 
@@ -365,6 +378,18 @@ class TaskConfig:
         "eager", "eager: a free worker forms its batch, then waits for its GPU (a per-GPU lock taken after "
         "dequeuing); gpu-free: it forms one only when its GPU is free", registry=BATCH_FORMING,
         read_by=QUEUED, reference_only=True)
+    batch_selection: str = setting(
+        "fifo", "Which waiting prompts a released batch takes: fifo, the oldest; similar-length, the oldest and "
+        "those closest to it in length (prompt + max tokens), so that fewer rows pad", registry=BATCH_SELECTION,
+        read_by=QUEUED, sweepable=True, cli=ALL, reference_only=True)
+    length_buckets: int = setting(
+        1, "Length buckets: a micro-batch queue per bucket of prompt + max tokens, bounded at the task's length "
+        "quantiles in the trace (1: one queue)", min=1, max=LARGEST_LOOKAHEAD, read_by=QUEUED, sweepable=True,
+        cli=ALL, reference_only=True)
+    bucket_bounds: str | None = setting(
+        None, "Length bucket boundaries in prompt + max tokens, e.g. '600,1500' (three queues), instead of "
+        "length_buckets' quantiles", grammar=parse_bounds, noun="comma-separated token counts", unset="none",
+        read_by=QUEUED, cli=REPLAY, reference_only=True)
     rows_per_prompt: int = setting(
         1, "Rows a prompt occupies in a batch (best-of-n sampling: n)", min=1, max=LARGEST_LOOKAHEAD,
         read_by=BATCHED,
@@ -510,6 +535,7 @@ __all__ = [
     "check_values",
     "for_command",
     "ignored_by",
+    "parse_bounds",
     "parse_client",
     "reference_table",
     "registry",

@@ -184,3 +184,19 @@ def test_live_loop_quick_mode(capsys):
     table = bench.table(result)
     assert sum(line.startswith("| ") for line in table.splitlines()) == 4  # header and three rows
     assert all(r["p99_ref"] > 0 for r in result["rows"])
+
+
+@pytest.mark.benchmark
+def test_length_buckets_quick_mode(capsys):
+    bench = load("length_buckets")
+    if not bench.AZURE.exists():
+        pytest.skip(f"{bench.AZURE} absent (the real traces live in ../shared/traces/real)")
+    assert bench.main(["--quick", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    rows = {(r["forming"], r["variant"]): r for r in result["rows"]}
+    for forming in ("eager", "gpu-free"):
+        one, two = rows[forming, "1 queue (fifo)"], rows[forming, "2 buckets"]
+        assert (one["queues"], two["queues"]) == (1, 2)
+        assert two["waste"] < one["waste"]
+        assert rows[forming, "similar-length"]["waste"] <= one["waste"]
+        assert all(r["engine"] == "reference" for r in (two, rows[forming, "similar-length"]))

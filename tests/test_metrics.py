@@ -115,7 +115,8 @@ def test_summary_keys_are_stable():
     assert set(s["overall"]) == {"prompts", "completed", "unfinished", "timed_out", "rejected", "dropped",
                                  "sent_after_timeout", "preemptions", "calls", "calls_completed",
                                  "latency", "call_latency", "wait", "service", "ttft", "tpot",
-                                 "mean_batch_size", "throughput_prompts_per_s"}
+                                 "mean_batch_size", "throughput_prompts_per_s", "padding"}
+    assert set(s["overall"]["padding"]) == {"batches", "padded_tokens", "actual_tokens", "waste", "mean_batch_waste"}
     assert set(s["gpus"][0]) == {"id", "utilization", "busy_s", "batches", "mean_batch_size", "mean_concurrency"}
 
 

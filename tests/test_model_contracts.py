@@ -1,5 +1,5 @@
-"""Contract tests over the registries: every topology, policy, dispatch rule and sharing mode
-keeps the invariants, on traces that hypothesis generates.
+"""Contract tests over the registries: every topology, policy, dispatch rule, sharing mode and
+batch selection rule (with length buckets) keeps the invariants, on traces that hypothesis generates.
 
 * every prompt of every call is in the log exactly once, and is served unless a queue
   limit turned it away (rejected only with ``max_queue``, dropped only with a dropping
@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from simulator.events import SERVED, STATUSES
 from simulator.model import DISPATCH_RULES, GPU_SHARING, POLICIES, TOPOLOGIES, simulate
+from simulator.model.length import SELECTIONS
 from simulator.profile import profile_from_dict
 from simulator.scenario import build_scenario
 
@@ -61,6 +62,8 @@ task_settings = st.fixed_dictionaries({
     "max_num_seqs": st.sampled_from([1, 3, 256]),
     "max_batched_tokens": st.sampled_from([300, 8192]),
     "kv_blocks": st.sampled_from([None, 40, 70]),
+    "batch_selection": st.sampled_from(SELECTIONS.names()),
+    "length_buckets": st.sampled_from([1, 1, 2]),
 })
 
 

@@ -16,7 +16,7 @@ PACKAGE = "simulator.model"
 LAYERS: list[set[str]] = [
     # foundations: the event kernel, decision rules, the log, per-prompt columns, the
     # compiled kernel and its service times
-    {"kernel", "policies", "dispatch", "log", "prompts", "streams", "kernel_cache", "kernel_service", "batch_kernel"},
+    {"kernel", "policies", "length", "dispatch", "log", "prompts", "streams", "kernel_cache", "kernel_service", "batch_kernel"},
     {"resources"},                       # devices
     {"batching"},                        # batch forming and service draws
     {"context"},                         # the run context

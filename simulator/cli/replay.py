@@ -111,6 +111,10 @@ def _fmt(x: Any, digits: int = 2) -> str:
     return str(x)
 
 
+def _waste(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:.1f} %"
+
+
 def _label(name: str) -> str:
     return f"[bold]{name}[/bold]" if name == "overall" else name
 
@@ -184,6 +188,16 @@ def print_summary(result: ReplayResult, source: str | None = None) -> None:
             _fmt(r["ttft"]["p50"], 2),
         )
     print_table(latency)
+    padding = Table(title="Padding waste per task (static batches pad every row to the longest prompt and output; "
+                    "continuous batching pads nothing)", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1),
+                    pad_edge=False)
+    for col in ("task", "batches", "padded tokens", "waste", "mean per batch"):
+        padding.add_column(col, justify="left" if col == "task" else "right")
+    for name, r in rows:
+        pad = r["padding"]
+        padding.add_row(_label(name), str(pad["batches"]), f"{pad['padded_tokens']:,}", _waste(pad["waste"]),
+                        _waste(pad["mean_batch_waste"]))
+    print_table(padding)
     gtable = Table(title=f"GPUs (makespan {s['makespan_s']:,.1f} s, {s['gpu_seconds']:,.0f} GPU-s busy)", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     for col in ("gpu", "utilisation", "batches", "mean batch"):
         gtable.add_column(col, justify="right")

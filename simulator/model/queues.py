@@ -2,8 +2,9 @@
 
 A :class:`BatchQueue` holds waiting prompts of one task in FIFO order. Whenever it is
 non-empty and one of its workers is idle it asks its batching policy what to do: release
-the first prompts as a batch to the idle worker, or wait (a timer re-asks at the instant
-the policy named). A worker hands its batch to a GPU (its own, or one chosen per batch by
+a batch to the idle worker, or wait (a timer re-asks at the instant the policy named). The
+batch is the first prompts, or those the task's ``batch_selection`` rule picks
+(:mod:`simulator.model.length`; it always takes the oldest). A worker hands its batch to a GPU (its own, or one chosen per batch by
 the dispatch rule) and is busy until the batch is done.
 
 Idle workers are served longest-idle first, as ``threading.Condition.notify`` wakes the
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from simulator.model.batching import BATCH_FORMING
 from simulator.model.kernel import TIMER
+from simulator.model.length import SELECTIONS, RowLengths
 from simulator.model.policies import BatchingPolicy, ReleaseNow
 from simulator.model.resources import Batch, Device
 
@@ -110,6 +112,9 @@ class BatchQueue:
         self.limits = QueueLimits.of(config)
         self.sticky = config.sticky_gpu
         self.forming = BATCH_FORMING.get(config.batch_forming)()
+        self.selection = SELECTIONS.get(config.batch_selection)()
+        self.fifo = config.batch_selection == "fifo"
+        self._length: RowLengths | None = None
         if self.forming.watches_devices:
             for device in {id(d): d for d in [w.device for w in self.idle if w.device is not None]}.values():
                 device.watchers.append(self.poll)
@@ -171,7 +176,12 @@ class BatchQueue:
                         self.timer_at = at
                         self.env.call_at(at, TIMER, self._on_timer, at)
                     return
-            ids = [self.waiting.popleft() for _ in range(decision.count)]
+            if self.fifo:
+                ids = [self.waiting.popleft() for _ in range(decision.count)]
+            else:
+                if self._length is None:
+                    self._length = RowLengths(self.run.prompt_tokens, self.run.max_tokens)
+                ids = self.selection.take(self.waiting, decision.count, self._length)
             self.pickup_at = None
             self.timer_at = None
             if worker is not None:

@@ -770,6 +770,11 @@ def check_served(scenario: Scenario, tasks: Sequence[str], backend: str = "sleep
         if cfg.adaptive_lookahead:
             raise ScenarioError(scenario.source, f"tasks.{task}", "adaptive_lookahead",
                                 "simctl serve does not pick lookaheads; set it to false")
+        for key, plain in (("batch_selection", "fifo"), ("length_buckets", 1), ("bucket_bounds", None)):
+            if getattr(cfg, key) != plain:
+                raise ScenarioError(scenario.source, f"tasks.{task}", key,
+                                    "simctl serve forms batches in arrival order from one queue per task "
+                                    "(no length buckets or selection by length); leave it unset")
 
 
 class Runtime:

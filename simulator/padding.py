@@ -1,0 +1,136 @@
+"""Padding waste of static batches: pure functions of the per-prompt event log.
+
+A static batch (topologies ``shared``, ``split`` and ``direct``) runs as one rectangular
+tensor: every row is padded to the batch's longest prompt and decodes until the batch's
+longest output is done. For a batch ``b`` of ``n_b`` prompts with prompt tokens ``p_i``
+and max tokens ``m_i``::
+
+    padded_b = n_b × (max_i p_i + max_i m_i)      # the rectangle the GPU computes
+    actual_b = Σ_i (p_i + m_i)                     # the tokens the prompts need
+    waste_b  = (padded_b − actual_b) / padded_b    # the batching lab's definition
+
+A batch of equal rows wastes nothing; one long row among short ones wastes most of the
+rectangle. Over a group of batches (a task, or the run)::
+
+    waste            = Σ_b (padded_b − actual_b) / Σ_b padded_b   # share of computed tokens
+    mean_batch_waste = mean over batches of waste_b
+
+Continuous batching (the ``continuous`` topology, queues named ``task~g``) pads nothing by
+construction: each row leaves when its own tokens are done and prompts are prefilled
+unpadded, so its admission groups count with ``padded_b = actual_b`` (waste 0).
+
+Counted in prompts, not rows: best-of-n (``rows_per_prompt`` = n) multiplies both work
+figures by n, leaving the waste unchanged. Prompts turned away (no batch) count nowhere.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+#: The keys of the ``padding`` figures of a summary group.
+PADDING_KEYS = ("batches", "padded_tokens", "actual_tokens", "waste", "mean_batch_waste")
+
+
+def continuous_rows(log: pd.DataFrame) -> np.ndarray:
+    """Whether each row was admitted by a continuous engine: its queue is ``TASK~g`` for its
+    own task (decided once per distinct queue label, then looked up by the row's code: a
+    byte a row, no sort)."""
+    if not len(log):
+        return np.zeros(0, dtype=bool)
+    queue = log["queue"].astype("category") if not isinstance(log["queue"].dtype, pd.CategoricalDtype) \
+        else log["queue"]
+    task = log["task"].astype("category") if not isinstance(log["task"].dtype, pd.CategoricalDtype) \
+        else log["task"]
+    tasks = [str(t) for t in task.cat.categories]
+    # A queue label names at most one task's engine; which task a row has is checked below.
+    engine_of = np.array([next((i for i, t in enumerate(tasks) if re.fullmatch(re.escape(t) + r"~\d+", str(q))), -1)
+                          for q in queue.cat.categories] + [-1], dtype=np.int32)  # (code -1: no label)
+    return engine_of[queue.cat.codes.to_numpy()] == task.cat.codes.to_numpy()
+
+
+def _per_batch(batch_ids: np.ndarray, prompt_tokens: np.ndarray, max_tokens: np.ndarray,
+               continuous: np.ndarray) -> dict[str, np.ndarray]:
+    """Per distinct batch (id order) of rows with ``batch_ids >= 0``: its id, size, longest
+    prompt and output, actual and padded tokens, whether it pads. Batch ids are dense (an
+    engine numbers its batches 0, 1, ...), so each batch is a slot of arrays as long as the
+    largest id: one pass over the rows, no sort."""
+    keep = batch_ids >= 0
+    if keep.all():  # (nothing turned away: the columns themselves, uncopied)
+        ids, p, m, cont = batch_ids, prompt_tokens, max_tokens, continuous
+    else:
+        ids, p, m, cont = batch_ids[keep], prompt_tokens[keep], max_tokens[keep], continuous[keep]
+    if not ids.size:
+        empty = np.zeros(0, dtype=np.int64)
+        return {"batch_id": empty, "size": empty, "longest_prompt": empty, "longest_output": empty,
+                "padded": empty, "actual": empty, "pads": np.zeros(0, dtype=bool)}
+    top = int(ids.max()) + 1
+    size = np.bincount(ids, minlength=top)
+    longest_prompt = np.zeros(top, dtype=np.int64)
+    longest_output = np.zeros(top, dtype=np.int64)
+    np.maximum.at(longest_prompt, ids, p)
+    np.maximum.at(longest_output, ids, m)
+    actual = np.zeros(top, dtype=np.int64)
+    np.add.at(actual, ids, p)
+    np.add.at(actual, ids, m)
+    pads = np.ones(top, dtype=bool)
+    pads[ids] = ~cont  # (a batch's rows share one queue)
+    present = np.flatnonzero(size)
+    size, longest_prompt, longest_output, actual, pads = (
+        x[present] for x in (size, longest_prompt, longest_output, actual, pads))
+    padded = np.where(pads, size * (longest_prompt + longest_output), actual)
+    return {"batch_id": present, "size": size, "longest_prompt": longest_prompt, "longest_output": longest_output,
+            "padded": padded, "actual": actual, "pads": pads}
+
+
+def _waste(padded: np.ndarray, actual: np.ndarray) -> np.ndarray:
+    """Per batch ``(padded − actual) / padded`` (0 for a batch of no tokens)."""
+    return np.where(padded > 0, (padded - actual) / np.maximum(padded, 1), 0.0)
+
+
+def batch_padding(log: pd.DataFrame) -> pd.DataFrame:
+    """The event log's view of padding: one row per batch (indexed by ``batch_id``, in id
+    order) with ``task``, ``queue``, ``size`` (its prompts), ``longest_prompt`` and
+    ``longest_output`` (the max of its prompt and max tokens), ``padded`` and ``actual``
+    tokens and ``waste = (padded − actual) / padded`` (module docstring). ``pads`` is False
+    for a continuous engine's admission group (``padded`` = ``actual``, ``waste`` 0)."""
+    batch_ids = log["batch_id"].to_numpy()
+    b = _per_batch(batch_ids, log["prompt_tokens"].to_numpy(), log["max_tokens"].to_numpy(), continuous_rows(log))
+    # each batch's first row (its task and queue)
+    first = np.full(int(batch_ids.max(initial=-1)) + 1, len(batch_ids), dtype=np.int64)
+    rows = np.flatnonzero(batch_ids >= 0)
+    np.minimum.at(first, batch_ids[rows], rows)
+    rows = first[b["batch_id"]]
+    return pd.DataFrame({
+        "task": log["task"].astype(str).to_numpy(dtype=object)[rows],
+        "queue": log["queue"].astype(str).to_numpy(dtype=object)[rows],
+        "size": b["size"], "longest_prompt": b["longest_prompt"], "longest_output": b["longest_output"],
+        "padded": b["padded"], "actual": b["actual"], "waste": _waste(b["padded"], b["actual"]),
+        "pads": b["pads"],
+    }, index=pd.Index(b["batch_id"], name="batch_id"))
+
+
+def padding_figures(batch_ids: np.ndarray, prompt_tokens: np.ndarray, max_tokens: np.ndarray,
+                    continuous: np.ndarray) -> dict[str, Any]:
+    """The ``padding`` figures of one group of rows (module docstring): ``batches``,
+    ``padded_tokens`` (Σ padded), ``actual_tokens`` (Σ actual), ``waste`` (Σ(padded −
+    actual) / Σ padded) and ``mean_batch_waste`` (the mean of the batches' wastes); the two
+    ratios are ``None`` without a batch. Rows with ``batch_ids < 0`` (turned away) are left
+    out; ``continuous`` marks a continuous engine's rows (:func:`continuous_rows`)."""
+    b = _per_batch(batch_ids, prompt_tokens, max_tokens, continuous)
+    if not b["size"].size:
+        return {"batches": 0, "padded_tokens": 0, "actual_tokens": 0, "waste": None, "mean_batch_waste": None}
+    padded, actual = int(b["padded"].sum()), int(b["actual"].sum())
+    return {
+        "batches": int(b["size"].size),
+        "padded_tokens": padded,
+        "actual_tokens": actual,
+        "waste": (padded - actual) / padded if padded > 0 else 0.0,
+        "mean_batch_waste": float(_waste(b["padded"], b["actual"]).mean()),
+    }
+
+
+__all__ = ["PADDING_KEYS", "batch_padding", "continuous_rows", "padding_figures"]
