@@ -194,6 +194,16 @@ def cost_summary(log: pd.DataFrame, scenario: Scenario, profile: Profile,
     return out
 
 
+def prices_reference(names: tuple[str, ...] = ("modal-serverless", "lambda-on-demand")) -> str:
+    """The bundled price tables as one Markdown table (docs/sweep-and-plan.md holds it)."""
+    rows = ["| table | GPU type | $ per GPU-hour | offering | source | read on |", "|---|---|---|---|---|---|"]
+    for name in names:
+        table = load_prices(name)
+        for p in table.prices.values():
+            rows.append(f"| `{table.name}` | `{p.gpu}` | {p.usd_per_gpu_hour:g} | {p.offering} | {p.source} | {p.read_on} |")
+    return "\n".join(rows) + "\n"
+
+
 def require_price(profile: Profile, prices: PriceTable) -> Price:
     """The price of ``profile``'s GPU type, or :class:`PriceError` saying why there is none
     (cost-based planning needs one)."""
@@ -209,4 +219,4 @@ def require_price(profile: Profile, prices: PriceTable) -> Price:
 
 
 __all__ = ["DEFAULT_PRICES", "Price", "PriceError", "PriceTable", "cost_summary", "gpu_type", "load_prices",
-           "price_table", "provisioned_gpu_seconds", "require_price", "run_span"]
+           "price_table", "prices_reference", "provisioned_gpu_seconds", "require_price", "run_span"]

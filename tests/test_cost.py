@@ -200,3 +200,13 @@ def test_plan_cli_error_paths():
                                                      "fewest-gpus", "-p", "seed-calibrated",
                                                      "-p", "h100-sxm-llama-3.1-8b-cuda-graph"]),
                           "one profile")
+
+
+def test_the_docs_price_table_is_the_bundled_tables():
+    import re
+
+    from simulator.cost import prices_reference
+
+    page = (ROOT / "docs" / "sweep-and-plan.md").read_text()
+    block = re.search(r"<!-- BEGIN generated: price-tables -->\n(.*?)<!-- END generated: price-tables -->", page, re.S)
+    assert block is not None and block.group(1) == prices_reference(), "run python docs/build.py docs/sweep-and-plan.md"

@@ -56,8 +56,10 @@ def plan_cli(
                                      "or the SLO figures against load (fewest-gpus) (PNG)."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
 ) -> None:
-    """Find the cheapest GPU type, GPU count and configuration meeting every SLO (with the
-    Pareto front of cost against them), or the fewest GPUs.
+    """Find the cheapest configuration (GPU type, count, settings) meeting every SLO, or the fewest GPUs.
+
+    --objective cheapest also reports the Pareto front of cost against the SLOs; auto (the
+    default) plans for cost when every profile's GPU type has a price, else for GPUs.
 
     Exit status 1 when no configuration within --max-gpus meets them (the closest is shown).
     """
