@@ -1,6 +1,6 @@
 """Build hook: the wheel carries the bundled profiles, scenarios and traces.
 
-They live at the repository's top level (``profiles/``, ``scenarios/``, ``traces/``), where
+They live at the repository's top level (``profiles/``, ``scenarios/``, ``traces/``, ``prices/``), where
 users of the checkout find them; at build time they are copied into the package as
 ``simulator/_bundled/`` so an installed simctl can resolve them by name
 (:mod:`simulator.bundled`). Everything else is declared in ``pyproject.toml``.
@@ -14,7 +14,7 @@ from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
 BUNDLED = {"profiles": ("*.json",), "scenarios": ("*.toml",),
-           "traces": ("*.json", "*.csv", "*.jsonl", "README.md")}
+           "traces": ("*.json", "*.csv", "*.jsonl", "README.md"), "prices": ("*.json",)}
 
 
 class BuildWithBundledData(build_py):

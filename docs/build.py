@@ -33,10 +33,23 @@ def write_settings_table() -> None:
         print(f"updated {page.relative_to(ROOT)} (scenario settings)")
 
 
+def write_prices_table() -> None:
+    """The price-tables block of docs/sweep-and-plan.md, from the bundled price files."""
+    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from docs_tables import write_generated
+
+    from simulator.cost import prices_reference
+
+    write_generated("price-tables", prices_reference(), page="sweep-and-plan.md")
+
+
 def main(names: list[str]) -> int:
     pages = [ROOT / n for n in names] if names else PAGES
     if not names or "docs/model.md" in names:
         write_settings_table()
+    if not names or "docs/sweep-and-plan.md" in names:
+        write_prices_table()
     failed = 0
     for page in pages:
         text, blocks = run_page(page)

@@ -3,7 +3,7 @@
 A bundled file is named by its stem: ``-p seed-calibrated``, ``-c design-notes``, and the
 trace ``example`` (the synthetic stand-in for the users' production trace,
 ``batch_arrivals.json``) or any bundled trace's stem. An installed wheel carries copies of
-the repository's top-level ``profiles/``, ``scenarios/`` and ``traces/`` folders inside the
+the repository's top-level ``profiles/``, ``scenarios/``, ``traces/`` and ``prices/`` folders inside the
 package (``simulator/_bundled/``, copied at build time by ``setup.py``); a checkout or an
 editable install reads the top-level folders themselves, so there is one copy in git.
 
@@ -29,7 +29,8 @@ INSTALLED = _PACKAGE / "_bundled"
 CHECKOUT = _PACKAGE.parent
 
 #: Bundled kinds: folder name and the suffixes of its files.
-KINDS = {"profiles": (".json",), "scenarios": (".toml",), "traces": (".json", ".csv", ".jsonl")}
+KINDS = {"profiles": (".json",), "scenarios": (".toml",), "traces": (".json", ".csv", ".jsonl"),
+         "prices": (".json",)}
 #: Names that stand for a bundled file of another stem.
 ALIASES = {"traces": {"example": "batch_arrivals"}}
 

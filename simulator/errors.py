@@ -165,6 +165,13 @@ class PlanError(SimctlError):
     kind = "plan"
 
 
+class PriceError(SimctlError):
+    """A price table (GPU type -> cost per GPU-hour) that cannot be read or has a bad entry,
+    or a cost asked for that the table cannot price."""
+
+    kind = "prices"
+
+
 class SimctlWarning(UserWarning):
     """Something in the input was repaired or is suspicious (for example unsorted calls).
 

@@ -349,7 +349,8 @@ def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
               deadline: float | None = None, gpus: int | None = None,
               client_timeout: float | None = None, compositions: Compositions | None = None) -> dict[str, Any]:
     """The summary JSON of one run (stable keys: ``overall``, ``tasks.<name>``,
-    ``compositions``, ``gpus``, ``gpu_seconds``, ``makespan_s``, ``deadline_s``, ``config``).
+    ``compositions``, ``gpus``, ``gpu_seconds``, ``makespan_s``, ``deadline_s``, ``config``;
+    :func:`simulator.replay.simulate_and_summarize` adds ``cost``, :mod:`simulator.cost`).
 
     ``client_timeout``: a call not done that long after it arrived failed (the client gave
     up; the system still served it). ``compositions`` holds the call figures per

@@ -20,10 +20,41 @@ The search (every replay goes through the sweep machinery, in parallel, and is c
    for the recommended configuration, to 1 % relative.
 
 With several seeds every figure is the mean over seeds.
+
+**The cheapest configuration** (:func:`cheapest`, ``--objective cheapest``) searches GPU type
+(one profile per type, priced by the price table of :mod:`simulator.cost`) × GPU count ×
+every axis, for the configuration of least cost (``cost.usd``: GPUs provisioned from the
+first arrival to the last completion, times the price) meeting every SLO:
+
+1. For each GPU type, the fewest-GPUs search above (bisection, dominance pruning) finds the
+   smallest count g₀ at which some configuration meets every SLO, and replays every
+   surviving configuration there.
+2. Cost is not monotone in the count (more GPUs can finish sooner), so larger counts are
+   replayed too, while they could still be cheaper: a run that serves every prompt lasts at
+   least the trace's arrival span D, so g GPUs cost at least ``price × g × D / 3600``;
+   counts whose bound reaches the cheapest cost found (over every GPU type) are skipped.
+3. The answer is the least ``cost.usd`` among the configurations that met every SLO (ties:
+   most headroom, as above); the **Pareto front** is the set of replayed configurations, of
+   every GPU type, that no other replayed configuration dominates in (cost, SLO ratio): the
+   SLO ratio is the worst ratio of figure to bound over the SLOs (≤ 1: every SLO met; with
+   one SLO, a monotone function of its figure, so the front is that of cost against the
+   figure). Configurations that miss an SLO are on it too when nothing cheaper does better:
+   the front shows what a looser SLO would save.
+
+Prompts that do not finish count as failures: every latency statistic counts them as
+infinitely late (:mod:`simulator.metrics`), so an SLO on a percentile ``pX`` tolerates at
+most (100 − X) % of prompts unfinished (rejected, dropped, or not done by the deadline) and an
+SLO on a mean or max tolerates none. To demand that every prompt finish whatever the
+percentile, add ``--slo "overall.unfinished<=0"``.
+
+``--objective auto`` (the default) plans for the cheapest configuration when every profile
+given names a GPU type the price table prices, and for the fewest GPUs otherwise (the
+bundled hand-calibrated profiles name none, so their plans are unchanged).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import operator
 import os
@@ -32,6 +63,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from simulator.cost import PriceTable, gpu_type, require_price
 from simulator.errors import PlanError
 from simulator.metrics import RUN_FIGURES, FigureError, figure_key
 from simulator.sweep import AXES, Base, SweepSpec, _local_results, config_key, validate
@@ -47,6 +79,10 @@ DEFAULT_AXES: dict[str, tuple[Any, ...]] = {
     "topology": ("shared", "split", "direct", "continuous"),
     "max_batch": (1, 2, 4, 8, 10),
 }
+#: Cost figures of the summary (:mod:`simulator.cost`) an SLO, a metric or the front may name.
+COST_FIGURES = ("cost.usd", "cost.gpu_hours", "cost.usd_per_1k_prompts")
+#: What ``simctl plan`` minimises (see the module docstring).
+OBJECTIVES = ("auto", "cheapest", "fewest-gpus")
 _SLO_RE = re.compile(r"^\s*([^\s<>=]+?)\s*(<=|>=|<|>)\s*(\S+)\s*$")
 
 
@@ -78,7 +114,7 @@ def slo_figures(tasks: Iterable[str]) -> list[str]:
     """Every flattened summary key an SLO may bound, for the groups ``overall`` and ``tasks``."""
     groups = ["overall", *(f"tasks.{t}" for t in tasks)]
     return ([f"{g}.{f}.{s}" for g in groups for f in STAT_FIGURES for s in STATS]
-            + [f"{g}.{c}" for g in groups for c in COUNT_FIGURES] + list(RUN_FIGURES))
+            + [f"{g}.{c}" for g in groups for c in COUNT_FIGURES] + list(RUN_FIGURES) + list(COST_FIGURES))
 
 
 def parse_slo(text: str, tasks: Iterable[str]) -> SLO:
@@ -166,8 +202,9 @@ def score(slos: Sequence[SLO], figures: Mapping[str, float]) -> tuple[float, flo
 def plan(base: Base, slos: Sequence[SLO], axes: Mapping[str, Sequence[Any]] | None = None, *,
          max_gpus: int = 8, seeds: Sequence[int] = (0,), task: str | None = None,
          workers: int | None = None, load_tolerance: float = 0.01, find_max_rate: bool = True,
-         progress: Callable[[str], None] | None = None) -> PlanResult:
-    """Smallest GPU count and best configuration meeting every SLO (see the module docstring)."""
+         progress: Callable[[str], None] | None = None, evaluator: Evaluator | None = None) -> PlanResult:
+    """Smallest GPU count and best configuration meeting every SLO (see the module docstring).
+    ``evaluator``: replay through this one (its cache then holds every replay of the search)."""
     if not slos:
         raise PlanError(None, None, None, "give at least one --slo")
     if max_gpus < 1:
@@ -178,7 +215,7 @@ def plan(base: Base, slos: Sequence[SLO], axes: Mapping[str, Sequence[Any]] | No
             raise PlanError(None, None, None, f"--{name.replace('_', '-')} is what plan searches; do not fix it")
     validate(SweepSpec(axis_values, tuple(seeds), task), base)
     say = progress or (lambda _m: None)
-    ev = Evaluator(base, tuple(seeds), task, workers)
+    ev = evaluator if evaluator is not None else Evaluator(base, tuple(seeds), task, workers)
     grid = SweepSpec(axis_values, tuple(seeds), task).configurations()
     failed_at: dict[int, int] = {}   # config -> largest GPU count at which it missed an SLO
     headroom: dict[int, tuple[float, float, float]] = {}
@@ -241,7 +278,7 @@ def group_of(figure: str) -> str:
 def _report(figs: Mapping[str, float], slos: Sequence[SLO]) -> dict[str, float | None]:
     groups = dict.fromkeys([group_of(s.figure) for s in slos] + ["overall"])
     keys = [s.figure for s in slos] + ["overall.latency.mean", "overall.latency.p95", "overall.latency.p99",
-                                       "overall.timed_out", "makespan_s"]
+                                       "overall.timed_out", "makespan_s", *COST_FIGURES]
     keys += [f"{g}.{count}" for g in groups for count in ("prompts", "unfinished")]
     return {k: figs.get(k) for k in dict.fromkeys(keys)}
 
@@ -279,4 +316,159 @@ def load_points(ev: Evaluator, config: Mapping[str, Any], slos: Sequence[SLO], t
     return pd.DataFrame([{"rate_scale": r, **{s.figure: f.get(s.figure) for s in slos}} for r, f in zip(rates, figs, strict=True)])
 
 
-__all__ = ["AXES", "PlanError", "PlanResult", "SLO", "load_points", "parse_slo", "plan"]
+def worst_ratio(slos: Sequence[SLO], figures: Mapping[str, float]) -> float:
+    """The SLO ratio of a configuration: the largest :meth:`SLO.ratio` over ``slos`` (<= 1:
+    every SLO met)."""
+    return max(s.ratio(figures.get(s.figure)) for s in slos)
+
+
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
+    """Indices (ascending) of the points no other point dominates, both coordinates to be
+    minimised: j dominates i when ``x_j <= x_i`` and ``y_j <= y_i`` with one of them strict.
+    Equal points do not dominate each other (all are kept); NaN counts as +inf."""
+    def clean(v: float) -> float:
+        return math.inf if v != v else v
+
+    pts = [(clean(x), clean(y)) for x, y in points]
+    order = sorted(range(len(pts)), key=lambda i: pts[i])
+    front: list[int] = []
+    best_y = math.inf        # least y among points of smaller x
+    k = 0
+    while k < len(order):
+        x = pts[order[k]][0]
+        group = [i for i in order[k:] if pts[i][0] == x]
+        least = min(pts[i][1] for i in group)
+        # Within one x only the least y survives; across x, a point survives when its y is
+        # below every y of a smaller x (equal y at a smaller x dominates it).
+        if k == 0 or least < best_y:
+            front += [i for i in group if pts[i][1] == least]
+        best_y = min(best_y, least)
+        k += len(group)
+    return sorted(front)
+
+
+@dataclass
+class CheapestResult:
+    """What :func:`cheapest` found; :meth:`to_dict` is the ``--json`` document. ``points``:
+    every configuration replayed (GPU type, count, settings, cost, SLO ratio, figures);
+    ``front``: the indices of ``points`` on the Pareto front, by increasing cost."""
+
+    gpu_type: str
+    profile: str
+    gpus: int
+    config: dict[str, Any]
+    slos: list[SLO]
+    met: bool
+    figures: dict[str, float | None]
+    price: dict[str, Any]
+    points: list[dict[str, Any]]
+    front: list[int]
+    replays: int
+    search: list[dict[str, Any]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "objective": "cheapest", "gpu_type": self.gpu_type, "profile": self.profile, "gpus": self.gpus,
+            "config": self.config,
+            "slos": [{"slo": s.text, "figure": s.figure, "value": self.figures.get(s.figure),
+                      "met": s.met(self.figures.get(s.figure))} for s in self.slos],
+            "met": self.met, "figures": self.figures, "price": self.price,
+            "pareto_front": [self.points[i] for i in self.front], "configurations_replayed": len(self.points),
+            "replays": self.replays, "search": self.search,
+        }
+
+
+def _arrival_span(base: Base) -> float:
+    """Seconds from the first to the last arrival of the trace at the base scenario's load."""
+    times = [c.t for c in base.trace.calls]
+    return (max(times) - min(times)) / base.scenario.rate_scale if times else 0.0
+
+
+def cheapest(bases: Sequence[Base], slos: Sequence[SLO], prices: PriceTable,
+             axes: Mapping[str, Sequence[Any]] | None = None, *, max_gpus: int = 8, seeds: Sequence[int] = (0,),
+             task: str | None = None, workers: int | None = None,
+             progress: Callable[[str], None] | None = None) -> CheapestResult:
+    """The cheapest GPU type (one base per profile), GPU count and configuration meeting every
+    SLO, and the Pareto front of cost against the SLO ratio (see the module docstring).
+    :class:`simulator.errors.PriceError` when a profile has no GPU type or no price."""
+    from dataclasses import replace as with_field
+
+    if not bases:
+        raise PlanError(None, None, None, "give at least one --profile")
+    if not slos:
+        raise PlanError(None, None, None, "give at least one --slo")
+    say = progress or (lambda _m: None)
+    types = [gpu_type(b.profile) for b in bases]
+    price_of = [require_price(b.profile, prices) for b in bases]
+    evaluators = [Evaluator(with_field(b, prices=prices), tuple(seeds), task, workers) for b in bases]
+    axis_values = {name: tuple(values) for name, values in {**DEFAULT_AXES, **(axes or {})}.items()}
+    search: list[dict[str, Any]] = []
+    lowest: list[int | None] = []
+    for b, ev, gpu in zip(bases, evaluators, types, strict=True):
+        def tagged(message: str, gpu: str | None = gpu) -> None:
+            say(f"{gpu}: {message}")
+
+        found = plan(b, slos, axes, max_gpus=max_gpus, seeds=seeds, task=task, workers=workers,
+                     find_max_rate=False, evaluator=ev, progress=tagged)
+        lowest.append(found.gpus if found.met else None)
+        search.append({"gpu_type": gpu, "profile": b.profile.name, "fewest_gpus": found.gpus if found.met else None,
+                       "counts": list(dict.fromkeys(s["gpus"] for s in found.search))})
+    grid = SweepSpec(axis_values, tuple(seeds), task).configurations()
+
+    def met_points() -> list[float]:
+        return [figs["cost.usd"] for ev in evaluators for key, figs in ev.cache.items()
+                if "rate_scale" not in key and all(s.met(figs.get(s.figure)) for s in slos)
+                and figs.get("cost.usd") is not None]
+
+    # Larger counts, while their lower bound on cost is below the cheapest found.
+    for k, (b, ev, price) in enumerate(zip(bases, evaluators, price_of, strict=True)):
+        start = lowest[k]
+        if start is None:
+            continue
+        span = _arrival_span(b)
+        g = start + 1
+        while g <= max_gpus:
+            found_costs = met_points()
+            best = min(found_costs) if found_costs else math.inf
+            if price.usd_per_gpu_hour * g * span / 3600.0 >= best:
+                break
+            ev.evaluate([{**c, "gpus": g} for c in grid])
+            search[k]["counts"].append(g)
+            say(f"{types[k]}: {g} GPU(s) replayed (could still be cheaper)")
+            g += 1
+
+    points: list[dict[str, Any]] = []
+    for k, (b, ev, gpu, price) in enumerate(zip(bases, evaluators, types, price_of, strict=True)):
+        for key, figs in ev.cache.items():
+            config = json.loads(key)
+            if "rate_scale" in config:
+                continue
+            points.append({"gpu_type": gpu, "profile": b.profile.name, "gpus": config.pop("gpus"), "config": config,
+                           "usd_per_gpu_hour": price.usd_per_gpu_hour, "usd": figs.get("cost.usd"),
+                           "gpu_hours": figs.get("cost.gpu_hours"),
+                           "usd_per_1k_prompts": figs.get("cost.usd_per_1k_prompts"),
+                           "slo_ratio": worst_ratio(slos, figs),
+                           "met": all(s.met(figs.get(s.figure)) for s in slos),
+                           "figures": {s.figure: figs.get(s.figure) for s in slos}, "_figs": figs, "_k": k})
+    usd = [p["usd"] if p["usd"] is not None else math.inf for p in points]
+    front = sorted(pareto_front([(u, p["slo_ratio"]) for u, p in zip(usd, points, strict=True)]),
+                   key=lambda i: (usd[i], points[i]["slo_ratio"]))
+    passing = [i for i, p in enumerate(points) if p["met"]]
+    if passing:
+        best = min(passing, key=lambda i: (usd[i], *score(slos, points[i]["_figs"])))
+    else:
+        best = min(range(len(points)), key=lambda i: (score(slos, points[i]["_figs"]), usd[i]))
+    chosen = points[best]
+    figures = _report(chosen["_figs"], slos)
+    price = price_of[chosen["_k"]]
+    for p in points:
+        del p["_figs"], p["_k"]
+    return CheapestResult(chosen["gpu_type"], chosen["profile"], chosen["gpus"], {**chosen["config"], "gpus": chosen["gpus"]},
+                          list(slos), bool(passing), figures,
+                          {"gpu_type": price.gpu, "usd_per_gpu_hour": price.usd_per_gpu_hour, "prices": prices.name,
+                           "offering": price.offering, "source": price.source, "read_on": price.read_on},
+                          points, front, sum(ev.replays for ev in evaluators), search)
+
+
+__all__ = ["AXES", "COST_FIGURES", "OBJECTIVES", "CheapestResult", "PlanError", "PlanResult", "SLO", "cheapest",
+           "load_points", "pareto_front", "parse_slo", "plan", "worst_ratio"]

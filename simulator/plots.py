@@ -156,6 +156,33 @@ def load_curve(points: pd.DataFrame, slos: Sequence, title: str, path=None):
     return _save(fig, path)
 
 
+def pareto(points: Sequence[dict], front: Sequence[int], title: str, path=None):
+    """Cost (US $) against the SLO ratio (worst figure / bound; <= 1: every SLO met) of every
+    configuration a cheapest plan replayed, one marker per GPU type, the Pareto front joined
+    by a step line, the bound at 1. Points with an infinite ratio (prompts that did not
+    finish under a latency SLO) are drawn at the top edge."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    finite = [p["slo_ratio"] for p in points if p["usd"] is not None and np.isfinite(p["slo_ratio"])]
+    top = max([1.0, *finite]) * 1.15
+    types = list(dict.fromkeys(p["gpu_type"] for p in points))
+    for i, gpu in enumerate(types):
+        mine = [p for p in points if p["gpu_type"] == gpu and p["usd"] is not None]
+        ax.scatter([p["usd"] for p in mine], [min(p["slo_ratio"], top) for p in mine],
+                   marker=STYLES[i % len(STYLES)][1], alpha=0.55, label=gpu)
+    on = sorted((points[i] for i in front if points[i]["usd"] is not None), key=lambda p: p["usd"])
+    if on:
+        ax.step([p["usd"] for p in on], [min(p["slo_ratio"], top) for p in on], where="post", color="black",
+                linewidth=1.2, label="Pareto front")
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="SLO bound")
+    ax.set_ylim(0, top * 1.02)
+    ax.set_xlabel("cost of the run (US $)")
+    ax.set_ylabel("SLO ratio (figure / bound, worst SLO)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return _save(fig, path)
+
+
 #: Line styles and markers that stay distinguishable in grayscale.
 STYLES = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"), ((0, (5, 1)), "v"), ((0, (1, 1)), "P")]
 HATCHES = ["", "//", "..", "xx", "\\\\", "++", "oo"]

@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from simulator.cost import PriceTable, cost_summary, load_prices
 from simulator.metrics import summarize
 from simulator.model import simulate
 from simulator.profile import DEFAULT_PROFILE, Profile, load_profile
@@ -48,13 +49,15 @@ def replay(
     scenario: Scenario | None = None,
     profile: Profile | str | Path = DEFAULT_PROFILE,
     seed: int = 0,
+    prices: PriceTable | str | Path | None = None,
 ) -> ReplayResult:
     """Replay ``trace`` through ``scenario`` with service times from ``profile``.
 
     ``trace`` may be a path (any supported format) and ``profile`` a path or the name of a
     bundled profile. The scenario's ``rate_scale`` scales inter-arrival times by 1/x and its
-    ``deadline`` marks prompts not done by then as timed out. Same inputs and seed give
-    the same event log.
+    ``deadline`` marks prompts not done by then as timed out. ``prices`` (a table, a file or
+    a bundled name; default the bundled default) prices the summary's ``cost``
+    (:mod:`simulator.cost`). Same inputs and seed give the same event log.
     """
     if not isinstance(trace, Trace):
         from simulator.trace.formats import load_trace
@@ -64,18 +67,25 @@ def replay(
         scenario = build_scenario()
     if not isinstance(profile, Profile):
         profile = load_profile(profile)
+    if not isinstance(prices, PriceTable):
+        prices = load_prices(prices)
     log, summary = simulate_and_summarize(trace, scenario, profile, seed,
-                                          resolved_config(trace, scenario, profile, seed))
+                                          resolved_config(trace, scenario, profile, seed), prices=prices)
     return ReplayResult(log=log, summary=summary, scenario=scenario, profile=profile, seed=seed)
 
 
 def simulate_and_summarize(trace: Trace, scenario: Scenario, profile: Profile, seed: int,
-                           config: dict[str, Any] | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
+                           config: dict[str, Any] | None = None,
+                           prices: PriceTable | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The one way a run becomes figures (replay, every sweep row): ``trace`` scaled by the
     scenario's ``rate_scale``, simulated, and summarised with the scenario's deadline, GPU
-    count, client timeout and composition classes; ``config`` goes into the summary as is."""
+    count, client timeout and composition classes; ``config`` goes into the summary as is.
+    The summary's ``cost`` is priced by ``prices`` (``None``: the default table)."""
     scaled = trace.scaled(scenario.rate_scale)
     log = simulate(scaled, scenario, profile, seed)
     summary = summarize(log, config, deadline=scenario.deadline, gpus=scenario.gpus,
                         client_timeout=scenario.client_timeout, compositions=scenario.compositions)
+    config_part = summary.pop("config")
+    summary["cost"] = cost_summary(log, scenario, profile, prices if prices is not None else load_prices())
+    summary["config"] = config_part
     return log, summary

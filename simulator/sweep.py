@@ -40,6 +40,7 @@ from typing import Any, TextIO
 import numpy as np
 import pandas as pd
 
+from simulator.cost import PriceTable
 from simulator.errors import ScenarioError, SweepError
 from simulator.metrics import FigureError, figure_key
 from simulator.profile import Profile
@@ -113,15 +114,20 @@ def trace_hash(trace: Trace) -> str:
 
 @dataclass(frozen=True)
 class Base:
-    """What every configuration of a sweep shares."""
+    """What every configuration of a sweep shares. ``prices``: the price table of every
+    row's cost figures (``None``: the default table, :func:`simulator.cost.load_prices`)."""
 
     trace: Trace
     profile: Profile
     scenario: Scenario
+    prices: PriceTable | None = None
 
     def hashes(self) -> dict[str, str]:
+        from simulator.cost import load_prices
+
+        prices = self.prices if self.prices is not None else load_prices()
         return {"trace": trace_hash(self.trace), "profile": content_hash(self.profile.to_dict()),
-                "scenario": content_hash(self.scenario.to_dict())}
+                "scenario": content_hash(self.scenario.to_dict()), "prices": content_hash(prices.to_dict())}
 
     def swept_tasks(self, task: str | None) -> list[str]:
         if task is not None:
@@ -216,7 +222,7 @@ def run_job(job: tuple[str, dict[str, Any], int], task: str | None, base: Base |
         raise RuntimeError("run_job needs a base: pass one, or set the process's with _set_base")
     key, config, seed = job
     scenario = scenario_for(base, config, task)
-    _, summary = simulate_and_summarize(base.trace, scenario, base.profile, seed)
+    _, summary = simulate_and_summarize(base.trace, scenario, base.profile, seed, prices=base.prices)
     return {"config_key": key, "seed": seed, **config, **flatten(summary)}
 
 
@@ -239,7 +245,10 @@ class ResultStore:
         self._handle: TextIO | None = None
 
     def _check(self, found: Mapping[str, Any], where: Path) -> None:
-        for part in ("trace", "profile", "scenario"):
+        # Files written before cost figures were recorded have no prices hash: not checked.
+        for part in ("trace", "profile", "scenario", "prices"):
+            if part == "prices" and part not in found.get("hashes", {}):
+                continue
             if found.get("hashes", {}).get(part) != self.meta["hashes"][part]:
                 raise SweepError(where, None, None,
                                  f"holds results for a different {part} (content hash "

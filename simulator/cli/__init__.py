@@ -27,7 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "profile": ("profile", "Write a profile: measured by the harness on a device, or composed from a GPU's per-op tables."),
     "sweep": ("sweep", "Replay TRACE under every combination of the given axes, in parallel."),
     "compare": ("compare", "Pivot one figure of a sweep across its axes, mark the best cell, optionally plot it."),
-    "plan": ("plan", "Find the fewest GPUs, and the configuration at that count, meeting every SLO."),
+    "plan": ("plan", "Find the cheapest configuration (GPU type, count, settings) meeting every SLO, or the fewest GPUs."),
     "plot": ("plot", "Draw figures from event logs (replay --events) and sweep results."),
     "observed": ("observed", "Summarise an observed run per call composition and overall, as replay does."),
     "compare-runs": ("observed", "Compare two runs call by call."),

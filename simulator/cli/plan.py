@@ -1,4 +1,4 @@
-"""``simctl plan``: the fewest GPUs and the configuration that meet latency SLOs."""
+"""``simctl plan``: the cheapest (or the fewest-GPU) configuration that meets latency SLOs."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ from rich.table import Table
 
 from simulator.cli import app
 from simulator.cli._common import GENERATED, Flags, console, setting_options, user_errors
+from simulator.cost import gpu_type, load_prices
+from simulator.errors import PlanError
 from simulator.metrics import json_ready
 from simulator.outputs import check_writable, open_output
-from simulator.plan import DEFAULT_AXES, Evaluator, group_of, load_points, parse_slo, plan
+from simulator.plan import DEFAULT_AXES, OBJECTIVES, Evaluator, cheapest, group_of, load_points, parse_slo, plan
 from simulator.profile import DEFAULT_PROFILE, load_profile
 from simulator.scenario import build_scenario, parse_set
 from simulator.settings import Setting
@@ -35,7 +37,12 @@ def plan_cli(
     slo: list[str] = typer.Option(..., "--slo", help='Objective, e.g. "infobench.latency.p95<=60" (repeatable).'),
     config: Path | None = typer.Option(None, "--config", "-c", help="Base scenario: TOML file or bundled name "
                                           "(searched settings override it)."),
-    profile: str = typer.Option(DEFAULT_PROFILE, "--profile", "-p", help="Profile file or bundled name."),
+    profile: list[str] = typer.Option([DEFAULT_PROFILE], "--profile", "-p", help="Profile file or bundled name; "
+                                      "repeat it (one per GPU type) to search GPU types too."),
+    objective: str = typer.Option("auto", "--objective", help="cheapest (least $ meeting every SLO, with the Pareto "
+                                  "front), fewest-gpus, or auto: cheapest when every profile's GPU type has a price."),
+    prices: str | None = typer.Option(None, "--prices", help="Price table (GPU type -> $ per GPU-hour): JSON file or "
+                                      "bundled name (default modal-serverless; lambda-on-demand)."),
     task: str | None = typer.Option(None, "--task", help="Search settings of this task only "
                                        "(default: every GPU task)."),
     max_gpus: int = typer.Option(8, "--max-gpus", help="Largest GPU count to consider."),
@@ -45,10 +52,14 @@ def plan_cli(
                                          "dotted KEY, e.g. tasks.graph.cpu_workers=4 (repeatable)."),
     jobs: int | None = typer.Option(None, "--jobs", "-j", help="Local processes (default: all cores)."),
     json_out: str | None = typer.Option(None, "--json", help="Write the recommendation as JSON (FILE or '-')."),
-    plot: Path | None = typer.Option(None, "--plot", help="Draw the SLO figures against load (PNG)."),
+    plot: Path | None = typer.Option(None, "--plot", help="Draw the Pareto front of cost against the SLOs (cheapest), "
+                                     "or the SLO figures against load (fewest-gpus) (PNG)."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
 ) -> None:
-    """Find the fewest GPUs, and the configuration at that count, meeting every SLO.
+    """Find the cheapest configuration (GPU type, count, settings) meeting every SLO, or the fewest GPUs.
+
+    --objective cheapest also reports the Pareto front of cost against the SLOs; auto (the
+    default) plans for cost when every profile's GPU type has a price, else for GPUs.
 
     Exit status 1 when no configuration within --max-gpus meets them (the closest is shown).
     """
@@ -56,11 +67,35 @@ def plan_cli(
         for out in (json_out, plot):
             if out and str(out) != "-":
                 check_writable(out, force=force, inputs=(trace,))
+        if objective not in OBJECTIVES:
+            raise PlanError(None, None, None, f"--objective: must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
         loaded = load_trace(trace)
         slos = [parse_slo(s, loaded.tasks) for s in slo]
         axes = flags.axis_values()
-        base = Base(loaded, load_profile(profile),
-                    build_scenario(path=config, run=flags.values("run"), overrides=parse_set(set_values)))
+        table = load_prices(prices)
+        profiles = [load_profile(p) for p in dict.fromkeys(profile)]
+        scenario = build_scenario(path=config, run=flags.values("run"), overrides=parse_set(set_values))
+        if objective == "auto":
+            priced = all(table.get(gpu_type(p)) is not None for p in profiles)
+            objective = "cheapest" if priced else "fewest-gpus"
+        if objective == "cheapest":
+            bases = [Base(loaded, p, scenario, table) for p in profiles]
+            with console.status("planning") as status:
+                found = cheapest(bases, slos, table, axes, max_gpus=max_gpus, seeds=tuple(range(max(1, seeds))),
+                                 task=task, workers=jobs, progress=lambda m: status.update(f"planning: {m}"))
+            if plot:
+                from simulator import plots
+
+                plots.pareto(found.points, found.front, f"{Path(trace).name}: cost against "
+                             + ", ".join(s.text for s in slos), path=plot)
+            _finish(json_ready(found.to_dict()), json_out, plot, force)
+            if not found.met:
+                raise typer.Exit(1)
+            return
+        if len(profiles) > 1:
+            raise PlanError(None, None, "--profile", "--objective fewest-gpus plans one profile; give one --profile, "
+                            "or --objective cheapest to search GPU types")
+        base = Base(loaded, profiles[0], scenario, table)
         with console.status("planning") as status:
             result = plan(base, slos, axes, max_gpus=max_gpus, seeds=tuple(range(max(1, seeds))),
                           task=task, workers=jobs, progress=lambda m: status.update(f"planning: {m}"))
@@ -72,24 +107,31 @@ def plan_cli(
                 points = load_points(ev, result.config, slos, top=1.25 * result.max_rate_scale)
                 plots.load_curve(points, slos, f"{result.gpus} GPU(s): " + ", ".join(
                     f"{k}={v}" for k, v in result.config.items() if k != "gpus"), path=plot)
-        doc = json_ready(result.to_dict())
-        if json_out == "-":
-            sys.stdout.write(json.dumps(doc, indent=2) + "\n")
-        else:
-            if json_out:
-                with open_output(json_out, force=force) as fh:
-                    json.dump(doc, fh, indent=2)
-            print_plan(doc)
-            if plot and result.met:
-                console.print(f"wrote {plot}", highlight=False)
+        _finish(json_ready(result.to_dict()), json_out, plot if result.met else None, force)
         if not result.met:
             raise typer.Exit(1)
 
 
+def _finish(doc: dict, json_out: str | None, plot: Path | None, force: bool) -> None:
+    """Write the JSON document (``-``: stdout, and nothing else) and print the plan."""
+    if json_out == "-":
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return
+    if json_out:
+        with open_output(json_out, force=force) as fh:
+            json.dump(doc, fh, indent=2)
+    print_plan(doc)
+    if plot:
+        console.print(f"wrote {plot}", highlight=False)
+
+
 def print_plan(doc: dict) -> None:
-    head = "[bold green]meets every SLO[/bold green]" if doc["met"] else \
+    cheapest = doc.get("objective") == "cheapest"
+    what = f"{doc['gpus']} {doc['gpu_type']} GPU(s)" if cheapest else f"{doc['gpus']} GPU(s)"
+    head = ("[bold green]cheapest meeting every SLO:[/bold green]" if cheapest else
+            "[bold green]meets every SLO[/bold green]") if doc["met"] else \
         f"[bold red]no configuration within {doc['gpus']} GPU(s) meets every SLO; closest:[/bold red]"
-    console.print(f"{head} {doc['gpus']} GPU(s), " + ", ".join(
+    console.print(f"{head} {what}, " + ", ".join(
         f"{k}={v}" for k, v in doc["config"].items() if k != "gpus"))
     table = Table(title="SLOs", title_justify="left")
     for col in ("objective", "value", "met", "did not finish"):
@@ -103,8 +145,37 @@ def print_plan(doc: dict) -> None:
         late = "–" if unfinished is None or prompts is None else f"{unfinished:g} of {prompts:g}"
         table.add_row(s["slo"], value, "yes" if s["met"] else "[red]no[/red]", late)
     console.print(table)
-    if doc["max_rate_scale"] is not None:
+    if doc.get("max_rate_scale") is not None:
         console.print(f"sustains up to {doc['max_rate_scale']:.2f}x the trace's arrival rate within the SLOs",
                       highlight=False)
+    if cheapest:
+        print_cost(doc)
+        return
     search = ", ".join(f"{s['gpus']} GPU: {s['met']}/{s['replayed']} met" for s in doc["search"])
     console.print(f"search: {search}; {doc['replays']} replays in all", highlight=False)
+
+
+def _usd(x: float | None) -> str:
+    return "–" if x is None else f"${x:,.4f}"
+
+
+def print_cost(doc: dict) -> None:
+    """The cost of the cheapest plan, its price's source, and the Pareto front."""
+    f, price = doc["figures"], doc["price"]
+    console.print(f"cost: {_usd(f.get('cost.usd'))} for the trace ({f.get('cost.gpu_hours') or 0:,.3f} GPU-h at "
+                  f"{_usd(price['usd_per_gpu_hour'])}/GPU-h, {price['prices']}: {price['offering'] or 'no offering given'}"
+                  f"; read {price['read_on'] or '?'}); {_usd(f.get('cost.usd_per_1k_prompts'))} per 1,000 completed prompts",
+                  highlight=False)
+    table = Table(title="Pareto front: cost against the SLOs (no other configuration replayed is both cheaper "
+                  "and closer to its bounds)", title_justify="left")
+    for col in ("GPU type", "GPUs", "settings", "$", "$/1k prompts", "SLO ratio", "met"):
+        table.add_column(col, justify="left" if col in ("GPU type", "settings") else "right", no_wrap=col != "settings")
+    for p in doc["pareto_front"]:
+        ratio = "inf" if p["slo_ratio"] is None else f"{p['slo_ratio']:.3f}"
+        table.add_row(p["gpu_type"], str(p["gpus"]), ", ".join(f"{k}={v}" for k, v in p["config"].items()),
+                      _usd(p["usd"]), _usd(p["usd_per_1k_prompts"]), ratio, "yes" if p["met"] else "no")
+    console.print(table)
+    search = "; ".join(f"{s['gpu_type']}: fewest {s['fewest_gpus'] or '–'} GPU(s), counts replayed "
+                       + ",".join(str(g) for g in s["counts"]) for s in doc["search"])
+    console.print(f"search: {search}; {doc['configurations_replayed']} configurations, {doc['replays']} replays in all",
+                  highlight=False)

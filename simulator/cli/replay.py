@@ -14,6 +14,7 @@ from rich.table import Table
 
 from simulator.cli import app
 from simulator.cli._common import GENERATED, Flags, console, print_table, setting_options, user_errors
+from simulator.cost import load_prices
 from simulator.errors import ScenarioError
 from simulator.events import event_log_suffix, write_event_log
 from simulator.metrics import json_ready
@@ -39,6 +40,8 @@ def replay_cli(
     task_map: str | None = typer.Option(None, "--task-map", help="Rename the trace's tasks to the profile's: "
                                            "SOURCE=TASK,... (e.g. azure=infobench)."),
     seed: int = typer.Option(0, "--seed", help="Random seed, >= 0 (same seed, same result)."),
+    prices: str | None = typer.Option(None, "--prices", help="Price table (GPU type -> $ per GPU-hour): JSON file "
+                                      "or bundled name (default modal-serverless; lambda-on-demand)."),
     json_out: str | None = typer.Option(None, "--json", help="Write the summary JSON to FILE ('-' for stdout)."),
     events: str | None = typer.Option(None, "--events", help="Write the per-prompt event log (.parquet or .csv)."),
     plot: Path | None = typer.Option(None, "--plot", help="Write the standard figures of this run into DIR."),
@@ -70,6 +73,7 @@ def replay_cli(
         mapping = parse_task_map(task_map)
         loaded = load_trace(trace, options=ImportOptions(task_map=mapping)).renamed(mapping)
         prof = load_profile(profile)
+        load_prices(prices)  # a bad price table fails before the run
         missing = [t for t in loaded.tasks if t not in prof.tasks]
         if missing:
             raise ScenarioError(str(trace), None, None,
@@ -82,7 +86,7 @@ def replay_cli(
             gpu_tasks = Base(loaded, prof, scenario).swept_tasks(None)
             scenario = build_scenario(path=config, run=run_flags, tasks={t: task_flags for t in gpu_tasks},
                                       overrides=overrides)
-        result = replay(loaded, scenario, prof, seed=seed)
+        result = replay(loaded, scenario, prof, seed=seed, prices=load_prices(prices))
         if events:
             write_event_log(result.log, events, force=force)
         if plot:
@@ -204,3 +208,17 @@ def print_summary(result: ReplayResult, source: str | None = None) -> None:
     for g in s["gpus"]:
         gtable.add_row(str(g["id"]), f"{100 * g['utilization']:.1f} %", str(g["batches"]), _fmt(g["mean_batch_size"]))
     print_table(gtable)
+    console.print(cost_line(s.get("cost")), highlight=False)
+
+
+def cost_line(cost: dict[str, Any] | None) -> str:
+    """The summary's cost in one line: GPU type, GPU-hours provisioned, price, dollars, and
+    dollars per 1,000 completed prompts (or why the dollars are unknown)."""
+    if not cost:
+        return "cost: –"
+    hours = f"{cost['gpu_hours']:,.3f} GPU-h provisioned"
+    if cost.get("usd") is None:
+        return f"cost: {hours}; $ unknown: {cost.get('unknown')}"
+    per_1k = "–" if cost.get("usd_per_1k_prompts") is None else f"${cost['usd_per_1k_prompts']:,.4f}"
+    return (f"cost: {hours} of {cost['gpu_type']} at ${cost['usd_per_gpu_hour']:,.4f}/GPU-h "
+            f"({cost['prices']}) = ${cost['usd']:,.4f}; {per_1k} per 1,000 completed prompts")

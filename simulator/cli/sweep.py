@@ -10,6 +10,7 @@ from rich.table import Table
 
 from simulator.cli import app
 from simulator.cli._common import GENERATED, Flags, console, err_console, setting_options, user_errors
+from simulator.cost import load_prices
 from simulator.metrics import figure_key
 from simulator.plan import slo_figures
 from simulator.profile import DEFAULT_PROFILE, load_profile
@@ -45,6 +46,8 @@ def sweep_cli(
     jobs: int | None = typer.Option(None, "--jobs", "-j", help="Local processes (default: all cores)."),
     cluster: str | None = typer.Option(None, "--cluster", help="Run on a Dask cluster, e.g. tcp://HOST:8786."),
     metric: str = typer.Option("overall.latency.p95", "--metric", help="Figure to rank configurations by at the end."),
+    prices: str | None = typer.Option(None, "--prices", help="Price table of the cost figures (cost.usd ...): JSON "
+                                      "file or bundled name (default modal-serverless)."),
     force: bool = typer.Option(False, "--force", help="Start over: discard an existing results file."),
 ) -> None:
     """Replay TRACE under every combination of the given axes, in parallel.
@@ -59,7 +62,7 @@ def sweep_cli(
         loaded = load_trace(trace)
         figure_key(metric, slo_figures(loaded.tasks), "--metric")
         base = Base(loaded, load_profile(profile),
-                    build_scenario(path=config, run=run, overrides=parse_set(set_values)))
+                    build_scenario(path=config, run=run, overrides=parse_set(set_values)), load_prices(prices))
         columns = [TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    TextColumn("eta"), TimeRemainingColumn()]
         with Progress(*columns, console=console, transient=True) as bar:
