@@ -10,8 +10,10 @@ from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
 from simulator.cli import app
+from simulator.cost import cost_summary, load_prices
 from simulator.events import EVENT_COLUMNS, read_event_log
 from simulator.metrics import summarize
+from simulator.profile import DEFAULT_PROFILE, load_profile
 from simulator.scenario import build_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,8 +77,9 @@ def test_summary_is_recomputed_exactly_from_the_written_event_log(tmp_path, suff
     summary = json.loads(out.read_text())
     log = read_event_log(events)
     assert list(log.columns[: len(EVENT_COLUMNS)]) == list(EVENT_COLUMNS)
-    again = summarize(log, config=summary["config"], deadline=None, gpus=2,
-                      compositions=build_scenario(path=SCENARIO).compositions)
+    scenario = build_scenario(path=SCENARIO)
+    again = summarize(log, config=summary["config"], deadline=None, gpus=2, compositions=scenario.compositions)
+    again["cost"] = cost_summary(log, scenario, load_profile(DEFAULT_PROFILE), load_prices())
     # Both formats keep every float exactly (CSV with 17 significant digits).
     assert json.loads(json.dumps(again)) == summary
 
