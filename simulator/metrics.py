@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.errors import FigureError
-from simulator.padding import continuous_rows, padding_figures
+from simulator.padding import batch_work, continuous_rows, padding_totals
 from simulator.scenario import Compositions
 
 STAT_KEYS = ("mean", "p50", "p90", "p95", "p99", "max")
@@ -395,12 +395,15 @@ def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
     # (the log's own integer columns, uncopied; sums of them are taken in 64 bits)
     batch_ids = log["batch_id"].to_numpy()
     sizes = log["batch_size"].to_numpy()
-    prompt_tokens = log["prompt_tokens"].to_numpy()
-    continuous = continuous_rows(log)
     preemptions = log["preemptions"].to_numpy()
+    task_codes, task_names = _codes(log["task"])
+    # padding: per batch once (its padded and actual tokens, its task), summed per group
+    padded, actual, batch_task = batch_work(batch_ids, log["prompt_tokens"].to_numpy(), max_tokens,
+                                            continuous_rows(log), task_codes)
 
-    def group(mask: np.ndarray | None) -> dict[str, Any]:
-        """The figures of the prompts ``mask`` selects (``None``: every prompt, uncopied)."""
+    def group(mask: np.ndarray | None, task: int | None = None) -> dict[str, Any]:
+        """The figures of the prompts ``mask`` selects (``None``: every prompt, uncopied),
+        those of task code ``task`` (``None``: every task)."""
         def pick(x: np.ndarray) -> np.ndarray:
             return x if mask is None else x[mask]
 
@@ -433,12 +436,11 @@ def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
         figures = _group_summary(columns, pick(done_ok), {k: pick(t) for k, t in turned.items()},
                                  batch_sizes_of(batch_ids[batched], sizes[batched]), call_latency[in_call],
                                  call_ok[in_call], makespan)
-        figures["padding"] = padding_figures(pick(batch_ids), pick(prompt_tokens), pick(max_tokens),
-                                             pick(continuous))
+        mine = slice(None) if task is None else batch_task == task
+        figures["padding"] = padding_totals(padded[mine], actual[mine])
         return figures
 
-    task_codes, task_names = _codes(log["task"])
-    tasks = {str(name): group(task_codes == i) for i, name in enumerate(task_names)}
+    tasks = {str(name): group(task_codes == i, i) for i, name in enumerate(task_names)}
     overall = group(None)
 
     gpu_rows, total_busy = _gpu_figures(log["gpu"], served, started, done, batch_ids, sizes, gpus, makespan)

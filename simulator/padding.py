@@ -113,24 +113,42 @@ def batch_padding(log: pd.DataFrame) -> pd.DataFrame:
     }, index=pd.Index(b["batch_id"], name="batch_id"))
 
 
-def padding_figures(batch_ids: np.ndarray, prompt_tokens: np.ndarray, max_tokens: np.ndarray,
-                    continuous: np.ndarray) -> dict[str, Any]:
-    """The ``padding`` figures of one group of rows (module docstring): ``batches``,
-    ``padded_tokens`` (Σ padded), ``actual_tokens`` (Σ actual), ``waste`` (Σ(padded −
-    actual) / Σ padded) and ``mean_batch_waste`` (the mean of the batches' wastes); the two
-    ratios are ``None`` without a batch. Rows with ``batch_ids < 0`` (turned away) are left
-    out; ``continuous`` marks a continuous engine's rows (:func:`continuous_rows`)."""
+def batch_work(batch_ids: np.ndarray, prompt_tokens: np.ndarray, max_tokens: np.ndarray,
+               continuous: np.ndarray, label: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per batch (id order) of the rows with ``batch_ids >= 0``: its padded and actual tokens
+    (module docstring) and the ``label`` of its rows (a task code: every row of a batch has
+    its batch's task)."""
     b = _per_batch(batch_ids, prompt_tokens, max_tokens, continuous)
-    if not b["size"].size:
+    label_of = np.zeros(len(b["padded"]) and int(b["batch_id"][-1]) + 1, dtype=label.dtype)
+    served = batch_ids >= 0
+    label_of[batch_ids[served]] = label[served]
+    return b["padded"], b["actual"], label_of[b["batch_id"]]
+
+
+def padding_totals(padded: np.ndarray, actual: np.ndarray) -> dict[str, Any]:
+    """The ``padding`` figures of a group of batches given their padded and actual tokens
+    (module docstring): ``batches``, ``padded_tokens`` (Σ padded), ``actual_tokens``
+    (Σ actual), ``waste`` (Σ(padded − actual) / Σ padded) and ``mean_batch_waste`` (the
+    mean of the batches' wastes); the two ratios are ``None`` without a batch."""
+    if not padded.size:
         return {"batches": 0, "padded_tokens": 0, "actual_tokens": 0, "waste": None, "mean_batch_waste": None}
-    padded, actual = int(b["padded"].sum()), int(b["actual"].sum())
+    total_padded, total_actual = int(padded.sum()), int(actual.sum())
     return {
-        "batches": int(b["size"].size),
-        "padded_tokens": padded,
-        "actual_tokens": actual,
-        "waste": (padded - actual) / padded if padded > 0 else 0.0,
-        "mean_batch_waste": float(_waste(b["padded"], b["actual"]).mean()),
+        "batches": int(padded.size),
+        "padded_tokens": total_padded,
+        "actual_tokens": total_actual,
+        "waste": (total_padded - total_actual) / total_padded if total_padded > 0 else 0.0,
+        "mean_batch_waste": float(_waste(padded, actual).mean()),
     }
 
 
-__all__ = ["PADDING_KEYS", "batch_padding", "continuous_rows", "padding_figures"]
+def padding_figures(batch_ids: np.ndarray, prompt_tokens: np.ndarray, max_tokens: np.ndarray,
+                    continuous: np.ndarray) -> dict[str, Any]:
+    """The ``padding`` figures (:func:`padding_totals`) of one group of rows. Rows with
+    ``batch_ids < 0`` (turned away) are left out; ``continuous`` marks a continuous engine's
+    rows (:func:`continuous_rows`)."""
+    b = _per_batch(batch_ids, prompt_tokens, max_tokens, continuous)
+    return padding_totals(b["padded"], b["actual"])
+
+
+__all__ = ["PADDING_KEYS", "batch_padding", "batch_work", "continuous_rows", "padding_figures", "padding_totals"]
