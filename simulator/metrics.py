@@ -387,8 +387,10 @@ def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
     np.logical_and.at(call_served, call_of, served)
     call_arrived = np.full(n_calls, np.inf)
     np.minimum.at(call_arrived, call_of, arrived)
-    call_latency = call_done - call_arrived
     call_ok = call_served & (call_done <= limit)
+    call_latency = call_done
+    call_latency -= call_arrived  # (in place: a call's finish is not needed again)
+    del call_done, call_arrived
     if client_timeout is not None:
         call_ok &= call_latency <= client_timeout
 
@@ -433,6 +435,8 @@ def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
         in_call = np.zeros(n_calls, dtype=bool)
         in_call[pick(call_of)] = True
         batched = batch_ids >= 0 if mask is None else mask & (batch_ids >= 0)
+        if mask is None and batched.all():  # (every prompt batched: the columns, uncopied)
+            batched = slice(None)
         figures = _group_summary(columns, pick(done_ok), {k: pick(t) for k, t in turned.items()},
                                  batch_sizes_of(batch_ids[batched], sizes[batched]), call_latency[in_call],
                                  call_ok[in_call], makespan)

@@ -78,11 +78,18 @@ def _per_batch(batch_ids: np.ndarray, prompt_tokens: np.ndarray, max_tokens: np.
     np.add.at(actual, ids, m)
     pads = np.ones(top, dtype=bool)
     pads[ids] = ~cont  # (a batch's rows share one queue)
-    present = np.flatnonzero(size)
-    size, longest_prompt, longest_output, actual, pads = (
-        x[present] for x in (size, longest_prompt, longest_output, actual, pads))
-    padded = np.where(pads, size * (longest_prompt + longest_output), actual)
-    return {"batch_id": present, "size": size, "longest_prompt": longest_prompt, "longest_output": longest_output,
+    if size.all():  # (every id has a batch: the engines' logs)
+        present: np.ndarray | slice = slice(None)
+        batch_id = np.arange(top)
+    else:
+        present = batch_id = np.flatnonzero(size)
+        size, longest_prompt, longest_output, actual, pads = (
+            x[present] for x in (size, longest_prompt, longest_output, actual, pads))
+    # padded = size × (longest prompt + longest output), in place; actual where it pads not
+    padded = np.add(longest_prompt, longest_output)
+    padded *= size
+    padded[~pads] = actual[~pads]
+    return {"batch_id": batch_id, "size": size, "longest_prompt": longest_prompt, "longest_output": longest_output,
             "padded": padded, "actual": actual, "pads": pads}
 
 
@@ -121,7 +128,10 @@ def batch_work(batch_ids: np.ndarray, prompt_tokens: np.ndarray, max_tokens: np.
     b = _per_batch(batch_ids, prompt_tokens, max_tokens, continuous)
     label_of = np.zeros(len(b["padded"]) and int(b["batch_id"][-1]) + 1, dtype=label.dtype)
     served = batch_ids >= 0
-    label_of[batch_ids[served]] = label[served]
+    if served.all():
+        label_of[batch_ids] = label
+    else:
+        label_of[batch_ids[served]] = label[served]
     return b["padded"], b["actual"], label_of[b["batch_id"]]
 
 
