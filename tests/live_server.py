@@ -6,7 +6,8 @@ It answers the users' batch endpoint (``POST /``), the streamed OpenAI endpoints
 by markers in the prompt text: ``[delay=S]`` answers after S seconds (else the server's
 ``delay``), ``[stall]`` never answers (until the server stops), ``[500]`` answers HTTP 500,
 ``[error]`` answers HTTP 200 with ``{"error", "traceback"}`` (as the users' server does),
-``[drop]`` closes the connection without an answer. Streams send ``tokens`` events,
+``[drop]`` closes the connection without an answer, ``[hold=N]`` answers only once N
+requests have arrived (at most 30 s; a test of concurrency then needs no timing). Streams send ``tokens`` events,
 ``itl`` seconds apart. It records when each request arrived and the most requests it held
 at once.
 
@@ -31,6 +32,8 @@ class FakeServer:
         self.delay, self.tokens, self.itl = delay, tokens, itl
         self.released = threading.Event()
         self.lock = threading.Lock()
+        #: notified (under ``lock``) whenever a request arrives
+        self.arrived = threading.Condition(self.lock)
         self.received: list[tuple[float, str, Any]] = []
         self.in_flight = 0
         self.max_in_flight = 0
@@ -43,10 +46,11 @@ class FakeServer:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
-                with server.lock:
+                with server.arrived:
                     server.received.append((time.monotonic(), self.path, body))
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                    server.arrived.notify_all()
                 try:
                     server.answer(self, body)
                 finally:
@@ -65,6 +69,8 @@ class FakeServer:
 
     def __exit__(self, *exc: Any) -> None:
         self.released.set()
+        with self.arrived:
+            self.arrived.notify_all()
         self.httpd.shutdown()
         self.httpd.server_close()
 
@@ -78,6 +84,10 @@ class FakeServer:
         text = self._text(body)
         m = re.search(r"\[delay=([0-9.]+)\]", text)
         delay = float(m.group(1)) if m else self.delay
+        hold = re.search(r"\[hold=([0-9]+)\]", text)
+        if hold:
+            with self.arrived:
+                self.arrived.wait_for(lambda: len(self.received) >= int(hold.group(1)) or self.released.is_set(), 30)
         if "[stall]" in text:
             self.released.wait(30)
             return

@@ -2,12 +2,14 @@
 
 No test depends on how fast the machine is: times are checked as bounds that hold however
 slow it runs (a call is never sent before it is due; a closed loop's call never before its
-predecessor ended), traces are tiny and compressed with a large time scale, and every
-request is bounded by a short timeout.
+predecessor ended), concurrency by the fake server's ``[hold=N]`` (it answers once N requests
+are in), the gaps between streamed tokens on a clock the test sets, traces are tiny and
+compressed with a large time scale, and every request is bounded by a short timeout.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -96,10 +98,13 @@ def test_time_and_rate_scale_set_when_calls_are_due(tmp_path):
 
 
 def test_open_loop_never_waits_and_closed_loop_keeps_n_outstanding(tmp_path):
-    trace = trace_of(*((0.0, [("mmlu", "[delay=0.3] q")]) for _ in range(4)))
+    # open loop: the server answers only once all four calls have arrived, so all four are
+    # in flight at once however slow the machine (a client that waited would stall 30 s)
     with FakeServer() as server:
-        run_load(trace, LoadOptions(url=server.url), tmp_path / "open")
+        run_load(trace_of(*((0.0, [("mmlu", "[hold=4] q")]) for _ in range(4))), LoadOptions(url=server.url),
+                 tmp_path / "open")
         assert server.max_in_flight == 4
+    trace = trace_of(*((0.0, [("mmlu", "[delay=0.3] q")]) for _ in range(4)))
     with FakeServer() as server:
         run_load(trace, LoadOptions(url=server.url, client="closed:1"), tmp_path / "closed")
         assert server.max_in_flight == 1
@@ -143,10 +148,46 @@ def test_streamed_openai_apis_measure_ttft_and_itl(tmp_path, api):
     ok = requests[requests["status"] == "ok"]
     assert len(ok) == 2 and (ok["output_tokens"] == 3).all()
     assert (ok["first_token_at"] > ok["sent_at"]).all() and (ok["done_at"] >= ok["first_token_at"]).all()
-    assert all(len(x) == 2 and min(x) >= 0.015 for x in ok["itls_s"])
+    # the gaps between a prompt's token events (their sizes are the client's timing: see
+    # test_itls_are_the_gaps_between_token_events_on_the_clock for them on a given clock)
+    assert all(len(x) == 2 and min(x) >= 0 for x in ok["itls_s"])
+    assert all(d >= f + sum(x) - 1e-9 for f, d, x in zip(ok["first_token_at"], ok["done_at"], ok["itls_s"], strict=True))
     run = read_observed(tmp_path / "run")
     assert list(run.calls["ok"]) == [True, False] and len(run.prompts) == 2
     assert "HTTP 500" in run.calls["error"][1]
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_itls_are_the_gaps_between_token_events_on_the_clock(api):
+    """A streamed prompt's time to first token and gaps between token events, on the clock it
+    is given (here one the stream sets as each event comes: no real timing)."""
+    import httpx
+
+    from simulator.live.apis import send_stream
+
+    now = [0.0]
+
+    def event(i: int) -> bytes:
+        choice = {"index": 0, "delta": {"content": f"tok{i} "}} if api == "chat" else {"index": 0, "text": f"tok{i} "}
+        return f"data: {json.dumps({'choices': [choice]})}\n\n".encode()
+
+    async def stream():
+        for i, at in enumerate((0.5, 0.52, 0.57)):
+            now[0] = at
+            yield event(i)
+        now[0] = 0.6
+        yield b'data: {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3}}\n\ndata: [DONE]\n\n'
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=stream())
+
+    async def main():
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            return await send_stream(client, "http://fake/v1/completions", api, "m", "q", 3, 5.0, lambda: now[0])
+    out = asyncio.run(main())
+    assert out.status == "ok" and out.text == "tok0 tok1 tok2 " and out.output_tokens == 3
+    assert (out.sent_at, out.first_token_at, out.done_at) == (0.0, 0.5, 0.6)
+    assert out.itls == pytest.approx([0.02, 0.05])
 
 
 @pytest.mark.parametrize("api", ["completions", "chat"])

@@ -11,8 +11,11 @@ a queue's limits are :class:`~simulator.model.queues.QueueLimits`; a batch's row
 task's :class:`~simulator.model.batching.Shaping`. What this module adds is only the plumbing
 the simulator's event heap does there: futures, timers and locks.
 
-Clock: every instant is in *server seconds*, real seconds since the runtime started times
-``time_scale`` (1 for a real backend). A sleep backend with ``time_scale`` 100 runs the
+Clock: every instant is in *server seconds*, seconds of the event loop's clock since the
+runtime started times ``time_scale`` (1 for a real backend). The loop's clock is the one its
+timers are set on (asyncio's is :func:`time.monotonic`: real seconds), so a timer set for a
+server instant fires when :meth:`Clock.now` reads that instant, and a loop whose clock is
+virtual (the tests') runs the server on virtual time. A sleep backend with ``time_scale`` 100 runs the
 modeled system 100 times faster than real time: flush windows, queue timeouts and service
 times all shrink by that factor, so decisions are those of the model at its own instants.
 A flush window's end and a queue timeout are timers at a server instant
@@ -100,19 +103,25 @@ class Backend(Protocol):
 
 
 class Clock:
-    """Server seconds: real (monotonic) seconds since the start, times ``scale``."""
+    """Server seconds: seconds of ``timer`` since the start, times ``scale``.
 
-    def __init__(self, scale: float = 1.0) -> None:
+    ``timer`` is the serving event loop's clock (:meth:`asyncio.AbstractEventLoop.time`; the
+    runtime passes its loop's), the clock that loop's timers (``call_at``, ``asyncio.sleep``)
+    are set on, so the two cannot disagree. Before a loop is bound it is
+    :func:`time.monotonic`, which is what asyncio's own loops read."""
+
+    def __init__(self, scale: float = 1.0, timer: Callable[[], float] = time.monotonic) -> None:
         if not scale > 0:
             raise ValueError(f"time scale must be > 0, got {scale}")
         self.scale = float(scale)
-        self.t0 = time.monotonic()
+        self.timer = timer
+        self.t0 = timer()
 
     def now(self) -> float:
-        return (time.monotonic() - self.t0) * self.scale
+        return (self.timer() - self.t0) * self.scale
 
     def real(self, seconds: float) -> float:
-        """Real seconds that ``seconds`` of server time take."""
+        """Loop (real) seconds that ``seconds`` of server time take."""
         return max(seconds, 0.0) / self.scale
 
 
@@ -840,7 +849,7 @@ class Runtime:
         if self.started:
             return
         self.started = True
-        self.clock = Clock(self.time_scale)
+        self.clock = Clock(self.time_scale, asyncio.get_running_loop().time)
         exclusive = self.scenario.gpu_sharing == "exclusive"
         self.gpus = [Device(g, exclusive) for g in range(self.scenario.gpus)]
         for task in self.tasks:
