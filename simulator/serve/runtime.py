@@ -279,7 +279,7 @@ class ServeQueue:
         self.devices = devices or []
         self.pickup_at: float | None = None
         self.timer_at: float | None = None
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: Timer | None = None
         self.in_service = 0
         self.outstanding_tokens = 0
         self.limits = QueueLimits.of(config)
@@ -786,6 +786,19 @@ def check_served(scenario: Scenario, tasks: Sequence[str], backend: str = "sleep
                                     "(no length buckets or selection by length); leave it unset")
 
 
+@dataclass
+class Timer:
+    """A callback set for a server instant (:meth:`Runtime.call_at`); ``cancel`` keeps it
+    from running."""
+
+    callback: Callable[..., Any]
+    args: tuple[Any, ...]
+    cancelled: bool = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
 class Runtime:
     """The served system for one scenario, profile and backend (module docstring).
 
@@ -826,6 +839,8 @@ class Runtime:
         self._worker_ids = itertools.count()
         self._batch_ids = itertools.count()
         self._services: dict[str, ServiceModel] = {}
+        #: the timers of each loop instant, in the order they were set (see call_at)
+        self._instants: dict[float, list[Timer]] = {}
         self._shaping = {t: Shaping.of(c) for t, c in self.configs.items()}
         self.queues: list[ServeQueue] = []
         self.engines: list[ServeEngine] = []
@@ -911,13 +926,32 @@ class Runtime:
         """Call ``callback(*args)`` after ``seconds`` of server time."""
         return asyncio.get_running_loop().call_later(self.clock.real(seconds), callback, *args)
 
-    def call_at(self, at: float, callback: Callable[..., Any], *args: Any) -> asyncio.TimerHandle:
-        """Call ``callback(*args)`` at the server instant ``at``. Timers of one instant get
-        one loop deadline, so they fire in one turn of the loop, in the order they were set
-        (as the model's same-instant events, in creation order), not in the order the
-        loop's millisecond timers happen to split them."""
+    def call_at(self, at: float, callback: Callable[..., Any], *args: Any) -> Timer:
+        """Call ``callback(*args)`` at the server instant ``at``. The timers of one instant
+        share one loop timer that runs them in the order they were set (as the model's
+        same-instant events, in creation order): the loop's own timers of one deadline come
+        off its heap in no set order, and its millisecond rounding would split them."""
         loop = asyncio.get_running_loop()
-        return loop.call_at(self.clock.t0 + max(at, 0.0) / self.clock.scale, callback, *args)
+        when = self.clock.t0 + max(at, 0.0) / self.clock.scale
+        timers = self._instants.get(when)
+        if timers is None:
+            timers = self._instants[when] = []
+            loop.call_at(when, self._fire, when)
+        timer = Timer(callback, args)
+        timers.append(timer)
+        return timer
+
+    def _fire(self, when: float) -> None:
+        """Run the timers of loop instant ``when`` in the order they were set (one that
+        raises is reported as the loop reports a failed callback; the others still run)."""
+        for timer in self._instants.pop(when, []):
+            if timer.cancelled:
+                continue
+            try:
+                timer.callback(*timer.args)
+            except Exception as exc:  # noqa: BLE001  (as asyncio's own handles: report, go on)
+                asyncio.get_running_loop().call_exception_handler(
+                    {"message": f"exception in timer {timer.callback!r}", "exception": exc})
 
     def spawn(self, coroutine: Any) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coroutine)
