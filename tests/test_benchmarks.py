@@ -184,3 +184,13 @@ def test_live_loop_quick_mode(capsys):
     table = bench.table(result)
     assert sum(line.startswith("| ") for line in table.splitlines()) == 4  # header and three rows
     assert all(r["p99_ref"] > 0 for r in result["rows"])
+
+
+@pytest.mark.benchmark
+def test_hostile_inputs_quick_mode(capsys):
+    bench = load("hostile_inputs")
+    assert bench.main(["--quick", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["classes"] and all(c["tried"] == c["handled"] > 0 for c in result["classes"].values())
+    assert result["faults"] and all(r["orphans"] == r["leftovers"] == r["rows_lost"] == 0 and r["identical"]
+                                    for r in result["faults"])
