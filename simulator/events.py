@@ -46,6 +46,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from simulator import inputs
 from simulator.errors import EventLogError
 
 EVENT_COLUMNS = [
@@ -117,16 +118,15 @@ def read_event_log(path: str | Path) -> pd.DataFrame:
         raise EventLogError(p, None, None, "an event log ends in .parquet or .csv (replay --events writes one)")
     try:
         if suffix == ".parquet":
-            import pyarrow.parquet as pq
-
-            table = pq.read_table(p)
+            table = inputs.read_parquet(p, EventLogError, "event log")
             if b"simctl.sweep" in (table.schema.metadata or {}):
                 raise EventLogError(p, None, None, "is a sweep results file, not an event log: use "
                                     "simctl compare or simctl plot heatmap on it, or replay --events for a log")
             log = table.to_pandas()
         else:
-            log = pd.read_csv(p, dtype={"call_id": str, "task": str, "queue": str, "status": str},
-                              keep_default_na=False, na_values={c: [""] for c in (*FLOAT_COLUMNS, "gpu")})
+            log = inputs.read_csv(p, EventLogError, "event log",
+                                  dtype={"call_id": str, "task": str, "queue": str, "status": str},
+                                  keep_default_na=False, na_values={c: [""] for c in (*FLOAT_COLUMNS, "gpu")})
     except (OSError, UnicodeDecodeError, ValueError, pd.errors.ParserError) as exc:
         if isinstance(exc, FileNotFoundError):
             raise EventLogError(p, None, None, "no such file") from None

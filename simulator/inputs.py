@@ -1,11 +1,25 @@
 """Reading the user's files: every way a read can fail becomes one line naming the file.
 
-The counterpart of :mod:`simulator.outputs`. Traces, profiles, scenarios and results files
-are all read through :func:`read_text`, :func:`read_json` or :func:`read_toml`, each taking
-the error class of the kind of file (``TraceError``, ``ProfileError``...) so the message
-says what was being read. Reading is never the place a traceback starts: missing files,
-folders, permissions, symlink loops, bytes that are not UTF-8 and documents nested too
-deeply for the parser all get their own message.
+The counterpart of :mod:`simulator.outputs`, and the only module that opens a file the user
+named: traces in every format, profiles, scenarios, observed runs and other tools' results,
+sweep results and journals, event logs, model configs are all read through
+:func:`read_text`, :func:`read_bytes`, :func:`open_text`, :func:`read_json`,
+:func:`read_toml`, :func:`read_csv` or :func:`read_parquet`, each taking the error class of
+the kind of file (``TraceError``, ``ProfileError``...) so the message says what was being
+read (``tests/test_inputs_layer.py`` scans the package so no reader bypasses them).
+
+Reading is never the place a traceback starts, a hang, or a silent wrong number:
+
+* the path: missing files, dangling symbolic links (named with their target), symlink
+  loops, folders, permissions, and things that are not regular files (a FIFO or a device
+  such as ``/dev/zero`` would block or never end) each get their own message;
+* the size: a file over :data:`MAX_INPUT_BYTES` is refused before it is read;
+* the encoding: bytes that are not UTF-8 are named by their offset;
+* the structure: JSON and TOML nested deeper than the parser (or :data:`MAX_DEPTH`, for the
+  small configuration documents) are refused;
+* the numbers: an integer of more digits than Python converts (4300) is refused at parse,
+  and :func:`finite` is the one check of a field that needs a finite number in a range
+  (NaN, infinities, floats past 1.8e308, integers past 64 bits).
 """
 
 from __future__ import annotations
@@ -14,19 +28,58 @@ import contextlib
 import errno
 import gc
 import json
+import math
+import os
+import stat
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from simulator.errors import SimctlError
+
+#: The largest file simctl reads (16 GiB): every reader holds the file's content, or the
+#: columns it becomes, in memory; a bigger file would exhaust the machine part-way.
+MAX_INPUT_BYTES = 16 * 2**30
+#: The deepest nesting of a configuration document (profile, scenario, observed run): the
+#: deepest file simctl writes nests 6 levels; code walking deeper ones could recurse out.
+MAX_DEPTH = 64
+#: The largest integer a count in an input file may hold: it becomes a 64-bit integer.
+INT64_MAX = 2**63 - 1
+
+
+def check_source(path: str | Path, error: type[SimctlError], what: str = "file") -> Path:
+    """``path`` if it names a regular file simctl can read whole; ``error`` naming the file
+    otherwise (dangling link, loop, folder, FIFO or device, over :data:`MAX_INPUT_BYTES`)."""
+    p = Path(path)
+    try:
+        info = p.stat()
+    except FileNotFoundError:
+        if p.is_symlink():
+            raise error(p, None, None, f"symbolic link to a missing file ({os.readlink(p)})") from None
+        raise error(p, None, None, "no such file") from None
+    except PermissionError:
+        raise error(p, None, None, "permission denied") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise error(p, None, None, "symbolic link loop") from None
+        raise error(p, None, None, exc.strerror or str(exc)) from None
+    if stat.S_ISDIR(info.st_mode):
+        raise error(p, None, None, f"is a folder, not a {what}")
+    if not stat.S_ISREG(info.st_mode):
+        raise error(p, None, None, f"is not a regular file (a pipe, socket or device), not a {what}")
+    if info.st_size > MAX_INPUT_BYTES:
+        raise error(p, None, None, f"is {info.st_size / 2**30:.1f} GiB; the largest file simctl reads is "
+                    f"{MAX_INPUT_BYTES // 2**30} GiB (it is held in memory while read)")
+    return p
 
 
 @contextlib.contextmanager
 def readable(path: str | Path, error: type[SimctlError], what: str = "file") -> Iterator[Path]:
-    """Turn the errors of reading ``path`` into one-line ``error(path, ...)``; ``what`` names
-    the kind of file expected (``"trace file"``) in the folder message."""
-    p = Path(path)
+    """Check ``path`` (:func:`check_source`) and turn the errors of reading it inside the
+    block into one-line ``error(path, ...)``; ``what`` names the kind of file expected
+    (``"trace file"``) in the messages."""
+    p = check_source(path, error, what)
     try:
         yield p
     except FileNotFoundError:
@@ -41,6 +94,86 @@ def readable(path: str | Path, error: type[SimctlError], what: str = "file") -> 
         if exc.errno == errno.ELOOP:
             raise error(p, None, None, "symbolic link loop") from None
         raise error(p, None, None, exc.strerror or str(exc)) from None
+
+
+@contextlib.contextmanager
+def open_text(path: str | Path, error: type[SimctlError], what: str = "file", errors: str = "strict",
+              newline: str | None = None) -> Iterator[IO[str]]:
+    """``path`` open as UTF-8 text, for readers that stream it line by line; a byte that is
+    not UTF-8 met while iterating is reported like one met by :func:`read_text`."""
+    with readable(path, error, what) as p, open(p, encoding="utf-8", errors=errors, newline=newline) as fh:
+        yield fh
+
+
+@contextlib.contextmanager
+def open_binary(path: str | Path, error: type[SimctlError], what: str = "file") -> Iterator[IO[bytes]]:
+    """``path`` open for reading bytes (checked by :func:`check_source`)."""
+    with readable(path, error, what) as p, open(p, "rb") as fh:
+        yield fh
+
+
+def read_head(path: str | Path, size: int = 4096) -> str | None:
+    """The first ``size`` characters of ``path`` (undecodable bytes replaced), to tell its
+    format; ``None`` if it is not a readable regular file (the reader then says why)."""
+    try:
+        p = check_source(path, SimctlError)
+        with open(p, encoding="utf-8", errors="replace") as fh:
+            return fh.read(size)
+    except (SimctlError, OSError):
+        return None
+
+
+def read_csv(path: str | Path, error: type[SimctlError], what: str = "CSV file", **options: Any) -> Any:
+    """``pandas.read_csv(path, **options)``; the file checked and its read errors named as
+    :func:`readable` does (parse errors are the caller's to word)."""
+    import pandas as pd
+
+    with readable(path, error, what) as p:
+        return pd.read_csv(p, **options)
+
+
+def read_parquet(path: str | Path, error: type[SimctlError], what: str = "Parquet file") -> Any:
+    """The ``pyarrow.Table`` in the Parquet file ``path``; ``error`` if it is not one."""
+    import pyarrow.parquet as pq
+
+    with readable(path, error, what) as p:
+        try:
+            return pq.read_table(p)
+        except OSError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - arrow's errors for a file that is not Parquet vary
+            raise error(p, None, None, f"not a readable Parquet file ({' '.join(str(exc).split())[:160]})") from None
+
+
+def finite(value: Any, low: float = -math.inf, high: float = math.inf, integer: bool = False) -> str | None:
+    """Why ``value`` is not a finite number in ``[low, high]`` (an integer if ``integer``), or
+    ``None`` if it is. The one check of a number read from a file: NaN and the infinities
+    (``NaN``/``Infinity`` in JSON, ``1e999``), booleans, integers past 64 bits."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"must be a number, got {type(value).__name__}"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number, got {value}"
+    if integer and value != int(value):
+        return f"must be a whole number, got {value}"
+    if abs(value) > INT64_MAX and (integer or isinstance(value, int)):
+        return "is too large (more than 64 bits)"
+    if not low <= value <= high:
+        return f"must be in [{low:g}, {high:g}], got {value:g}"
+    return None
+
+
+def depth(obj: Any, limit: int = MAX_DEPTH) -> int:
+    """How deep ``obj`` (parsed JSON or TOML) nests, counted up to ``limit + 1`` (walked
+    without recursion, so any depth is safe to measure)."""
+    deepest, stack = 0, [(obj, 1)]
+    while stack:
+        node, level = stack.pop()
+        if isinstance(node, (dict, list)):
+            deepest = max(deepest, level)
+            if deepest > limit:
+                return deepest
+            stack.extend((child, level + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return deepest
 
 
 def read_text(path: str | Path, error: type[SimctlError], what: str = "file") -> str:
@@ -84,22 +217,37 @@ def parse_json(text: str, path: str | Path | None, error: type[SimctlError]) -> 
         raise error(path, None, None, f"not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
     except RecursionError:
         raise error(path, None, None, "not usable JSON: nested too deeply") from None
+    except ValueError as exc:  # an integer of more than 4300 digits
+        raise error(path, None, None, f"not usable JSON: {str(exc).split(';')[0]}") from None
 
 
-def read_json(path: str | Path, error: type[SimctlError], what: str = "JSON file") -> Any:
-    """The parsed JSON content of ``path``; an empty file is an error too."""
+def check_depth(obj: Any, path: str | Path | None, error: type[SimctlError], limit: int = MAX_DEPTH) -> Any:
+    """``obj``, if it nests no deeper than ``limit``; ``error`` naming the file otherwise."""
+    if depth(obj, limit) > limit:
+        raise error(path, None, None, f"nested more than {limit} levels deep; no simctl file nests so deep")
+    return obj
+
+
+def read_json(path: str | Path, error: type[SimctlError], what: str = "JSON file",
+              max_depth: int | None = MAX_DEPTH) -> Any:
+    """The parsed JSON content of ``path``; an empty file is an error too, and so is one
+    nested deeper than ``max_depth`` (``None``: as deep as the parser goes)."""
     text = read_text(path, error, what)
     if not text.strip():
         raise error(path, None, None, f"empty file (expected a {what})")
-    return parse_json(text, path, error)
+    obj = parse_json(text, path, error)
+    return obj if max_depth is None else check_depth(obj, path, error, max_depth)
 
 
 def read_toml(path: str | Path, error: type[SimctlError], what: str = "TOML file") -> dict[str, Any]:
     """The parsed TOML content of ``path``."""
     text = read_text(path, error, what)
     try:
-        return tomllib.loads(text)
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise error(path, None, None, f"not valid TOML: {exc}") from None
     except RecursionError:
         raise error(path, None, None, "not usable TOML: nested too deeply") from None
+    except ValueError as exc:  # an integer of more than 4300 digits
+        raise error(path, None, None, f"not usable TOML: {str(exc).split(';')[0]}") from None
+    return check_depth(data, path, error)

@@ -40,6 +40,7 @@ from typing import Any, TextIO
 import numpy as np
 import pandas as pd
 
+from simulator import inputs
 from simulator.cost import PriceTable
 from simulator.errors import ScenarioError, SweepError
 from simulator.metrics import FigureError, figure_key
@@ -229,6 +230,21 @@ def run_job(job: tuple[str, dict[str, Any], int], task: str | None, base: Base |
 # -- durable results --------------------------------------------------------------------
 
 
+def _json_object(text: str | bytes) -> dict[str, Any]:
+    """The JSON object ``text`` holds; ``{}`` if it holds something else or is cut short."""
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError):
+        return {}
+    return obj if isinstance(obj, dict) else {}
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as fh:  # our own journal, checked before appending to it
+        fh.seek(-1, os.SEEK_END)
+        return fh.read(1) == b"\n"
+
+
 class ResultStore:
     """The Parquet results file and its journal; see the module docstring."""
 
@@ -265,27 +281,31 @@ class ResultStore:
 
     def _load(self) -> None:
         if self.path.exists():
-            import pyarrow.parquet as pq
-
             try:
-                table = pq.read_table(self.path)
-            except Exception as exc:  # noqa: BLE001 - any unreadable file is the same user error
-                raise SweepError(self.path, None, None, f"not a readable Parquet results file ({exc}); "
-                                 "use --force to overwrite it") from None
+                table = inputs.read_parquet(self.path, SweepError, "sweep results file")
+            except SweepError as exc:
+                raise SweepError(self.path, None, None, f"{exc.message}; use --force to overwrite it") from None
             raw = (table.schema.metadata or {}).get(META_KEY)
             if raw is None:
                 raise SweepError(self.path, None, None, "is not a simctl sweep results file; use --force to overwrite it")
-            self._check(json.loads(raw), self.path)
+            self._check(_json_object(raw), self.path)
             self.rows.extend(table.to_pandas().to_dict("records"))
         if self.journal.exists():
-            lines = self.journal.read_text().splitlines()
+            lines = inputs.read_text(self.journal, SweepError, "sweep journal").splitlines()
+            head = _json_object(lines[0]) if lines else {}
+            if lines and not head:
+                if len(lines) > 1:
+                    raise SweepError(self.journal, "line 1", None, "is not a simctl sweep journal's header; "
+                                     "use another --out, or --force to start over")
+                lines = []  # a header cut short by an interruption: no run had finished
             if lines:
-                self._check(json.loads(lines[0]), self.journal)
+                self._check(head, self.journal)
                 for line in lines[1:]:
-                    try:
-                        self.rows.append(json.loads(line))
-                    except json.JSONDecodeError:
-                        continue  # a line cut short by an interruption: that run alone is redone
+                    row = _json_object(line)
+                    # A line cut short by an interruption (or glued to the next by one): that
+                    # run alone is redone; the lines after it still count.
+                    if "config_key" in row and isinstance(row.get("seed"), int):
+                        self.rows.append(row)
 
     def done(self) -> set[tuple[str, int]]:
         return {(r["config_key"], int(r["seed"])) for r in self.rows}
@@ -293,9 +313,13 @@ class ResultStore:
     def add(self, row: dict[str, Any]) -> None:
         if self._handle is None:
             fresh = not self.journal.exists() or self.journal.stat().st_size == 0
-            self._handle = open(self.journal, "a", encoding="utf-8")
+            torn = not fresh and not _ends_with_newline(self.journal)
+            # Appending to our own journal (an output, not a file the user wrote).
+            self._handle = open(self.journal, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
             if fresh:
                 self._handle.write(json.dumps(self.meta) + "\n")
+            elif torn:  # end the line an interruption cut short, so the next row stands alone
+                self._handle.write("\n")
         self._handle.write(json.dumps(row, default=_json_default) + "\n")
         self._handle.flush()
         self.rows.append(row)
@@ -510,15 +534,8 @@ def _run_jobs(spec: SweepSpec, base: Base, out: str | Path, meta: dict[str, Any]
 
 def read_results(path: str | Path) -> tuple[pd.DataFrame, dict[str, Any]]:
     """A results file's rows and its metadata; :class:`SweepError` if it is not one."""
-    import pyarrow.parquet as pq
-
     p = Path(path)
-    if not p.exists():
-        raise SweepError(p, None, None, "no such file")
-    try:
-        table = pq.read_table(p)
-    except Exception as exc:  # noqa: BLE001
-        raise SweepError(p, None, None, f"not a readable Parquet file ({exc})") from None
+    table = inputs.read_parquet(p, SweepError, "sweep results file")
     raw = (table.schema.metadata or {}).get(META_KEY)
     if raw is None:
         raise SweepError(p, None, None, "is not a simctl sweep results file")

@@ -200,3 +200,12 @@ def test_length_buckets_quick_mode(capsys):
         assert two["waste"] < one["waste"]
         assert rows[forming, "similar-length"]["waste"] <= one["waste"]
         assert all(r["engine"] == "reference" for r in (two, rows[forming, "similar-length"]))
+
+
+def test_hostile_inputs_quick_mode(capsys):
+    bench = load("hostile_inputs")
+    assert bench.main(["--quick", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["classes"] and all(c["tried"] == c["handled"] > 0 for c in result["classes"].values())
+    assert result["faults"] and all(r["orphans"] == r["leftovers"] == r["rows_lost"] == 0 and r["identical"]
+                                    for r in result["faults"])

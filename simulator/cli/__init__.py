@@ -12,6 +12,7 @@ command's module is imported only when that command runs or shows its own help.
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any
 
 import typer
@@ -48,6 +49,28 @@ class _LazyCommand(typer.core.TyperCommand):
 
 
 class _LazyGroup(TyperGroup):
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, windows_expand_args: bool = True, **extra: Any) -> Any:
+        """Run the command line; a usage error (an option's value that does not parse, an
+        unknown option, a missing argument) is one ``error:`` line and exit 2, like every
+        other bad input, instead of click's framed box."""
+        from typer._click.exceptions import ClickException
+
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        except ClickException as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":  # bare `simctl`: the help, as before
+                typer.echo(exc.format_message())
+            else:
+                ctx = getattr(exc, "ctx", None)
+                where = f"{ctx.command_path}: " if ctx is not None else ""
+                message = " ".join(exc.format_message().split())
+                typer.echo(f"error: {where}{message}", err=True)
+            sys.exit(exc.exit_code)
+        sys.exit(code if isinstance(code, int) else 0)
+
     def list_commands(self, ctx: Any) -> list[str]:
         return list(COMMANDS)
 

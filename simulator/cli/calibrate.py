@@ -10,6 +10,7 @@ from rich import box
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from simulator import inputs
 from simulator.calibrate import SCREEN, STARTS
 from simulator.cli import app
 from simulator.cli._common import console, user_errors
@@ -57,10 +58,9 @@ def calibrate_cli(
             raise ObservedError(None, None, "--objective", f"must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
         check_writable(out, force=force, inputs=(run, scenario, *also, *also_scenario))
         start_path = resolve_profile_path(start)
-        try:
-            start_data = json.loads(start_path.read_text())
-        except json.JSONDecodeError as exc:
-            raise ProfileError(str(start_path), None, None, f"not valid JSON: {exc.msg}") from None
+        start_data = inputs.read_json(start_path, ProfileError, "profile JSON file")
+        if not isinstance(start_data, dict):
+            raise ProfileError(start_path, None, None, "a profile is a JSON object")
         arrivals_path = arrivals or find_arrivals(run)
         trace = load_trace(arrivals_path) if arrivals_path else None
         scen = build_scenario(path=scenario)

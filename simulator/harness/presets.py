@@ -108,13 +108,10 @@ def shape_from_config(path: str | Path) -> ModelShape:
     ``rope_theta``, ``rms_norm_eps``; the q/k/v biases and the q/k norms follow from
     ``model_type`` (an explicit ``attention_bias`` wins). :class:`UnknownPreset` names the
     file and the field that is missing or wrong."""
-    import json
+    from simulator import inputs
 
     where = str(path)
-    try:
-        raw = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UnknownPreset(where, None, None, f"not a readable config.json ({exc.__class__.__name__})") from None
+    raw = inputs.read_json(path, UnknownPreset, "config.json")
     if not isinstance(raw, dict):
         raise UnknownPreset(where, None, None, "a config.json is a JSON object")
     model_type = raw.get("model_type")

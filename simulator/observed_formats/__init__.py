@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from simulator import inputs
 from simulator.observed_formats import aiperf, guidellm, vllm_bench
 from simulator.observed_formats._common import ResultFormat, ToolRun, build_run
 
@@ -44,10 +45,8 @@ def detect(path: str | Path) -> tuple[str, Path] | None:
         p = found[0]
     if not p.is_file():
         return None
-    try:
-        with open(p, encoding="utf-8", errors="replace") as fh:
-            head = fh.read(4096)
-    except OSError:
+    head = inputs.read_head(p)
+    if head is None:
         return None
     for name, fmt in FORMATS.items():
         if fmt.looks_like(p, head):

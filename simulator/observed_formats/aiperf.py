@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from simulator import inputs
 from simulator.errors import ObservedError
 from simulator.observed_formats._common import UNITS, Request, count, number
 
@@ -37,16 +38,13 @@ def _metric(metrics: dict, name: str, seconds: bool = False) -> float | None:
 
 def read(path: Path) -> tuple[list[Request], dict[str, Any]]:
     requests = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise ObservedError(path, None, None, f"cannot read ({exc.strerror})") from None
+    lines = inputs.read_text(path, ObservedError, "AIPerf profile_export.jsonl").splitlines()
     for n, line in enumerate(lines):
         if not line.strip():
             continue
         try:
             rec = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise ObservedError(path, n, None, "not a JSON record (profile_export.jsonl has one per line)") from None
         meta = rec.get("metadata") if isinstance(rec, dict) else None
         if not isinstance(meta, dict):

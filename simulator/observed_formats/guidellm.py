@@ -11,10 +11,10 @@ unless it holds one (``--rate-type`` other than sweep gives one).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from simulator import inputs
 from simulator.errors import ObservedError
 from simulator.observed_formats._common import Request, count, number
 
@@ -25,10 +25,7 @@ def looks_like(path: Path, head: str) -> bool:
 
 
 def read(path: Path) -> tuple[list[Request], dict[str, Any]]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ObservedError(path, None, None, f"not a readable GuideLLM report ({exc})") from None
+    data = inputs.read_json(path, ObservedError, "GuideLLM report")
     benchmarks = data.get("benchmarks") if isinstance(data, dict) else None
     if not isinstance(benchmarks, list) or not benchmarks:
         raise ObservedError(path, None, "benchmarks", "a GuideLLM report needs a list of benchmarks")

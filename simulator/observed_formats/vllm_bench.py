@@ -13,10 +13,10 @@ file holds no per-request figures and is refused.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from simulator import inputs as reading
 from simulator.errors import ObservedError
 from simulator.observed_formats._common import Request, count, number
 
@@ -28,10 +28,7 @@ def looks_like(path: Path, head: str) -> bool:
 
 
 def read(path: Path) -> tuple[list[Request], dict[str, Any]]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ObservedError(path, None, None, f"not a readable vllm bench result ({exc})") from None
+    data = reading.read_json(path, ObservedError, "vllm bench result")
     if not isinstance(data, dict):
         raise ObservedError(path, None, None, "a vllm bench result must be a JSON object")
     ttfts = data.get("ttfts")

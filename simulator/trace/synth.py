@@ -28,6 +28,12 @@ ARRIVAL_KINDS = ("poisson", "gamma", "lognormal", "weibull")
 #: Gaps are drawn in blocks of this many, so a longer duration extends a trace without
 #: changing its earlier arrivals.
 _GAP_BLOCK = 256
+#: The most calls a synthetic trace may be expected to hold (``duration / mean``): beyond,
+#: drawing it would exhaust memory (the cap of ServeGen imports too).
+MAX_SYNTH_CALLS = 50_000_000
+#: The largest inter-arrival CV: beyond, gamma and Weibull gaps underflow to 0 and the
+#: arrival clock stops advancing (a shape of 1/CV² = 0.01, ServeGen's smallest window shape).
+MAX_CV = 10.0
 
 
 def _bad(field_name: str, message: str) -> SynthSpecError:
@@ -72,6 +78,8 @@ class InterArrival:
             raise _bad("arrival", f"unknown arrival process {self.kind!r} (expected one of {', '.join(ARRIVAL_KINDS)})")
         object.__setattr__(self, "mean", _positive("mean", self.mean))
         object.__setattr__(self, "cv", 1.0 if self.kind == "poisson" else _positive("cv", self.cv))
+        if self.cv > MAX_CV:
+            raise _bad("cv", f"must be at most {MAX_CV:g} (burstier gaps underflow to 0), got {self.cv:g}")
 
     @property
     def variance(self) -> float:
@@ -200,6 +208,9 @@ class SynthSpec:
         process = InterArrival(self.arrival, self.mean, self.cv)
         object.__setattr__(self, "mean", process.mean)
         object.__setattr__(self, "cv", process.cv)
+        if self.duration / process.mean > MAX_SYNTH_CALLS:
+            raise _bad("duration", f"{self.duration:g} s at a mean gap of {process.mean:g} s is "
+                       f"{self.duration / process.mean:.3g} calls; at most {MAX_SYNTH_CALLS:,} fit in memory")
 
         for size in self.prompts_per_call:
             if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:

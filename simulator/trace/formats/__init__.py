@@ -24,7 +24,7 @@ from simulator.errors import TraceError
 from simulator.outputs import open_output
 from simulator.trace.classify import DEFAULT_CLASSIFIER, KeywordClassifier
 from simulator.trace.formats import azure, burstgpt, mooncake, servegen  # noqa: F401  (each registers its format)
-from simulator.trace.formats._common import read_json, readable
+from simulator.trace.formats._common import read_json
 from simulator.trace.formats._requests import DEFAULT_OPTIONS, TRACE_IMPORTERS, ImportOptions
 from simulator.trace.formats.client import read_client, write_client
 from simulator.trace.formats.native import read_native, read_native_fast, read_native_lines, write_native
@@ -61,7 +61,7 @@ def detect_format(obj: Any) -> str:
 def sniff(path: str | Path) -> str:
     """The format of the file at ``path`` from its first line: a production format's name,
     or ``"json"`` for the JSON formats (told apart by :func:`detect_format`)."""
-    with readable(path) as p, open(p, encoding="utf-8") as fh:
+    with inputs.open_text(path, TraceError, "trace file") as fh:
         first = next((line.strip() for line in fh if line.strip()), "")
     for name in TRACE_IMPORTERS:
         if TRACE_IMPORTERS.get(name).looks_like(first):
@@ -98,7 +98,7 @@ def load_trace(path: str | Path, classifier: KeywordClassifier = DEFAULT_CLASSIF
     if kind not in ("json", *FORMATS):
         raise ValueError(f"unknown trace format {kind!r}")
     with inputs.gc_paused():
-        with readable(path) as p, open(p, "rb") as handle:
+        with inputs.open_binary(path, TraceError, "trace file") as handle:
             trace = read_native_lines(handle, path)
         if trace is not None:
             return trace

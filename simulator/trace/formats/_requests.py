@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from simulator import inputs
 from simulator.errors import SimctlWarning, TraceError
 from simulator.registry import Registry
 from simulator.trace.formats._common import EPOCH_THRESHOLD
@@ -31,7 +32,8 @@ def read_csv_table(path: Path) -> pd.DataFrame:
     with warnings.catch_warnings():
         warnings.simplefilter("error", pd.errors.ParserWarning)
         try:
-            return pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True, index_col=False)
+            return inputs.read_csv(path, TraceError, "trace file", dtype=str, keep_default_na=False,
+                                   skipinitialspace=True, index_col=False)
         except (pd.errors.ParserWarning, pd.errors.ParserError):
             ragged = _first_ragged_line(path)
             if ragged is None:
@@ -42,7 +44,7 @@ def read_csv_table(path: Path) -> pd.DataFrame:
 
 def _first_ragged_line(path: Path) -> tuple[int, int, int] | None:
     """(line, fields, header's fields) of the first row whose field count is not the header's."""
-    with open(path, encoding="utf-8", newline="") as fh:
+    with inputs.open_text(path, TraceError, "trace file", newline="") as fh:
         rows = csv.reader(fh)
         header = next(rows, None)
         if header is None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from simulator import inputs
 from simulator.errors import TraceError
 from simulator.trace.formats._common import MAX_COUNT
 from simulator.trace.formats._requests import DEFAULT_OPTIONS, TRACE_IMPORTERS, Importer, ImportOptions, bad_rows, build
@@ -26,7 +27,7 @@ def looks_like(first_line: str) -> bool:
         return False
     try:
         obj = json.loads(first_line)
-    except (json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):  # ValueError: JSON errors, integers of over 4300 digits
         return False
     return isinstance(obj, dict) and {"timestamp", "input_length"} <= obj.keys()
 
@@ -35,7 +36,7 @@ def read_mooncake(path: str | Path, options: ImportOptions = DEFAULT_OPTIONS) ->
     path = Path(path)
     t, inp, out, lines, bad, blocks = [], [], [], [], [], 0
     why: list[tuple[str | None, str]] = []
-    with open(path, encoding="utf-8") as fh:
+    with inputs.open_text(path, TraceError, "Mooncake trace") as fh:
         for n, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
@@ -44,6 +45,10 @@ def read_mooncake(path: str | Path, options: ImportOptions = DEFAULT_OPTIONS) ->
                 rec = json.loads(line)
             except json.JSONDecodeError as exc:
                 rec, reason = {}, (None, f"not valid JSON ({exc.msg})")
+            except RecursionError:
+                rec, reason = {}, (None, "not usable JSON (nested too deeply)")
+            except ValueError as exc:  # an integer of more than 4300 digits
+                rec, reason = {}, (None, f"not usable JSON ({str(exc).split(';')[0]})")
             if reason is None and not isinstance(rec, dict):
                 rec, reason = {}, (None, "must be a JSON object")
             values = []

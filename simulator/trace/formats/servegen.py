@@ -109,8 +109,8 @@ def _dataset(path: Path, options: ImportOptions) -> dict[float, dict[str, tuple[
 
 def read_servegen(path: str | Path, options: ImportOptions = DEFAULT_OPTIONS) -> Trace:
     path = Path(path)
-    frame = pd.read_csv(path, header=None, dtype=str, keep_default_na=False,
-                        names=["start", "rate", "cv", "dist", "p1", "p2"])
+    frame = inputs.read_csv(path, TraceError, "ServeGen trace", header=None, dtype=str, keep_default_na=False,
+                            names=["start", "rate", "cv", "dist", "p1", "p2"])
     lines = np.arange(len(frame)) + 1
     start = pd.to_numeric(frame["start"], errors="coerce").to_numpy(float)
     rate = pd.to_numeric(frame["rate"], errors="coerce").to_numpy(float)

@@ -1,0 +1,39 @@
+"""Kill -9 and Ctrl-C at seeded moments of replay and sweep (``tests/faults.py``): no
+process outlives the command, the next run of the same command leaves no ``.part`` file,
+redoes no finished sweep row, and ends with the outputs of an uninterrupted run."""
+
+from __future__ import annotations
+
+import random
+import signal
+
+import pytest
+from faults import interrupt
+
+#: (command, signal, moment): the moments drawn from a fixed seed, inside each command's run.
+_rng = random.Random(19)
+CASES = [(kind, sig, round(_rng.uniform(0.4, 1.8), 2)) for kind in ("replay", "sweep")
+         for sig in (signal.SIGKILL, signal.SIGINT)]
+MORE = [(kind, sig, round(_rng.uniform(0.2, 2.5), 2)) for kind in ("replay", "sweep")
+        for sig in (signal.SIGKILL, signal.SIGINT) for _ in range(3)]
+
+
+def _check(tmp_path_factory, kind, sig, delay) -> None:
+    base = tmp_path_factory.getbasetemp() / "faults"
+    got = interrupt(kind, sig, delay, tmp_path_factory.mktemp(f"{kind}-{sig.name}"), base)
+    assert got["orphans"] == 0, got
+    assert got["leftovers"] == 0, got
+    assert got["rows_lost"] == 0, got
+    assert got["identical"], got
+    assert got["one_line"], got
+
+
+@pytest.mark.parametrize("kind, sig, delay", CASES, ids=lambda v: getattr(v, "name", str(v)))
+def test_an_interrupted_command_survives(tmp_path_factory, kind, sig, delay):
+    _check(tmp_path_factory, kind, sig, delay)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind, sig, delay", MORE, ids=lambda v: getattr(v, "name", str(v)))
+def test_an_interrupted_command_survives_at_more_moments(tmp_path_factory, kind, sig, delay):
+    _check(tmp_path_factory, kind, sig, delay)
