@@ -76,6 +76,8 @@ def simulate_and_summarize(trace: Trace, scenario: Scenario, profile: Profile, s
     count, client timeout and composition classes; ``config`` goes into the summary as is."""
     scaled = trace.scaled(scenario.rate_scale)
     log = simulate(scaled, scenario, profile, seed)
-    summary = summarize(log, config, deadline=scenario.deadline, gpus=scenario.gpus,
+    # with a replica pool the GPUs are those of every replica started (ids in the log)
+    gpus = scenario.gpus if scenario.autoscaler is None else None
+    summary = summarize(log, config, deadline=scenario.deadline, gpus=gpus,
                         client_timeout=scenario.client_timeout, compositions=scenario.compositions)
     return log, summary

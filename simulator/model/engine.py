@@ -28,6 +28,7 @@ from simulator.model.clients import client_for
 from simulator.model.context import RunContext
 from simulator.model.fast import simulate_fast, unsupported
 from simulator.model.log import STATUS_CODE, Outcome, PromptColumns, build_event_log
+from simulator.model.replicas import ReplicaPool, add_pool_columns
 from simulator.model.router import Router
 from simulator.model.streams import dispatch_stream, service_stream
 from simulator.model.topologies import TOPOLOGIES
@@ -66,13 +67,19 @@ class System:
         self.client = client_for(scenario.client)
         if self.client.watches_calls:
             self.router.on_call_done = self.client.call_done
+        #: the replica pool in front of copies of the system, when the scenario names an autoscaler
+        self.pool = (ReplicaPool(self.context, self.router, scenario, profile, seed, len(trace.calls))
+                     if scenario.autoscaler is not None else None)
 
     def run(self) -> pd.DataFrame:
         """Run to completion and return the per-prompt event log."""
-        self.client.start(self.context, self.trace.calls, self.router.send)
+        self.client.start(self.context, self.trace.calls, self.router.send if self.pool is None else self.pool.send)
         self.context.env.run()
         self._check_stalled()
-        return self._event_log()
+        log = self._event_log()
+        if self.pool is not None:
+            add_pool_columns(log, self.pool, max(self.context.arrived_at, default=0.0))
+        return log
 
     def _check_stalled(self) -> None:
         """Nothing left to happen, yet prompts wait: only a batch that can never fill (static
