@@ -37,6 +37,7 @@ candidates)`` returns the index of the chosen candidate (candidates in replica o
 
 from __future__ import annotations
 
+import itertools
 import math
 from abc import ABC, abstractmethod
 from collections import deque
@@ -193,6 +194,7 @@ class ReplicaPool:
         self.cold_rng = cold_start_stream(seed)
         self.max_inputs = scenario.max_inputs if scenario.max_inputs is not None else math.inf
         self.replicas: list[Replica] = []
+        self._worker_ids = itertools.count()
         self.queue: deque[int] = deque()
         self.calls_left = calls            # calls not yet taken by a replica or turned away
         n = len(main.arrived_at)
@@ -223,6 +225,7 @@ class ReplicaPool:
         ctx = RunContext(self.scenario, self.profile, main.service_rng, main.dispatch_rng,
                          parent=main, first_gpu=index * self.scenario.gpus)
         ctx.on_finished = self.prompts_finished
+        ctx._worker_ids = self._worker_ids  # the main context's fronts (never sent a call) keep theirs
         replica = Replica(index, ctx, now)
         for task, cfg in main.configs.items():
             replica.fronts[task] = TOPOLOGIES.get(cfg.topology)(ctx, task, cfg)
