@@ -184,3 +184,21 @@ def test_live_loop_quick_mode(capsys):
     table = bench.table(result)
     assert sum(line.startswith("| ") for line in table.splitlines()) == 4  # header and three rows
     assert all(r["p99_ref"] > 0 for r in result["rows"])
+
+
+@pytest.mark.benchmark
+def test_autoscaling_quick_mode(capsys):
+    bench = load("autoscaling")
+    if not bench.REAL.is_dir():
+        pytest.skip(f"the real traces are not at {bench.REAL}")
+    assert bench.main(["--quick", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    (trace,) = result["traces"]
+    fixed, notes = trace["fixed"], trace["design_notes"]
+    assert fixed["meets"] and fixed["settings"]["min_replicas"] == trace["fixed_replicas"]
+    if trace["autoscaled"] is not None:
+        assert trace["autoscaled"]["meets"] and trace["autoscaled"]["p95_s"] <= result["slo"]
+    assert notes["settings"]["min_replicas"] == 2 and notes["settings"]["target_inputs"] == 8.0
+    speed = result["speed"]
+    assert speed["x_simpy"] == pytest.approx(speed["prompts_per_s"] / speed["simpy_customers_per_s"])
+    assert speed["calls"] > 0 and speed["gpu_hours"] > 0

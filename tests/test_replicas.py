@@ -273,3 +273,15 @@ def test_every_pool_rule_and_autoscaler_serve_every_prompt_once_within_the_bound
         step = np.concatenate([np.ones(len(mine)), -np.ones(len(mine))])
         order = np.lexsort((step, t))  # an end before a start at one instant
         assert np.cumsum(step[order]).max() <= cap
+
+
+def test_plot_timeline_draws_the_replicas_of_a_pooled_log(tmp_path):
+    from simulator.events import write_event_log
+
+    scen = pool(autoscaler="serverless", min_replicas=1, max_replicas=4, target_inputs=2.0, replica_cold_start="5")
+    log = simulate(bursty_trace(3, n=150), scen, service_profile(x=exponential(2.0)), seed=1)
+    write_event_log(log, tmp_path / "pool.parquet")
+    result = CliRunner().invoke(app, ["plot", "timeline", str(tmp_path / "pool.parquet"), "-o",
+                                      str(tmp_path / "pool.png")])
+    assert result.exit_code == 0, result.stderr
+    assert (tmp_path / "pool.png").stat().st_size > 10_000

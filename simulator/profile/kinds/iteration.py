@@ -105,16 +105,30 @@ class IterationService:
         return (rows[None, :] > np.arange(longest)[:, None]).sum(axis=1)
 
     def _iteration_means(self, shape: BatchShape) -> np.ndarray:
+        # A batch asks for its mean, first-token share and host share of one shape in a row:
+        # the last shape's means are kept (read-only), so they are computed once per batch.
+        return self._costs(shape)[0]
+
+    def _costs(self, shape: BatchShape) -> tuple[np.ndarray, float]:
+        """The iteration means of a static batch of ``shape`` and its host seconds (0 without
+        an engine block)."""
+        memo = self.__dict__.get("_memo")
+        if memo is not None and memo[0] == shape:
+            return memo[1]
         running = self._running(shape)
         longest = len(running)
         means = self.base + self.per_row * running
         if self.per_context_token:
             means = means + self.per_context_token * running * (shape.prompt_tokens + np.arange(longest))
         means[0] += self.per_prefill_token * shape.size * shape.prompt_tokens
+        host_s = 0.0
         if self.engine is not None:
             host = self._host(running)
+            host_s = float(host.sum())
             means = self.engine.combine(means, host)
-        return means
+        means.flags.writeable = False
+        object.__setattr__(self, "_memo", (shape, (means, host_s)))
+        return means, host_s
 
     def _host(self, running: np.ndarray) -> np.ndarray:
         """Host seconds of each iteration of a static batch (its first one prefills)."""
@@ -128,8 +142,8 @@ class IterationService:
         engine block): ``interpreter_share`` × its host seconds over its seconds."""
         if self.engine is None:
             return None
-        total = float(self._iteration_means(shape).sum())
-        host = float(self._host(self._running(shape)).sum())
+        means, host = self._costs(shape)
+        total = float(means.sum())
         return min(1.0, self.engine.interpreter_share * host / total) if total > 0 else 0.0
 
     def mean(self, shape: BatchShape) -> float:
