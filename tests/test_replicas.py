@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 from simulator.cli import app
 from simulator.errors import ScenarioError
-from simulator.events import EVENT_COLUMNS, SERVED
+from simulator.events import EVENT_COLUMNS, POOL_COLUMNS, SERVED
 from simulator.metrics import replica_figures, replica_timeline, summarize
 from simulator.model import AUTOSCALERS, POOL_RULES, simulate
 from simulator.model.replicas import cold_start_draw
@@ -139,7 +139,7 @@ def test_a_pool_of_one_unlimited_replica_is_the_system_without_a_pool():
     plain = simulate(trace, base, profile, seed=3, engine="reference")
     through = simulate(trace, pooled, profile, seed=3)
     assert "replicas" not in plain.attrs and list(plain.columns) == EVENT_COLUMNS
-    assert list(through.columns) == [*EVENT_COLUMNS, "replica", "dispatched_at"]
+    assert list(through.columns) == [*EVENT_COLUMNS, *POOL_COLUMNS]
     pd.testing.assert_frame_equal(plain, through[EVENT_COLUMNS], check_dtype=False)
     assert (through["dispatched_at"] == through["arrived_at"]).all()
     assert set(through["replica"]) == {0}
