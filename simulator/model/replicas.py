@@ -194,6 +194,9 @@ class ReplicaPool:
         self.cold_rng = cold_start_stream(seed)
         self.max_inputs = scenario.max_inputs if scenario.max_inputs is not None else math.inf
         self.replicas: list[Replica] = []
+        #: the replicas not draining (starting or ready), in replica order: what a decision
+        #: and a call look at (a day's run starts hundreds of replicas; the stopped stay out)
+        self.live: list[Replica] = []
         self._worker_ids = itertools.count()
         self.queue: deque[int] = deque()
         self.calls_left = calls            # calls not yet taken by a replica or turned away
@@ -230,6 +233,7 @@ class ReplicaPool:
         for task, cfg in main.configs.items():
             replica.fronts[task] = TOPOLOGIES.get(cfg.topology)(ctx, task, cfg)
         self.replicas.append(replica)
+        self.live.append(replica)
         if warm:
             replica.ready_at = now
         else:
@@ -249,33 +253,35 @@ class ReplicaPool:
 
     def _drain(self, replica: Replica, now: float) -> None:
         replica.drain_at = now
+        self.live.remove(replica)
         if replica.in_flight == 0:
             replica.stopped_at = now
 
     def _scale_to(self, wanted: int, now: float) -> None:
-        live = [r for r in self.replicas if not r.draining]
+        live = self.live
         if wanted > len(live):
             for _ in range(wanted - len(live)):
                 self._start_replica(now)
         elif wanted < len(live):
             # Cancel starting replicas first (newest first), then the emptiest, longest idle.
-            order = sorted(live, key=lambda r: (r.ready, r.in_flight, r.idle_since if r.ready else -r.index))
+            order = sorted(list(live), key=lambda r: (r.ready, r.in_flight, r.idle_since if r.ready else -r.index))
             for replica in order[:len(live) - wanted]:
                 self._drain(replica, now)
 
     def _observe(self, now: float, since: float) -> Observation:
-        live = [r for r in self.replicas if not r.draining]
-        ready = [r for r in live if r.ready]
+        live = self.live
         span = now - since
-        util = 0.0
-        if ready and span > 0:
-            util = sum(self._busy_between(r, since, now) for r in ready) / (len(ready) * span)
-        return Observation(
-            now=now, replicas=len(live), ready=len(ready),
-            in_flight=sum(r.in_flight for r in live), queued=len(self.queue),
-            idle_s=tuple(0.0 if r.in_flight else now - r.idle_since for r in ready),
-            utilization=util,
-        )
+        in_flight, busy = 0, 0.0
+        idle: list[float] = []
+        for r in live:
+            in_flight += r.in_flight
+            if r.ready_at == r.ready_at:
+                idle.append(0.0 if r.in_flight else now - r.idle_since)
+                if span > 0:
+                    busy += self._busy_between(r, since, now)
+        util = busy / (len(idle) * span) if idle and span > 0 else 0.0
+        return Observation(now=now, replicas=len(live), ready=len(idle), in_flight=in_flight,
+                           queued=len(self.queue), idle_s=tuple(idle), utilization=util)
 
     def _tick(self, event: Any) -> None:
         interval: float = event._value
@@ -297,7 +303,7 @@ class ReplicaPool:
         return min(held, now - since)
 
     def _reset_busy(self, now: float) -> None:
-        for r in self.replicas:
+        for r in self.live:
             r.busy_s = 0.0
             if r.busy_since == r.busy_since:
                 r.busy_since = now
@@ -328,7 +334,7 @@ class ReplicaPool:
 
     def _candidates(self) -> list[Replica]:
         cap = self.max_inputs
-        return [r for r in self.replicas if r.ready and not r.draining and r.in_flight < cap]
+        return [r for r in self.live if r.in_flight < cap and r.ready_at == r.ready_at]
 
     def _place(self, ci: int) -> bool:
         candidates = self._candidates()
