@@ -124,7 +124,11 @@ class LeastLoaded(PoolRule):
     """The replica holding the fewest calls (the first such)."""
 
     def choose(self, key: int, candidates: list[Replica]) -> int:
-        return min(range(len(candidates)), key=lambda i: candidates[i].in_flight)
+        best, fewest = 0, candidates[0].in_flight
+        for i in range(1, len(candidates)):
+            if candidates[i].in_flight < fewest:
+                best, fewest = i, candidates[i].in_flight
+        return best
 
 
 @POOL_RULES.register("shortest-queue")
@@ -201,16 +205,18 @@ class ReplicaPool:
         self.queue: deque[int] = deque()
         self.calls_left = calls            # calls not yet taken by a replica or turned away
         n = len(main.arrived_at)
-        self.replica_of = np.full(n, -1, dtype=np.int64)
-        self.dispatched_at = np.full(n, np.nan)
+        #: per prompt: its call's replica (-1: none) and when the call left the pool's queue
+        self.replica_of = [-1] * n
+        self.dispatched_at = [math.nan] * n
         call_of = main.call_of
         #: per call: its prompts' positions (trace order keeps them contiguous)
-        self._first = np.searchsorted(np.asarray(call_of, dtype=np.int64), np.arange(calls + 1))
-        self._left_in_call = np.diff(self._first).tolist()
+        first = np.searchsorted(np.asarray(call_of, dtype=np.int64), np.arange(calls + 1))
+        self._left_in_call = np.diff(first).tolist()
+        self._first: list[int] = first.tolist()
         self._call_replica = [-1] * calls
         keys = {t: task_key(t) for t in main.configs}
-        task_of, first = main.task_of, self._first.tolist()
-        self._key = [keys[task_of[first[c]]] if first[c] < n else 0 for c in range(calls)]
+        task_of, first_of = main.task_of, self._first
+        self._key = [keys[task_of[first_of[c]]] if first_of[c] < n else 0 for c in range(calls)]
         self.prompts_left = n
         self.end_at = 0.0
         self._ticking = False
@@ -343,8 +349,10 @@ class ReplicaPool:
         replica = candidates[self.rule.choose(self._key[ci], candidates)]
         now = self.env._now
         lo, hi = self._first[ci], self._first[ci + 1]
-        self.replica_of[lo:hi] = replica.index
-        self.dispatched_at[lo:hi] = now
+        replica_of, dispatched_at, index = self.replica_of, self.dispatched_at, replica.index
+        for i in range(lo, hi):
+            replica_of[i] = index
+            dispatched_at[i] = now
         self._call_replica[ci] = replica.index
         if replica.in_flight == 0:
             replica.busy_since = now
@@ -427,9 +435,9 @@ def add_pool_columns(log: Any, pool: ReplicaPool, last_arrival: float) -> None:
     lifecycle table to ``log.attrs["replicas"]`` (in place)."""
     import pandas as pd
 
-    replica = pool.replica_of
+    replica = np.asarray(pool.replica_of, dtype=np.int64)
     log["replica"] = pd.arrays.IntegerArray(replica, mask=replica < 0)
-    log["dispatched_at"] = pool.dispatched_at
+    log["dispatched_at"] = np.asarray(pool.dispatched_at, dtype=float)
     log.attrs["replicas"] = pool.table(last_arrival)
 
 

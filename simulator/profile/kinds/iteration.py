@@ -101,8 +101,9 @@ class IterationService:
         longest = int(rows.max())
         if self.finished_rows == "stay":
             return np.full(longest, rows.size)
-        # Rows still running in iteration i (0-based) are those with more than i tokens to make.
-        return (rows[None, :] > np.arange(longest)[:, None]).sum(axis=1)
+        # Rows still running in iteration i (0-based) are those with more than i tokens to make:
+        # all but those with at most i (a count per length, summed up: linear in the batch).
+        return rows.size - np.cumsum(np.bincount(rows, minlength=longest + 1))[:longest]
 
     def _iteration_means(self, shape: BatchShape) -> np.ndarray:
         # A batch asks for its mean, first-token share and host share of one shape in a row:
@@ -113,7 +114,7 @@ class IterationService:
         """The iteration means of a static batch of ``shape`` and its host seconds (0 without
         an engine block)."""
         memo = self.__dict__.get("_memo")
-        if memo is not None and memo[0] == shape:
+        if memo is not None and (memo[0] is shape or memo[0] == shape):
             return memo[1]
         running = self._running(shape)
         longest = len(running)
