@@ -23,7 +23,7 @@ counting as infinitely late. (a) The fewest fixed replicas meeting it (``autosca
 fixed``, min = max = c). (b) The cheapest configuration meeting it over a grid of
 autoscalers: serverless (min 0/1/2 × target inputs 2/4/8 × scale-down window 60/300/600 s),
 hpa (target inputs 4/8 × scale-down stabilisation 60/300 s) and knative (target 4/8), each
-with max replicas = twice the best fixed count. (c) The users' design-notes knobs
+with max replicas = the best fixed count and twice it. (c) The users' design-notes knobs
 (serverless, min 2, target 8, window 600 s, same max). GPU-hours = replica-seconds × GPUs per
 replica / 3600 over the trace's span; cost = GPU-hours × ``--price`` (USD per GPU-hour,
 left empty without one: the price table is its own module).
@@ -87,8 +87,10 @@ def evaluate(trace, profile, run: dict[str, Any], slo: float) -> dict[str, Any]:
             "cold_start_share": pool["cold_start_share"], "unfinished": summary["overall"]["unfinished"]}
 
 
-def grid(top: int, quick: bool) -> list[dict[str, Any]]:
-    """The autoscaler settings searched, each with max replicas ``top``."""
+def grid(fixed: int, quick: bool) -> list[dict[str, Any]]:
+    """The autoscaler settings searched, each with max replicas the best fixed count and
+    twice that (once in quick mode)."""
+    top = 2 * fixed
     if quick:
         return [{"autoscaler": "serverless", "min_replicas": m, "target_inputs": 4.0, "scaledown_window": w,
                  "max_replicas": top} for m in (0, 1) for w in (60.0, 600.0)]
@@ -97,7 +99,7 @@ def grid(top: int, quick: bool) -> list[dict[str, Any]]:
     out += [{"autoscaler": "hpa", "min_replicas": 1, "target_inputs": t, "stabilization_down": d}
             for t in (4.0, 8.0) for d in (60.0, 300.0)]
     out += [{"autoscaler": "knative", "min_replicas": 1, "target_inputs": t} for t in (4.0, 8.0)]
-    return [{**g, "max_replicas": max(top, g["min_replicas"])} for g in out]
+    return [{**g, "max_replicas": cap} for g in out for cap in sorted({max(fixed, g["min_replicas"]), top})]
 
 
 def plan_trace(name: str, profile, slo: float, quick: bool, most: int = 64) -> dict[str, Any]:
@@ -120,7 +122,7 @@ def plan_trace(name: str, profile, slo: float, quick: bool, most: int = 64) -> d
             break
         fixed, c = row, c - 1
     top = 2 * c
-    rows = [evaluate(trace, profile, g, slo) for g in grid(top, quick)]
+    rows = [evaluate(trace, profile, g, slo) for g in grid(c, quick)]
     meeting = [r for r in rows if r["meets"]]
     best = min(meeting, key=lambda r: r["gpu_hours"]) if meeting else None
     notes = evaluate(trace, profile, {**DESIGN_NOTES, "max_replicas": top}, slo)
@@ -197,11 +199,21 @@ def plan_table(result: dict[str, Any]) -> str:
                          f"{describe(row['settings'])} | {p95}{met} | {row['gpu_hours']:.2f} | {cost} | "
                          f"{row['cold_starts']} | {row['peak']} |")
     lines.append("")
+    for t in result["traces"]:
+        fixed, auto, notes = t["fixed"], t["autoscaled"], t["design_notes"]
+        saving = (f"the cheapest autoscaled pool uses {auto['gpu_hours'] / fixed['gpu_hours']:.2f}× the GPU-hours "
+                  f"of {t['fixed_replicas']} fixed replica(s)" if auto is not None
+                  else "no autoscaled setting meets the SLO")
+        best = min(fixed["gpu_hours"], auto["gpu_hours"]) if auto is not None else fixed["gpu_hours"]
+        verdict = "meet" if notes["meets"] else "miss"
+        lines.append(f"- {t['trace']}: {saving}; the design notes' knobs {verdict} the SLO at "
+                     f"{notes['gpu_hours'] / best:.2f}× the GPU-hours of the cheapest configuration meeting it.")
+    lines.append("")
     lines.append(
         f"SLO: p95 prompt latency ≤ {result['slo']:g} s (unfinished prompts count as infinitely late). "
         f"One H100 per replica, Llama-3.1-8B ({PROFILE.name}), static batches of up to 16, cold start "
         f"{COLD_START} (28 s). Autoscaled: the cheapest of {result['traces'][0]['searched']} autoscaler settings "
-        f"per trace that meet the SLO (max replicas twice the best fixed count). Cost: "
+        f"per trace that meet the SLO (max replicas the best fixed count or twice it). Cost: "
         + (f"{result['price']:g} USD per GPU-hour (--price)." if price else
            "GPU-hours × a price per GPU-hour (run with --price; the price table is its own module).")
         + f" Python {result['python']} on {result['machine']}.")
