@@ -215,6 +215,9 @@ def test_bad_pool_settings_are_one_line_errors_naming_the_field():
     with pytest.raises(ScenarioError, match="max_replicas"):
         simulate(make_trace([(0, ["x"])]), pool(autoscaler="hpa", min_replicas=3, max_replicas=2),
                  fixed_profile(x=1.0))
+    with pytest.raises(ScenarioError, match="min_replicas"):
+        simulate(make_trace([(0, ["x"])]), pool(autoscaler="fixed", min_replicas=0, max_replicas=2),
+                 fixed_profile(x=1.0))
     runner = CliRunner()
     result = runner.invoke(app, ["replay", "example", "--autoscaler", "nope"])
     assert_one_line_error(result, "autoscaler", "serverless")
@@ -285,3 +288,13 @@ def test_plot_timeline_draws_the_replicas_of_a_pooled_log(tmp_path):
                                       str(tmp_path / "pool.png")])
     assert result.exit_code == 0, result.stderr
     assert (tmp_path / "pool.png").stat().st_size > 10_000
+
+
+def test_a_closed_loop_client_and_the_run_cold_start_go_through_the_pool():
+    """closed:2 keeps two calls outstanding across the pool; nothing is taken before the
+    run's cold_start (5 s): calls of 1 s service on two replicas end at 6, 6, 7, 7."""
+    trace = make_trace([(0.0, ["x"])] * 4)
+    scen = pool(autoscaler="fixed", min_replicas=2, max_inputs=1, client="closed:2", cold_start=5.0)
+    log = simulate(trace, scen, fixed_profile(x=1.0))
+    assert log["done_at"].tolist() == [6.0, 6.0, 7.0, 7.0]
+    assert log["replica"].tolist() == [0, 1, 0, 1]

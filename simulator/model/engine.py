@@ -75,6 +75,8 @@ class System:
         """Run to completion and return the per-prompt event log."""
         self.client.start(self.context, self.trace.calls, self.router.send if self.pool is None else self.pool.send)
         self.context.env.run()
+        if self.pool is not None:
+            self.pool.check_drained()
         self._check_stalled()
         log = self._event_log()
         if self.pool is not None:

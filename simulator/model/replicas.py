@@ -187,6 +187,9 @@ class ReplicaPool:
                                 f"must be >= min_replicas ({scenario.min_replicas}), got {self.max_replicas}")
         if self.max_replicas < 1:
             raise ScenarioError(scenario.source, "run", "max_replicas", "a pool needs at least one replica")
+        if scenario.min_replicas == 0 and (scenario.autoscaler or "fixed") == "fixed":
+            raise ScenarioError(scenario.source, "run", "min_replicas",
+                                "a fixed pool of 0 replicas serves nothing; give it min_replicas >= 1")
         self.main = main
         self.env = main.env
         self.router = router
@@ -405,6 +408,13 @@ class ReplicaPool:
         if freed:
             self._dispatch()
         self.router.prompts_finished(ids)
+
+    def check_drained(self) -> None:
+        """After the run: no call may be left in the pool's queue (:class:`ScenarioError`)."""
+        if self.queue:
+            raise ScenarioError(self.scenario.source, "run", "autoscaler",
+                                f"the run stalled: {len(self.queue)} call(s) wait in the pool's queue and the "
+                                f"{self.scenario.autoscaler} autoscaler starts no replica for them")
 
     # -- the record ---------------------------------------------------------------------------
     def table(self, last_arrival: float) -> ReplicaTable:
