@@ -126,6 +126,19 @@ def test_a_pool_pinned_at_c_replicas_of_one_call_is_mmc_erlang_c():
     assert_rejects(est, theory.mm1_sojourn(lam / c, mu), "pool vs split M/M/1")
 
 
+def test_md1_through_a_pool_of_one_replica_taking_one_call_at_a_time():
+    """Today's M/D/1 bar (Pollaczek–Khinchine) with the queue in the pool instead of the
+    replica: one replica, ``max_inputs = 1``. Negative control: M/M/1."""
+    from test_theory import deterministic
+
+    profile = service_profile(x=deterministic(1.0))
+    mu, lam = service_rate(profile), 0.6
+    scen = pool(autoscaler="fixed", min_replicas=1, max_inputs=1)
+    (est,) = replicate(212, 10, lambda rng: poisson_trace(rng, 6_000, lam), scen, profile)
+    assert_matches(est, theory.md1_sojourn(lam, mu), "M/D/1 through a pool")
+    assert_rejects(est, theory.mm1_sojourn(lam, mu), "M/D/1 vs M/M/1")
+
+
 def test_a_pool_of_one_unlimited_replica_is_the_system_without_a_pool():
     """The theory bars hold through a pool because a pool of one replica taking every call
     is the same system: the same log, prompt by prompt (design-notes trace and scenario)."""
