@@ -44,14 +44,13 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections import deque
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from simulator.registry import Registry
 from simulator.settings import RunSettings
 
 
-@dataclass(frozen=True)
-class Observation:
+class Observation(NamedTuple):
     """What the pool shows its autoscaler at a decision instant ``now``.
 
     ``replicas``: replicas started and not draining (starting or ready); ``ready``: those of

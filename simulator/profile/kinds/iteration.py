@@ -110,9 +110,9 @@ class IterationService:
         # the last shape's means are kept (read-only), so they are computed once per batch.
         return self._costs(shape)[0]
 
-    def _costs(self, shape: BatchShape) -> tuple[np.ndarray, float]:
-        """The iteration means of a static batch of ``shape`` and its host seconds (0 without
-        an engine block)."""
+    def _costs(self, shape: BatchShape) -> tuple[np.ndarray, float, float]:
+        """The iteration means of a static batch of ``shape``, its host seconds (0 without an
+        engine block) and its mean seconds (the means' sum)."""
         memo = self.__dict__.get("_memo")
         if memo is not None and (memo[0] is shape or memo[0] == shape):
             return memo[1]
@@ -128,8 +128,9 @@ class IterationService:
             host_s = float(host.sum())
             means = self.engine.combine(means, host)
         means.flags.writeable = False
-        object.__setattr__(self, "_memo", (shape, (means, host_s)))
-        return means, host_s
+        costs = (means, host_s, float(means.sum()))
+        object.__setattr__(self, "_memo", (shape, costs))
+        return costs
 
     def _host(self, running: np.ndarray) -> np.ndarray:
         """Host seconds of each iteration of a static batch (its first one prefills)."""
@@ -143,20 +144,19 @@ class IterationService:
         engine block): ``interpreter_share`` × its host seconds over its seconds."""
         if self.engine is None:
             return None
-        means, host = self._costs(shape)
-        total = float(means.sum())
+        _, host, total = self._costs(shape)
         return min(1.0, self.engine.interpreter_share * host / total) if total > 0 else 0.0
 
     def mean(self, shape: BatchShape) -> float:
-        return float(self._iteration_means(shape).sum())
+        return self._costs(shape)[2]
 
     def variance(self, shape: BatchShape) -> float:
         return float(((self._cv * self._iteration_means(shape)) ** 2).sum())
 
     def sample(self, shape: BatchShape, rng: np.random.Generator) -> float:
-        means = self._iteration_means(shape)
+        means, _, total = self._costs(shape)
         if self.dist == "deterministic":
-            return float(means.sum())
+            return total
         if self.dist == "exponential":
             return float(rng.exponential(means).sum())
         k = 1.0 / self._cv ** 2
