@@ -311,3 +311,34 @@ def test_a_closed_loop_client_and_the_run_cold_start_go_through_the_pool():
     log = simulate(trace, scen, fixed_profile(x=1.0))
     assert log["done_at"].tolist() == [6.0, 6.0, 7.0, 7.0]
     assert log["replica"].tolist() == [0, 1, 0, 1]
+
+
+# -- the pool rules, without simpy ----------------------------------------------------------------
+def fake(index: int, in_flight: int = 0) -> object:
+    from simulator.model.replicas import Replica
+
+    r = Replica.__new__(Replica)
+    r.index, r.in_flight = index, in_flight
+    return r
+
+
+def test_pool_rules_choose_by_their_definition():
+    from simulator.model.replicas import LeastLoaded, PrefixAffinity, RoundRobin
+
+    reps = [fake(0, 2), fake(3, 1), fake(5, 1)]
+    rr = RoundRobin()
+    assert [reps[rr.choose(0, reps)].index for _ in range(4)] == [0, 3, 5, 0]
+    assert rr.choose(0, [fake(1), fake(4)]) == 0  # after 0: the next index up is 1
+    assert LeastLoaded().choose(0, reps) == 1     # fewest calls, the first such
+    affinity = PrefixAffinity()
+    assert affinity.choose(7, reps) == affinity.choose(7, reps) == 7 % 3
+
+
+def test_hpa_on_utilisation_scales_a_busy_pool_up():
+    scen = pool(autoscaler="hpa", hpa_metric="utilization", target_utilization=0.5, min_replicas=1,
+                max_replicas=4, scale_interval=5.0, stabilization_down=60.0, max_inputs=1)
+    rng = np.random.default_rng(4)
+    log = simulate(poisson_trace(rng, 400, 1.5), scen, service_profile(x=exponential(1.0)), seed=4)
+    figures = replica_figures(log)
+    assert figures["peak_replicas"] == 4 and figures["cold_starts"] >= 3
+    assert log["status"].isin(SERVED).all()
