@@ -342,3 +342,14 @@ def test_hpa_on_utilisation_scales_a_busy_pool_up():
     figures = replica_figures(log)
     assert figures["peak_replicas"] == 4 and figures["cold_starts"] >= 3
     assert log["status"].isin(SERVED).all()
+
+
+def test_a_pool_setting_without_a_pool_is_an_error_naming_it():
+    from simulator.model.replicas import POOL_SETTINGS
+    from simulator.settings import RUN
+
+    assert set(POOL_SETTINGS) <= set(RUN)
+    after = list(RUN)[list(RUN).index("autoscaler") + 1:]
+    assert list(POOL_SETTINGS) == after  # every setting declared in the pool block, and only those
+    with pytest.raises(ScenarioError, match="max_inputs"):
+        simulate(make_trace([(0, ["x"])]), pool(max_inputs=2), fixed_profile(x=1.0))

@@ -28,7 +28,7 @@ from simulator.model.clients import client_for
 from simulator.model.context import RunContext
 from simulator.model.fast import simulate_fast, unsupported
 from simulator.model.log import STATUS_CODE, Outcome, PromptColumns, build_event_log
-from simulator.model.replicas import ReplicaPool, add_pool_columns
+from simulator.model.replicas import ReplicaPool, add_pool_columns, check_pool_settings
 from simulator.model.router import Router
 from simulator.model.streams import dispatch_stream, service_stream
 from simulator.model.topologies import TOPOLOGIES
@@ -151,6 +151,7 @@ def simulate(trace: Trace, scenario: Scenario, profile: Profile, seed: int = 0,
         cfg = scenario.for_task(task)
         if cfg.topology not in TOPOLOGIES:
             raise ScenarioError(scenario.source, f"tasks.{task}", "topology", f"unknown topology '{cfg.topology}'")
+    check_pool_settings(scenario)
     engine = engine or scenario.engine
     reason = None if engine == "reference" else unsupported(trace, scenario, profile)
     if engine == "fast" and reason is not None:

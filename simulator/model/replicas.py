@@ -148,6 +148,27 @@ class PrefixAffinity(PoolRule):
         return key % len(candidates)
 
 
+# -- settings -----------------------------------------------------------------------------------
+#: The run settings only a pool reads (simulator.settings declares them after ``autoscaler``).
+POOL_SETTINGS = ("min_replicas", "max_replicas", "max_inputs", "pool_queue", "pool_rule", "replica_cold_start",
+                 "scale_interval", "target_inputs", "buffer_replicas", "scaledown_window", "hpa_metric",
+                 "target_utilization", "stabilization_up", "stabilization_down", "max_step", "stable_window",
+                 "panic_window", "panic_threshold")
+
+
+def check_pool_settings(scenario: Scenario) -> None:
+    """A pool setting given without a pool would be silently ignored: :class:`ScenarioError`
+    naming it."""
+    if scenario.autoscaler is not None:
+        return
+    from simulator.settings import RUN
+
+    for name in POOL_SETTINGS:
+        if getattr(scenario, name) != RUN[name].default:
+            raise ScenarioError(scenario.source, "run", name,
+                                "is a replica pool setting, read only with an autoscaler (e.g. autoscaler = \"fixed\")")
+
+
 # -- cold starts ----------------------------------------------------------------------------
 def cold_start_draw(spec: ColdStart, rng: np.random.Generator) -> float:
     """One cold start in seconds: the fixed value, or a sample drawn uniformly."""
@@ -451,5 +472,5 @@ def add_pool_columns(log: Any, pool: ReplicaPool, last_arrival: float) -> None:
     log.attrs["replicas"] = pool.table(last_arrival)
 
 
-__all__ = ["POOL_RULES", "LeastLoaded", "PoolRule", "PrefixAffinity", "Replica", "ReplicaPool",
+__all__ = ["POOL_RULES", "POOL_SETTINGS", "check_pool_settings", "LeastLoaded", "PoolRule", "PrefixAffinity", "Replica", "ReplicaPool",
            "ReplicaTable", "RoundRobin", "ShortestQueue", "add_pool_columns", "cold_start_draw"]
