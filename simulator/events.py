@@ -33,6 +33,24 @@ batch_size     prompts in its batch (continuous: prompts admitted in that iterat
 preemptions    times it was preempted and later recomputed (continuous, KV cache full)
 =============  =====================================================================
 
+With a replica pool (a scenario naming an ``autoscaler``, :mod:`simulator.model.replicas`)
+the log has two more fields, after these, and carries the pool's replicas:
+
+=============  =====================================================================
+replica        the replica its call went to (a nullable integer; empty if turned away
+               at the pool's queue); a replica's GPUs are its own ``gpu`` indices
+dispatched_at  when its call left the pool's FCFS queue for that replica (its
+               ``arrived_at`` if a replica had room at once)
+=============  =====================================================================
+
+``log.attrs["replicas"]`` (:class:`~simulator.model.replicas.ReplicaTable`, plain JSON
+data, kept in a Parquet event log's metadata): per replica its ``replica`` number,
+``requested_at`` (started), ``ready_at`` (cold start over; NaN if cancelled before),
+``drain_at`` (told to stop; NaN if never) and ``stopped_at`` (its last call ended after the
+drain, or the run's end); and the pool's ``gpus_per_replica``, ``min_replicas``,
+``max_replicas``, ``start_at`` and ``end_at``. Without a pool the log is exactly the
+fields above.
+
 Types: ``call_id`` is text; ``task``, ``resource``, ``queue`` and ``status`` are
 categoricals of the labels present (a byte a row; compare them with strings as usual);
 instants are floats; ``gpu`` is a nullable integer; the rest are integers.
@@ -57,6 +75,8 @@ EVENT_COLUMNS = [
 
 #: Statuses of prompts that were served (the others were turned away).
 SERVED = ("served", "sent_after_timeout")
+#: The fields a run with a replica pool adds, after :data:`EVENT_COLUMNS`.
+POOL_COLUMNS = ["replica", "dispatched_at"]
 STATUSES = (*SERVED, "rejected", "dropped")
 
 

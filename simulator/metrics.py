@@ -22,7 +22,8 @@ Definitions (deadline D, if given; otherwise D = ∞):
 * ``padding``: padding waste of static batches, Σ(padded − actual) / Σ padded tokens and
   the mean per-batch waste, with padded = batch size × (longest prompt + longest max
   tokens) and actual = Σ (prompt + max tokens) per batch (:mod:`simulator.padding`;
-  continuous batching pads nothing: waste 0).
+  continuous batching pads nothing: waste 0);
+* with a replica pool, the figures of :func:`replica_figures` under ``replicas``.
 
 Latency, TTFT and call-latency statistics count every prompt (call) that did not complete
 (timed out at the deadline, rejected, dropped, or, for calls, failed at the client timeout)
@@ -479,6 +480,7 @@ def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
         "makespan_s": makespan,
         "deadline_s": deadline,
         "config": config or {},
+        **({"replicas": replica_figures(log)} if "replicas" in log.attrs else {}),
     }
 
 
@@ -497,3 +499,98 @@ def time_average_in_system(log: pd.DataFrame) -> float:
     area = float(np.sum(counts[:-1] * np.diff(times)))
     span = float(times[-1] - times[0])
     return area / span if span > 0 else 0.0
+
+
+# -- a replica pool ---------------------------------------------------------------------------
+def replica_timeline(table: dict[str, Any]) -> pd.DataFrame:
+    """The replica counts of a pool's lifecycle table (``log.attrs["replicas"]``, see
+    :mod:`simulator.events`) as a step function: one row per instant ``at`` where a count
+    changes, holding the counts from then on. ``up`` = replicas with ``requested_at ≤ t <
+    stopped_at`` (started, cold or serving or draining: what is paid for); ``requested`` =
+    those not draining yet (``t < drain_at``: the count the autoscaler asked for); ``ready``
+    = those serving (``ready_at ≤ t < min(drain_at, stopped_at)``)."""
+    requested = np.asarray(table["requested_at"], dtype=float)
+    stopped = np.asarray(table["stopped_at"], dtype=float)
+    drain = np.fmin(np.asarray(table["drain_at"], dtype=float), stopped)
+    ready = np.asarray(table["ready_at"], dtype=float)
+    has_ready = ~np.isnan(ready) & (ready < drain)
+    start, end = float(table["start_at"]), float(table["end_at"])
+
+    def steps(on: np.ndarray, off: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return np.concatenate([on, off]), np.concatenate([np.ones(len(on)), -np.ones(len(off))])
+
+    at = np.unique(np.concatenate([[start, end], requested, stopped, drain, ready[has_ready]]))
+    at = at[(at >= start) & (at <= end)]
+    out = {"at": at}
+    for name, (t, d) in {"up": steps(requested, stopped), "requested": steps(requested, drain),
+                         "ready": steps(ready[has_ready], drain[has_ready])}.items():
+        order = np.argsort(t, kind="stable")
+        cum = np.cumsum(d[order])
+        # the count holding from each instant on: every change at or before it applied
+        idx = np.searchsorted(t[order], at, side="right") - 1
+        out[name] = np.where(idx >= 0, cum[np.maximum(idx, 0)], 0.0).round().astype(np.int64)
+    return pd.DataFrame(out)
+
+
+def replica_figures(log: pd.DataFrame) -> dict[str, Any]:
+    """The figures of a run with a replica pool, from its lifecycle table
+    (``log.attrs["replicas"]``) and its ``replica`` / ``dispatched_at`` columns. Over the
+    run's span [``start_at``, ``end_at``] (instant 0 to the last completion):
+
+    * ``replica_seconds = Σ (stopped_at − requested_at)`` over replicas (a replica is paid
+      from its start, cold start included, to its stop, draining included);
+      ``gpu_hours = replica_seconds × gpus_per_replica / 3600``;
+    * ``mean_replicas = replica_seconds / (end_at − start_at)``; ``peak_replicas`` the most up
+      at once; ``time_at_max_s`` the time the requested count equals ``max_replicas``;
+    * ``started`` replicas, of which ``cold_starts`` became ready after a cold start (not
+      the warm ``min_replicas`` at instant 0) and ``cancelled`` were stopped while starting;
+    * ``pool_wait`` the statistics of ``dispatched_at − arrived_at`` (time in the pool's
+      queue) over the prompts a replica took;
+    * a prompt's cold-start wait is the part of its pool wait during which no replica was
+      ready (the length of [arrived_at, dispatched_at) ∩ {t : ready(t) = 0});
+      ``cold_start_wait_s`` sums it over served prompts and ``cold_start_share`` divides
+      that by their summed latency (``done_at − arrived_at``).
+    """
+    from simulator.events import SERVED
+
+    table = log.attrs["replicas"]
+    requested = np.asarray(table["requested_at"], dtype=float)
+    stopped = np.asarray(table["stopped_at"], dtype=float)
+    ready_at = np.asarray(table["ready_at"], dtype=float)
+    start, end = float(table["start_at"]), float(table["end_at"])
+    span = end - start
+    replica_seconds = float(np.sum(stopped - requested))
+    line = replica_timeline(table)
+    at = line["at"].to_numpy(float)
+    widths = np.diff(at)
+    at_max = line["requested"].to_numpy()[:-1] == int(table["max_replicas"])
+    # F(t): cumulative time with no ready replica up to t (piecewise linear in t)
+    none_ready = (line["ready"].to_numpy()[:-1] == 0).astype(float)
+    cum = np.concatenate([[0.0], np.cumsum(widths * none_ready)])
+
+    def no_ready_before(t: np.ndarray) -> np.ndarray:
+        t = np.clip(t, at[0], at[-1])
+        j = np.clip(np.searchsorted(at, t, side="right") - 1, 0, max(len(widths) - 1, 0))
+        slope = none_ready[j] if len(none_ready) else np.zeros_like(t)
+        return cum[j] + (t - at[j]) * slope
+
+    arrived = log["arrived_at"].to_numpy(float)
+    dispatched = log["dispatched_at"].to_numpy(float)
+    served = log["status"].isin(SERVED).to_numpy() & ~np.isnan(dispatched)
+    cold_wait = no_ready_before(dispatched[served]) - no_ready_before(arrived[served])
+    latency = log["done_at"].to_numpy(float)[served] - arrived[served]
+    total_latency = float(latency.sum())
+    cold_total = float(cold_wait.sum())
+    return {
+        "started": int(len(requested)),
+        "cold_starts": int(np.sum((requested > start) & ~np.isnan(ready_at))),
+        "cancelled": int(np.sum((requested > start) & np.isnan(ready_at) & (stopped < end))),
+        "replica_seconds": replica_seconds,
+        "gpu_hours": replica_seconds * int(table["gpus_per_replica"]) / 3600.0,
+        "mean_replicas": replica_seconds / span if span > 0 else 0.0,
+        "peak_replicas": int(line["up"].max()) if len(line) else 0,
+        "time_at_max_s": float(np.sum(widths[at_max])),
+        "pool_wait": describe(dispatched[served] - arrived[served]),
+        "cold_start_wait_s": cold_total,
+        "cold_start_share": cold_total / total_latency if total_latency > 0 else 0.0,
+    }

@@ -306,6 +306,43 @@ def timeline(log: pd.DataFrame, title: str = "Timeline", path=None, window: tupl
     return _save(fig, path)
 
 
+def replica_timeline(log: pd.DataFrame, title: str = "Replicas", path=None, bins: int = 200):
+    """Two panels over the whole run of a log with a replica pool (``log.attrs["replicas"]``):
+    the replicas up (started, not stopped), requested (not draining) and ready (serving), as
+    steps (:func:`simulator.metrics.replica_timeline`); and the load: calls arriving per
+    second (in ``bins`` bins) and calls in flight (arrived, not done)."""
+    from simulator.metrics import replica_timeline as counts
+
+    line = counts(log.attrs["replicas"])
+    fig, (r_ax, l_ax) = plt.subplots(2, 1, figsize=(11, 6), sharex=True, constrained_layout=True)
+    for i, name in enumerate(("up", "requested", "ready")):
+        r_ax.step(line["at"], line[name], where="post", label=name, linestyle=_style(i)["linestyle"])
+    r_ax.axhline(int(log.attrs["replicas"]["max_replicas"]), color="grey", linewidth=0.8, linestyle=":",
+                 label="max_replicas")
+    r_ax.set_ylabel("replicas")
+    r_ax.set_title(title)
+    r_ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    calls = log.groupby("call_index").agg(arrived=("arrived_at", "min"), done=("done_at", "max"))
+    arrived = calls["arrived"].to_numpy(float)
+    done = calls["done"].to_numpy(float)
+    if arrived.size:
+        hi = float(line["at"].max()) if len(line) else float(np.nanmax(done))
+        edges = np.linspace(0.0, max(hi, 1e-9), bins + 1)
+        per_bin, _ = np.histogram(arrived, edges)
+        l_ax.step(edges[:-1], per_bin / np.diff(edges), where="post", label="calls arriving / s")
+        finished = done[~np.isnan(done)]
+        t = np.concatenate([arrived, finished])
+        step = np.concatenate([np.ones(arrived.size), -np.ones(finished.size)])
+        order = np.lexsort((step, t))
+        l_ax.step(t[order], np.cumsum(step[order]), where="post", label="calls in flight", linestyle="--")
+    l_ax.set_ylabel("calls")
+    l_ax.set_xlabel("time (s)")
+    l_ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    for ax in (r_ax, l_ax):
+        ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
 def batch_sizes(log: pd.DataFrame, title: str = "Batch sizes", path=None):
     """Distribution of batch sizes per task (bars side by side, hatched per task)."""
     batches = served(log).groupby("batch_id").agg(task=("task", "first"), size=("batch_size", "first"))

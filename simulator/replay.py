@@ -83,7 +83,9 @@ def simulate_and_summarize(trace: Trace, scenario: Scenario, profile: Profile, s
     The summary's ``cost`` is priced by ``prices`` (``None``: the default table)."""
     scaled = trace.scaled(scenario.rate_scale)
     log = simulate(scaled, scenario, profile, seed)
-    summary = summarize(log, config, deadline=scenario.deadline, gpus=scenario.gpus,
+    # with a replica pool the GPUs are those of every replica started (ids in the log)
+    gpus = scenario.gpus if scenario.autoscaler is None else None
+    summary = summarize(log, config, deadline=scenario.deadline, gpus=gpus,
                         client_timeout=scenario.client_timeout, compositions=scenario.compositions)
     config_part = summary.pop("config")
     summary["cost"] = cost_summary(log, scenario, profile, prices if prices is not None else load_prices())

@@ -50,6 +50,8 @@ GPU_SHARING = "simulator.model:GPU_SHARING"
 BATCH_FORMING = "simulator.model.batching:BATCH_FORMING"
 BATCH_SELECTION = "simulator.model.length:SELECTIONS"
 PROFILE_KINDS = "simulator.profile.kinds:KINDS"
+AUTOSCALERS = "simulator.model:AUTOSCALERS"
+POOL_RULES = "simulator.model:POOL_RULES"
 
 # Who reads a setting, in the topologies' names.
 QUEUED = ("shared", "split")                  # a micro-batch queue released by a batching policy
@@ -295,6 +297,48 @@ def parse_bounds(text: str) -> tuple[int, ...]:
     return bounds
 
 
+@dataclass(frozen=True)
+class ColdStart:
+    """How long a new replica takes before it serves (``replica_cold_start``): ``fixed``
+    seconds; one of measured ``samples`` (seconds, drawn uniformly from the run's
+    ``cold start`` stream); or a model load, ``weights_gb`` ÷ ``load_gbps`` + ``engine_s``."""
+
+    kind: str
+    seconds: float = 0.0
+    samples: tuple[float, ...] = ()
+
+    @property
+    def mean(self) -> float:
+        """The mean cold start in seconds."""
+        return sum(self.samples) / len(self.samples) if self.kind == "samples" else self.seconds
+
+
+def parse_cold_start(text: str) -> ColdStart:
+    """``SECONDS``, ``samples:S1,S2,...`` or ``load:WEIGHTS_GB:GBPS[:ENGINE_S]`` as a
+    :class:`ColdStart`; ``ValueError`` with the reason otherwise."""
+    head, _, rest = text.partition(":")
+    try:
+        if not rest:
+            value = float(head)
+            if not (value >= 0 and math.isfinite(value)):
+                raise ValueError
+            return ColdStart("fixed", value)
+        if head == "samples":
+            samples = tuple(float(x) for x in rest.split(","))
+            if not samples or not all(x >= 0 and math.isfinite(x) for x in samples):
+                raise ValueError
+            return ColdStart("samples", samples=samples)
+        if head == "load":
+            parts = [float(x) for x in rest.split(":")]
+            if len(parts) not in (2, 3) or parts[1] <= 0 or not all(x >= 0 and math.isfinite(x) for x in parts):
+                raise ValueError
+            return ColdStart("fixed", parts[0] / parts[1] + (parts[2] if len(parts) == 3 else 0.0))
+    except ValueError:
+        pass
+    raise ValueError(f"must be SECONDS, samples:S1,S2,... or load:WEIGHTS_GB:GBPS[:ENGINE_S] (finite, >= 0; "
+                     f"GBPS > 0), got {text!r}")
+
+
 #: How a run is computed (``run.engine``); every engine gives the same event log.
 ENGINES = ("auto", "reference", "fast")
 
@@ -439,6 +483,66 @@ class RunSettings:
         "auto", "How the run is computed: auto (the compiled kernel where it supports the scenario), "
         "reference (simpy) or fast (the kernel, or an error naming what it lacks); results are identical",
         choices=ENGINES, cli=ALL)
+    # -- the replica pool: present when an autoscaler is named (simulator.model.replicas) --
+    autoscaler: str | None = setting(
+        None, "A replica pool: each replica is a copy of the system above (its gpus, topology and queues), "
+        "sized by this autoscaler", registry=AUTOSCALERS, unset="no pool", sweepable=True, cli=ALL,
+        reference_only=True)
+    min_replicas: int = setting(
+        1, "Replicas the pool never goes below (warm at trace start)", min=0, max=LARGEST_GPUS, sweepable=True,
+        cli=ALL)
+    max_replicas: int | None = setting(
+        None, "Replicas the pool never goes above", min=1, max=LARGEST_GPUS, unset="min_replicas",
+        sweepable=True, cli=ALL)
+    max_inputs: int | None = setting(
+        None, "Calls a replica takes at once; more wait in the pool's FCFS queue", min=1, max=LARGEST_TOKENS,
+        unset="unlimited", sweepable=True, cli=ALL)
+    pool_queue: int | None = setting(
+        None, "Calls the pool's queue holds; a call arriving to a full one is rejected", min=0,
+        max=LARGEST_TOKENS, unset="unlimited", cli=REPLAY)
+    pool_rule: str = setting(
+        "least-loaded", "How a call picks among the ready replicas with room", registry=POOL_RULES,
+        sweepable=True, cli=ALL)
+    replica_cold_start: str = setting(
+        "0", "Time from a replica's start to its first call: SECONDS, samples:S1,S2,... (measured, drawn "
+        "per start) or load:WEIGHTS_GB:GBPS[:ENGINE_S]", grammar=parse_cold_start,
+        noun="SECONDS, samples:S1,... or load:GB:GBPS[:ENGINE_S]", sweepable=True, cli=ALL)
+    scale_interval: float | None = setting(
+        None, "Seconds between the autoscaler's decisions", min=0, above=True, finite=True,
+        noun="a number of seconds", unset="the autoscaler's (serverless 1, hpa 15, knative 2)", sweepable=True,
+        cli=ALL)
+    target_inputs: float = setting(
+        8.0, "Calls in flight per replica the autoscaler aims at (serverless target_inputs, knative target "
+        "concurrency, hpa with hpa_metric = inputs)", min=0, above=True, finite=True, sweepable=True, cli=ALL)
+    buffer_replicas: int = setting(
+        0, "serverless: replicas kept beyond the demand", min=0, max=LARGEST_GPUS, sweepable=True, cli=ALL)
+    scaledown_window: float = setting(
+        600.0, "serverless: seconds a replica stays idle before it is stopped", min=0, finite=True,
+        noun="a number of seconds", sweepable=True, cli=ALL)
+    hpa_metric: str = setting(
+        "inputs", "hpa: the metric, calls in flight per replica (inputs, aiming at target_inputs) or GPU "
+        "utilisation over the last interval (utilization, aiming at target_utilization)",
+        choices=("inputs", "utilization"), sweepable=True, cli=ALL)
+    target_utilization: float = setting(
+        0.7, "hpa: target GPU utilisation of a replica", min=0, max=1, above=True, sweepable=True, cli=ALL)
+    stabilization_up: float = setting(
+        0.0, "hpa: scale up to the lowest recommendation of this many seconds", min=0, finite=True,
+        noun="a number of seconds", sweepable=True, cli=ALL)
+    stabilization_down: float = setting(
+        300.0, "hpa: scale down to the highest recommendation of this many seconds", min=0, finite=True,
+        noun="a number of seconds", sweepable=True, cli=ALL)
+    max_step: int | None = setting(
+        None, "hpa: replicas added or removed per decision at most", min=1, max=LARGEST_GPUS, unset="unlimited",
+        sweepable=True, cli=ALL)
+    stable_window: float = setting(
+        60.0, "knative: seconds of in-flight calls averaged in stable mode", min=0, above=True, finite=True,
+        noun="a number of seconds", sweepable=True, cli=ALL)
+    panic_window: float = setting(
+        6.0, "knative: seconds averaged in panic mode", min=0, above=True, finite=True,
+        noun="a number of seconds", sweepable=True, cli=ALL)
+    panic_threshold: float = setting(
+        2.0, "knative: panic when the panic window's demand reaches this many times the ready replicas",
+        min=1, finite=True, sweepable=True, cli=ALL)
 
 
 def _declared(cls: type, scope: str) -> dict[str, Setting]:
@@ -529,6 +633,7 @@ __all__ = [
     "TASK",
     "TASK_AXES",
     "ClosedLoop",
+    "ColdStart",
     "RunSettings",
     "Setting",
     "TaskConfig",
@@ -537,6 +642,7 @@ __all__ = [
     "ignored_by",
     "parse_bounds",
     "parse_client",
+    "parse_cold_start",
     "reference_table",
     "registry",
     "setting",

@@ -209,3 +209,20 @@ def test_hostile_inputs_quick_mode(capsys):
     assert result["classes"] and all(c["tried"] == c["handled"] > 0 for c in result["classes"].values())
     assert result["faults"] and all(r["orphans"] == r["leftovers"] == r["rows_lost"] == 0 and r["identical"]
                                     for r in result["faults"])
+
+
+def test_autoscaling_quick_mode(capsys):
+    bench = load("autoscaling")
+    if not bench.REAL.is_dir():
+        pytest.skip(f"the real traces are not at {bench.REAL}")
+    assert bench.main(["--quick", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    (trace,) = result["traces"]
+    fixed, notes = trace["fixed"], trace["design_notes"]
+    assert fixed["meets"] and fixed["settings"]["min_replicas"] == trace["fixed_replicas"]
+    if trace["autoscaled"] is not None:
+        assert trace["autoscaled"]["meets"] and trace["autoscaled"]["p95_s"] <= result["slo"]
+    assert notes["settings"]["min_replicas"] == 2 and notes["settings"]["target_inputs"] == 8.0
+    speed = result["speed"]
+    assert speed["x_simpy"] == pytest.approx(speed["prompts_per_s"] / speed["simpy_customers_per_s"])
+    assert speed["calls"] > 0 and speed["gpu_hours"] > 0

@@ -95,10 +95,15 @@ def _one_log(log: Path, output: Path, force: bool, draw, title: str) -> None:
 def timeline_cli(log: Path = typer.Argument(..., help="Event log."),
                  output: Path = typer.Option(..., "-o", "--output"),
                  force: bool = typer.Option(False, "--force")) -> None:
-    """Queue depth per queue, batches per GPU (Gantt, by task) and GPU utilisation over time."""
+    """Queue depth per queue, batches per GPU (Gantt, by task) and GPU utilisation over time; for
+    a run with a replica pool, the replicas (up, requested, ready) against the calls arriving and
+    in flight."""
     from simulator import plots
 
-    _one_log(log, output, force, lambda d, t, p: plots.timeline(d, t, p), "Timeline")
+    def draw(d, t, p):
+        return plots.replica_timeline(d, t, p) if "replicas" in d.attrs else plots.timeline(d, t, p)
+
+    _one_log(log, output, force, draw, "Timeline")
 
 
 @plot_app.command("batches")

@@ -143,6 +143,22 @@ def _knobs(task: str, cfg: dict[str, Any], profile) -> list[str]:
     return [f"{k}={v}" for k, v in shown.items() if k not in ignored]
 
 
+def print_pool(r: dict[str, Any], sc: Any) -> None:
+    """The replica pool's figures (:func:`simulator.metrics.replica_figures`)."""
+    top = sc.max_replicas if sc.max_replicas is not None else sc.min_replicas
+    pool = Table(title=f"Replica pool ({sc.autoscaler}, {sc.min_replicas}-{top} replicas of {sc.gpus} GPU(s), "
+                 f"cold start {sc.replica_cold_start})", title_justify="left", box=box.SIMPLE_HEAD,
+                 padding=(0, 1), pad_edge=False)
+    cols = ("replicas started", "cold starts", "peak", "mean", "replica-s", "GPU-hours", "at max (s)",
+            "pool wait p95", "cold-start share")
+    for col in cols:
+        pool.add_column(col, justify="right")
+    pool.add_row(str(r["started"]), str(r["cold_starts"]), str(r["peak_replicas"]), _fmt(r["mean_replicas"]),
+                 _fmt(r["replica_seconds"], 0), _fmt(r["gpu_hours"], 3), _fmt(r["time_at_max_s"], 0),
+                 _fmt(r["pool_wait"]["p95"], 1), f"{100 * r['cold_start_share']:.1f} %")
+    print_table(pool)
+
+
 def print_summary(result: ReplayResult, source: str | None = None) -> None:
     """The run's settings, then rich tables: one row per task plus overall, then one per GPU."""
     s = result.summary
@@ -153,6 +169,8 @@ def print_summary(result: ReplayResult, source: str | None = None) -> None:
            f"engine={result.log.attrs.get('engine', sc.engine)}"]
     if sc.client_timeout is not None:
         run.append(f"client_timeout={sc.client_timeout:g} s")
+    if sc.autoscaler is not None:
+        run.append(f"autoscaler={sc.autoscaler}")
     console.print(f"[bold]replay[/bold] {source or ''}", highlight=False)
     console.print("  " + "  ".join(run), highlight=False)
     settings = Table(title="Settings per task", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
@@ -202,6 +220,8 @@ def print_summary(result: ReplayResult, source: str | None = None) -> None:
         padding.add_row(_label(name), str(pad["batches"]), f"{pad['padded_tokens']:,}", _waste(pad["waste"]),
                         _waste(pad["mean_batch_waste"]))
     print_table(padding)
+    if "replicas" in s:
+        print_pool(s["replicas"], sc)
     gtable = Table(title=f"GPUs (makespan {s['makespan_s']:,.1f} s, {s['gpu_seconds']:,.0f} GPU-s busy)", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     for col in ("gpu", "utilisation", "batches", "mean batch"):
         gtable.add_column(col, justify="right")

@@ -36,22 +36,25 @@ class RunContext(PromptTable):
 
     def __init__(self, scenario: Scenario, profile: Profile,
                  service_rng: Callable[[str], np.random.Generator],
-                 dispatch_rng: np.random.Generator) -> None:
+                 dispatch_rng: np.random.Generator, parent: RunContext | None = None, first_gpu: int = 0) -> None:
         super().__init__()
-        self.env = SimEnvironment()
+        # A replica of a pool (simulator.model.replicas) is a context of its own (GPUs,
+        # queues, dispatch) sharing its parent's clock, prompt columns, ids and batch list.
+        self.env: SimEnvironment = SimEnvironment() if parent is None else parent.env
         self.source = scenario.source  # the scenario file, for errors
         self.dispatch_rng = dispatch_rng
         self.service_rng = service_rng
         self._profile = profile
-        self._worker_ids = itertools.count()
-        self._batch_ids = itertools.count()
+        self._worker_ids: itertools.count[int] = itertools.count() if parent is None else parent._worker_ids
+        self._batch_ids: itertools.count[int] = itertools.count() if parent is None else parent._batch_ids
+        gpu_ids = range(first_gpu, first_gpu + scenario.gpus)
         if scenario.host_lock:
             host = HostLock()
             exclusive = scenario.gpu_sharing == "exclusive"
-            self.gpus: list[Device] = [RetimedGpu(self.env, g, host, exclusive) for g in range(scenario.gpus)]
+            self.gpus: list[Device] = [RetimedGpu(self.env, g, host, exclusive) for g in gpu_ids]
         else:
             make_gpu = GPU_SHARING.get(scenario.gpu_sharing)
-            self.gpus = [make_gpu(self.env, g) for g in range(scenario.gpus)]
+            self.gpus = [make_gpu(self.env, g) for g in gpu_ids]
         self._cpu_pools: dict[str, Device] = {}
         rotation = frozenset(scenario.shared_rotation)  # the one group of the older setting
 
@@ -61,12 +64,14 @@ class RunContext(PromptTable):
 
         self.dispatch_groups = DispatchGroups(group_of)
         #: each task's configuration, in the order the tasks first appear
-        self.configs: dict[str, TaskConfig] = {}
-        self.batches: list[Batch] = []
+        self.configs: dict[str, TaskConfig] = {} if parent is None else parent.configs
+        self.batches: list[Batch] = [] if parent is None else parent.batches
         self.queues: list = []  # every micro-batch queue, told when input ends
         self.input_closed = False
         #: told of every prompt that leaves the system (served or turned away)
         self.on_finished: Callable[[list[int]], None] = lambda ids: None
+        if parent is not None:
+            vars(self).update({name: getattr(parent, name) for name in vars(PromptTable())})
         self.former = BatchFormer(scenario, profile.tasks, self.configs, self, self.batches, service_rng,
                                   self.new_batch_id, lambda: self.env._now)
 

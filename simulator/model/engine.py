@@ -28,6 +28,7 @@ from simulator.model.clients import client_for
 from simulator.model.context import RunContext
 from simulator.model.fast import simulate_fast, unsupported
 from simulator.model.log import STATUS_CODE, Outcome, PromptColumns, build_event_log
+from simulator.model.replicas import ReplicaPool, add_pool_columns, check_pool_settings
 from simulator.model.router import Router
 from simulator.model.streams import dispatch_stream, service_stream
 from simulator.model.topologies import TOPOLOGIES
@@ -66,13 +67,21 @@ class System:
         self.client = client_for(scenario.client)
         if self.client.watches_calls:
             self.router.on_call_done = self.client.call_done
+        #: the replica pool in front of copies of the system, when the scenario names an autoscaler
+        self.pool = (ReplicaPool(self.context, self.router, scenario, profile, seed, len(trace.calls))
+                     if scenario.autoscaler is not None else None)
 
     def run(self) -> pd.DataFrame:
         """Run to completion and return the per-prompt event log."""
-        self.client.start(self.context, self.trace.calls, self.router.send)
+        self.client.start(self.context, self.trace.calls, self.router.send if self.pool is None else self.pool.send)
         self.context.env.run()
+        if self.pool is not None:
+            self.pool.check_drained()
         self._check_stalled()
-        return self._event_log()
+        log = self._event_log()
+        if self.pool is not None:
+            add_pool_columns(log, self.pool, max(self.context.arrived_at, default=0.0))
+        return log
 
     def _check_stalled(self) -> None:
         """Nothing left to happen, yet prompts wait: only a batch that can never fill (static
@@ -142,6 +151,7 @@ def simulate(trace: Trace, scenario: Scenario, profile: Profile, seed: int = 0,
         cfg = scenario.for_task(task)
         if cfg.topology not in TOPOLOGIES:
             raise ScenarioError(scenario.source, f"tasks.{task}", "topology", f"unknown topology '{cfg.topology}'")
+    check_pool_settings(scenario)
     engine = engine or scenario.engine
     reason = None if engine == "reference" else unsupported(trace, scenario, profile)
     if engine == "fast" and reason is not None:

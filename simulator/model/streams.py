@@ -1,6 +1,7 @@
 """The random streams of a run, named once for both engines.
 
-One ``dispatch`` stream per run, and one ``service`` stream per task keyed by the task's
+One ``dispatch`` stream per run, one ``cold start`` stream (a replica pool's measured cold
+starts), and one ``service`` stream per task keyed by the task's
 name, so that changing one task's setup does not reshuffle another task's service times
 and the two engines draw the same numbers from the same streams.
 """
@@ -25,3 +26,8 @@ def service_stream(seed: int, task: str) -> np.random.Generator:
 def dispatch_stream(seed: int) -> np.random.Generator:
     """The dispatch stream of a run of ``seed`` (random dispatch rules draw from it)."""
     return np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
+
+
+def cold_start_stream(seed: int) -> np.random.Generator:
+    """The cold-start stream of a run of ``seed`` (a replica pool draws measured cold starts)."""
+    return np.random.default_rng([seed, 2])

@@ -101,20 +101,36 @@ class IterationService:
         longest = int(rows.max())
         if self.finished_rows == "stay":
             return np.full(longest, rows.size)
-        # Rows still running in iteration i (0-based) are those with more than i tokens to make.
-        return (rows[None, :] > np.arange(longest)[:, None]).sum(axis=1)
+        # Rows still running in iteration i (0-based) are those with more than i tokens to make:
+        # all but those with at most i (a count per length, summed up: linear in the batch).
+        return rows.size - np.cumsum(np.bincount(rows, minlength=longest + 1))[:longest]
 
     def _iteration_means(self, shape: BatchShape) -> np.ndarray:
+        # A batch asks for its mean, first-token share and host share of one shape in a row:
+        # the last shape's means are kept (read-only), so they are computed once per batch.
+        return self._costs(shape)[0]
+
+    def _costs(self, shape: BatchShape) -> tuple[np.ndarray, float, float]:
+        """The iteration means of a static batch of ``shape``, its host seconds (0 without an
+        engine block) and its mean seconds (the means' sum)."""
+        memo = self.__dict__.get("_memo")
+        if memo is not None and (memo[0] is shape or memo[0] == shape):
+            return memo[1]
         running = self._running(shape)
         longest = len(running)
         means = self.base + self.per_row * running
         if self.per_context_token:
             means = means + self.per_context_token * running * (shape.prompt_tokens + np.arange(longest))
         means[0] += self.per_prefill_token * shape.size * shape.prompt_tokens
+        host_s = 0.0
         if self.engine is not None:
             host = self._host(running)
+            host_s = float(host.sum())
             means = self.engine.combine(means, host)
-        return means
+        means.flags.writeable = False
+        costs = (means, host_s, float(means.sum()))
+        object.__setattr__(self, "_memo", (shape, costs))
+        return costs
 
     def _host(self, running: np.ndarray) -> np.ndarray:
         """Host seconds of each iteration of a static batch (its first one prefills)."""
@@ -128,20 +144,19 @@ class IterationService:
         engine block): ``interpreter_share`` × its host seconds over its seconds."""
         if self.engine is None:
             return None
-        total = float(self._iteration_means(shape).sum())
-        host = float(self._host(self._running(shape)).sum())
+        _, host, total = self._costs(shape)
         return min(1.0, self.engine.interpreter_share * host / total) if total > 0 else 0.0
 
     def mean(self, shape: BatchShape) -> float:
-        return float(self._iteration_means(shape).sum())
+        return self._costs(shape)[2]
 
     def variance(self, shape: BatchShape) -> float:
         return float(((self._cv * self._iteration_means(shape)) ** 2).sum())
 
     def sample(self, shape: BatchShape, rng: np.random.Generator) -> float:
-        means = self._iteration_means(shape)
+        means, _, total = self._costs(shape)
         if self.dist == "deterministic":
-            return float(means.sum())
+            return total
         if self.dist == "exponential":
             return float(rng.exponential(means).sum())
         k = 1.0 / self._cv ** 2
