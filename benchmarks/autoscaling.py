@@ -25,8 +25,8 @@ autoscalers: serverless (min 0/1/2 × target inputs 2/4/8 × scale-down window 6
 hpa (target inputs 4/8 × scale-down stabilisation 60/300 s) and knative (target 4/8), each
 with max replicas = the best fixed count and twice it. (c) The users' design-notes knobs
 (serverless, min 2, target 8, window 600 s, same max). GPU-hours = replica-seconds × GPUs per
-replica / 3600 over the trace's span; cost = GPU-hours × ``--price`` (USD per GPU-hour,
-left empty without one: the price table is its own module).
+replica / 3600 over the trace's span; cost = GPU-hours × the price per GPU-hour of the
+profile's GPU type in the price table (``--prices``, the bundled default table by default).
 
 Speed: the Azure conv hour reshaped into a day: tiled 24 times, hour h keeping each request
 with probability 0.55 − 0.45 cos(2π h / 24) (0.1 at midnight, 1 at noon; a fixed draw), then
@@ -192,7 +192,7 @@ def plan_table(result: dict[str, Any]) -> str:
             if row is None:
                 lines.append(f"| {t['trace']} | {label}: none of {t['searched']} meets the SLO | | | | | |")
                 continue
-            cost = f"{row['gpu_hours'] * price:,.2f}" if price else "–"
+            cost = f"{row['gpu_hours'] * price['usd_per_gpu_hour']:,.2f}" if price else "–"
             p95 = "inf" if math.isinf(row["p95_s"]) else f"{row['p95_s']:.1f}"
             met = "" if row["meets"] else " (misses)"
             lines.append(f"| {t['trace']} ({t['calls']:,} calls, {t['span_h']:.1f} h) | {label}: "
@@ -214,8 +214,9 @@ def plan_table(result: dict[str, Any]) -> str:
         f"One H100 per replica, Llama-3.1-8B ({PROFILE.name}), static batches of up to 16, cold start "
         f"{COLD_START} (28 s). Autoscaled: the cheapest of {result['traces'][0]['searched']} autoscaler settings "
         f"per trace that meet the SLO (max replicas the best fixed count or twice it). Cost: "
-        + (f"{result['price']:g} USD per GPU-hour (--price)." if price else
-           "GPU-hours × a price per GPU-hour (run with --price; the price table is its own module).")
+        + (f"{price['usd_per_gpu_hour']:g} USD per {price['gpu']} GPU-hour ({price['offering']}; price table "
+           f"{price['table']}, source {price['source']}, read {price['read_on']})." if price else
+           "none: the price table has no price for the profile's GPU type.")
         + f" Python {result['python']} on {result['machine']}.")
     return "\n".join(lines)
 
@@ -239,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="one BurstGPT slice, a small grid, a 2-hour day")
     parser.add_argument("--slo", type=float, default=10.0, help="p95 latency target in seconds")
-    parser.add_argument("--price", type=float, default=None, help="USD per GPU-hour for the cost column")
+    parser.add_argument("--prices", default=None, help="price table (bundled name or file; default the bundled one)")
     parser.add_argument("--repeat", type=int, default=3, help="rounds of the speed replay (best kept)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--write-docs", action="store_true", help="write the tables into docs/autoscaling.md")
@@ -247,11 +248,17 @@ def main(argv: list[str] | None = None) -> int:
     if not REAL.is_dir():
         raise SystemExit(f"the real traces are not at {REAL}")
     from simulator import load_profile
+    from simulator.cost import gpu_type, load_prices
 
     profile = load_profile(str(PROFILE))
+    table = load_prices(args.prices)
+    found = table.get(gpu_type(profile))
+    price = None if found is None else {"gpu": found.gpu, "usd_per_gpu_hour": found.usd_per_gpu_hour,
+                                        "offering": found.offering, "source": found.source,
+                                        "read_on": found.read_on, "table": table.name}
     names = ["burstgpt-1"] if args.quick else list(TRACES)
     result: dict[str, Any] = {
-        "slo": args.slo, "price": args.price, "cold_start": COLD_START, "profile": PROFILE.name,
+        "slo": args.slo, "price": price, "cold_start": COLD_START, "profile": PROFILE.name,
         "traces": [plan_trace(n, profile, args.slo, args.quick) for n in names],
         "speed": speed(profile, 2 if args.quick else 24, 1 if args.quick else args.repeat,
                        5_000 if args.quick else 100_000),

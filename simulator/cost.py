@@ -156,9 +156,15 @@ def run_span(log: pd.DataFrame) -> float:
 
 
 def provisioned_gpu_seconds(log: pd.DataFrame, scenario: Scenario) -> float:
-    """GPU-seconds provisioned for the run: ``gpus × span`` for a fixed pool of
-    ``scenario.gpus`` GPUs held from the first arrival to the last completion
-    (:func:`run_span`), whether busy or idle. GPU-hours = this / 3600."""
+    """GPU-seconds provisioned for the run, busy or idle. Without a replica pool: ``gpus ×
+    span``, a fixed set of ``scenario.gpus`` GPUs held from the first arrival to the last
+    completion (:func:`run_span`). With one: every replica's ``gpus`` from its start (cold
+    start included) to its stop (draining included), ``replica_seconds × gpus`` of
+    :func:`simulator.metrics.replica_figures`. GPU-hours = this / 3600."""
+    if "replicas" in log.attrs:
+        from simulator.metrics import replica_figures
+
+        return float(replica_figures(log)["replica_seconds"]) * int(log.attrs["replicas"]["gpus_per_replica"])
     return float(scenario.gpus) * run_span(log)
 
 

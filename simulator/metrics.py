@@ -542,8 +542,9 @@ def replica_figures(log: pd.DataFrame) -> dict[str, Any]:
       ``gpu_hours = replica_seconds × gpus_per_replica / 3600``;
     * ``mean_replicas = replica_seconds / (end_at − start_at)``; ``peak_replicas`` the most up
       at once; ``time_at_max_s`` the time the requested count equals ``max_replicas``;
-    * ``started`` replicas, of which ``cold_starts`` became ready after a cold start (not
-      the warm ``min_replicas`` at instant 0) and ``cancelled`` were stopped while starting;
+    * ``started`` replicas, of which ``cold_starts`` became ready after a cold start (all but
+      the warm ``min_replicas`` at instant 0, whoever started them) and ``cancelled`` were
+      stopped while starting;
     * ``pool_wait`` the statistics of ``dispatched_at − arrived_at`` (time in the pool's
       queue) over the prompts a replica took;
     * a prompt's cold-start wait is the part of its pool wait during which no replica was
@@ -574,6 +575,9 @@ def replica_figures(log: pd.DataFrame) -> dict[str, Any]:
         slope = none_ready[j] if len(none_ready) else np.zeros_like(t)
         return cum[j] + (t - at[j]) * slope
 
+    # the warm replicas: the first min_replicas, ready at instant 0 (every other replica, one
+    # the autoscaler started at instant 0 too, went through a cold start)
+    warm = (np.asarray(table["replica"]) < int(table["min_replicas"])) & (requested == start)
     arrived = log["arrived_at"].to_numpy(float)
     dispatched = log["dispatched_at"].to_numpy(float)
     served = log["status"].isin(SERVED).to_numpy() & ~np.isnan(dispatched)
@@ -583,8 +587,8 @@ def replica_figures(log: pd.DataFrame) -> dict[str, Any]:
     cold_total = float(cold_wait.sum())
     return {
         "started": int(len(requested)),
-        "cold_starts": int(np.sum((requested > start) & ~np.isnan(ready_at))),
-        "cancelled": int(np.sum((requested > start) & np.isnan(ready_at) & (stopped < end))),
+        "cold_starts": int(np.sum(~warm & ~np.isnan(ready_at))),
+        "cancelled": int(np.sum(~warm & np.isnan(ready_at) & (stopped < end))),
         "replica_seconds": replica_seconds,
         "gpu_hours": replica_seconds * int(table["gpus_per_replica"]) / 3600.0,
         "mean_replicas": replica_seconds / span if span > 0 else 0.0,

@@ -380,8 +380,19 @@ class CheapestResult:
 
 def _arrival_span(base: Base) -> float:
     """Seconds from the first to the last arrival of the trace at the base scenario's load."""
-    times = [c.t for c in base.trace.calls]
-    return (max(times) - min(times)) / base.scenario.rate_scale if times else 0.0
+    times = base.trace.columns.call_t
+    return float(times.max() - times.min()) / base.scenario.rate_scale if times.size else 0.0
+
+
+def _fewest_replicas(base: Base, grid: Sequence[Mapping[str, Any]]) -> int:
+    """The fewest replicas any configuration of ``grid`` holds through the run: 1 without a
+    replica pool, else its ``min_replicas`` (an autoscaler may scale down to it, never below)."""
+    fewest = None
+    for config in grid:
+        pooled = config.get("autoscaler", base.scenario.autoscaler) is not None
+        held = int(config.get("min_replicas", base.scenario.min_replicas)) if pooled else 1
+        fewest = held if fewest is None else min(fewest, held)
+    return 1 if fewest is None else fewest
 
 
 def cheapest(bases: Sequence[Base], slos: Sequence[SLO], prices: PriceTable,
@@ -420,12 +431,13 @@ def cheapest(bases: Sequence[Base], slos: Sequence[SLO], prices: PriceTable,
                 if "rate_scale" not in key and all(s.met(figs.get(s.figure)) for s in slos)
                 and figs.get("cost.usd") is not None]
 
-    # Larger counts, while their lower bound on cost is below the cheapest found.
+    # Larger counts, while their lower bound on cost is below the cheapest found: g GPUs (a
+    # replica's, with a pool) times the fewest replicas held, through the arrivals at least.
     for k, (b, ev, price) in enumerate(zip(bases, evaluators, price_of, strict=True)):
         start = lowest[k]
         if start is None:
             continue
-        span = _arrival_span(b)
+        span = _arrival_span(b) * _fewest_replicas(b, grid)
         g = start + 1
         while g <= max_gpus:
             found_costs = met_points()

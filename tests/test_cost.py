@@ -210,3 +210,27 @@ def test_the_docs_price_table_is_the_bundled_tables():
     page = (ROOT / "docs" / "sweep-and-plan.md").read_text()
     block = re.search(r"<!-- BEGIN generated: price-tables -->\n(.*?)<!-- END generated: price-tables -->", page, re.S)
     assert block is not None and block.group(1) == prices_reference(), "run python docs/build.py docs/sweep-and-plan.md"
+
+
+def test_the_cheapest_plan_scales_a_pool_to_zero_between_bursts():
+    """Two bursts of 5 one-second prompts 1,000 s apart on one GPU per replica. A pool held at
+    one replica pays the whole gap; a serverless pool with min 0 (cold start 10 s, scale-down
+    after 20 s idle) pays two short lives and still meets latency max <= 40 s, so it is the
+    cheapest; its cost is its replica-seconds at the price (the plan's floor on larger counts
+    counts the fewest replicas held, 0, so it does not prune wrongly)."""
+    bursts = make_trace([(float(t), ["x"]) for t in (*range(5), *range(1000, 1005))])
+    pool_settings = {"autoscaler": "serverless", "max_replicas": 1, "target_inputs": 1.0,
+                     "replica_cold_start": "10", "scaledown_window": 20.0}
+    scenario = build_scenario(run=pool_settings)
+    base = Base(bursts, fixed("fast", "fast-gpu", 1.0), scenario)
+    result = cheapest([base], [parse_slo("x.latency.max<=40", ["x"])], PRICES,
+                      {**NO_BATCHING, "min_replicas": (0, 1)}, max_gpus=2, workers=1)
+    assert result.met and result.config["min_replicas"] == 0 and result.gpus == 1
+    by_min = {p["config"]["min_replicas"]: p for p in result.points if p["gpus"] == 1}
+    assert by_min[1]["met"] and by_min[1]["usd"] > 10 * by_min[0]["usd"]  # the gap, paid or not
+    again = replay(bursts, build_scenario(run={**pool_settings, "min_replicas": 0, "gpus": 1},
+                                          defaults={"flush": 0.0, "max_batch": 1}),
+                   fixed("fast", "fast-gpu", 1.0), prices=PRICES)
+    pool = again.summary["replicas"]
+    assert result.figures["cost.usd"] == pytest.approx(pool["replica_seconds"] / 3600 * 3.0)
+    assert pool["cold_starts"] == 2
