@@ -150,8 +150,16 @@ def scenario_for(base: Base, config: Mapping[str, Any], task: str | None) -> Sce
 
 
 def validate(spec: SweepSpec, base: Base) -> None:
-    """Check every axis value once (types, ranges, registered names) before any replay."""
+    """Check every axis value once (types, ranges, registered names) before any replay, and
+    that a replica pool's settings come with a pool."""
+    from simulator.model.replicas import POOL_SETTINGS
+
     base.swept_tasks(spec.task)
+    pooled = base.scenario.autoscaler is not None or any(v is not None for v in spec.axes.get("autoscaler", ()))
+    for name in POOL_SETTINGS:
+        if name in spec.axes and not pooled:
+            raise SweepError(None, None, name, "is a replica pool setting, read only with an autoscaler "
+                             "(give --autoscaler, or autoscaler in the scenario)")
     for name, values in spec.axes.items():
         for value in values:
             try:
@@ -331,8 +339,10 @@ class ResultStore:
         df = df.drop_duplicates(["config_key", "seed"], keep="first")
         return df.sort_values(["config_key", "seed"], kind="stable").reset_index(drop=True)
 
-    def close(self) -> pd.DataFrame:
-        """Write the Parquet file from every row done; remove the journal."""
+    def close(self, failed: bool = False) -> pd.DataFrame:
+        """Write the Parquet file from every row done; remove the journal. A sweep that
+        ``failed`` with no row done at all writes nothing (an error leaves no output, and a
+        file that was there stays as it was)."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -342,6 +352,9 @@ class ResultStore:
             self._handle.close()
             self._handle = None
         df = self.frame()
+        if failed and df.empty:
+            self.journal.unlink(missing_ok=True)
+            return df
         table = pa.Table.from_pandas(df, preserve_index=False)
         table = table.replace_schema_metadata({**(table.schema.metadata or {}),
                                                META_KEY: json.dumps(self.meta).encode()})
@@ -513,7 +526,7 @@ def _run_jobs(spec: SweepSpec, base: Base, out: str | Path, meta: dict[str, Any]
         progress(skipped, total)
     results = (_dask_results(jobs, spec.task, base, cluster) if cluster is not None
                else _local_results(jobs, spec.task, base, workers or os.cpu_count() or 1))
-    interrupted = False
+    interrupted = failed = False
     try:
         for row in results:
             store.add(row)
@@ -522,8 +535,11 @@ def _run_jobs(spec: SweepSpec, base: Base, out: str | Path, meta: dict[str, Any]
                 progress(skipped + finished, total)
     except KeyboardInterrupt:
         interrupted = True
+    except BaseException:
+        failed = True
+        raise
     finally:
-        frame = store.close()  # every finished row saved, whatever stopped the sweep
+        frame = store.close(failed)  # every finished row saved, whatever stopped the sweep
     if interrupted:
         raise SweepInterrupted(Path(out), len(frame), finished, total) from None
     return SweepResult(frame, finished, skipped, total)
