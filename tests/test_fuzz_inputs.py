@@ -6,7 +6,7 @@ Classes (the names ``benchmarks/hostile_inputs.py`` reports): JSON structure, on
 a valid document made hostile, TOML, CSV rows for the importers, raw bytes, mutations of the
 bundled files and of the real traces, every option of every command, and every setting
 through ``--set``. Hypothesis is derandomized with no database, so CI runs the same cases
-every time; ``FUZZ_EXAMPLES`` examples a class by default, five times as many under ``slow``.
+every time; ``FUZZ_EXAMPLES`` examples a class by default, twice as many under ``slow``.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def _profile(examples: int):
 
 
 DEFAULT = _profile(FUZZ_EXAMPLES)
-SLOW = _profile(5 * FUZZ_EXAMPLES)
+SLOW = _profile(2 * FUZZ_EXAMPLES)
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8) | st.sampled_from(HOSTILE_JSON),
@@ -247,7 +247,7 @@ def test_fuzz(klass):
 def test_fuzz_more(klass):
     if klass == "real traces mutated" and not REAL.is_dir():
         pytest.skip(f"the real traces are not here ({REAL})")
-    fuzz(klass, 5 * FUZZ_EXAMPLES)()
+    fuzz(klass, 2 * FUZZ_EXAMPLES)()
 
 
 def test_the_fuzz_starts_from_valid_inputs():

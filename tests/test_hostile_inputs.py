@@ -53,6 +53,11 @@ CASES = {
         "b.csv", "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
                  "5,ChatGPT,10,10,20,Conversation log\n6,ChatGPT,10,10,20,Conversation log,x\n",
         ["import", "burstgpt", "{f}", "-o", "{out}"], ["b.csv", "line 3", "has 7 fields; the header has 6"]),
+    "trace that is not UTF-8 (the fast reader gives way to the reporting one)": (
+        "t.json", b"\xe9", ["replay", "{f}"], ["t.json", "not a UTF-8 text file"]),
+    "profile default token count past 32 bits": (
+        "p.json", profile_with(lambda p: first_task(p).update(max_tokens=10**25)),
+        ["replay", str(TRACE), "--profile", "{f}"], ["p.json", "'max_tokens'", "2,147,483,647", "26 digits"]),
     "trace time past any float": (
         "t.json", json.dumps({"calls": [{"t": 10**400, "prompts": ["mmlu"]}]}),
         ["replay", "{f}"], ["t.json", "record 0", "'t'", "too large"]),
@@ -81,7 +86,9 @@ CASES = {
 def test_each_hostile_input_gets_one_line_and_is_left_untouched(tmp_path, case):
     name, content, command, needles = CASES[case]
     path = tmp_path / (name or "unused")
-    if content is not None:
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
         path.write_text(content)
     before = hashlib.sha256(path.read_bytes()).hexdigest() if content is not None else None
     out = tmp_path / "out.json"

@@ -119,9 +119,14 @@ class Profile:
         return out
 
 
+#: The largest default token count a profile may give: a trace's (32-bit columns).
+MAX_TASK_TOKENS = 2**31 - 1
+
+
 def _need_int(value: Any, path: str, task: str, fld: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ProfileError(path, f"task '{task}'", fld, f"must be an integer >= 1, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TASK_TOKENS:
+        shown = f"{value!r}" if not isinstance(value, int) or value < 10**20 else f"an integer of {len(str(value))} digits"
+        raise ProfileError(path, f"task '{task}'", fld, f"must be an integer in [1, {MAX_TASK_TOKENS:,}], got {shown}")
     return value
 
 

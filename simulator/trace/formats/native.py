@@ -168,8 +168,8 @@ def read_native_fast(raw: bytes, path: str | Path) -> Trace | None:
     """
     try:
         decoded = _DECODER.decode(raw)
-    except (msgspec.DecodeError, RecursionError):
-        return None
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+        return None  # (the general reader reports it)
     meta: dict[str, Any] = {}
     if isinstance(decoded, _File):
         if decoded.format != FORMAT_NAME:
@@ -203,7 +203,7 @@ def read_native_lines(handle: IO[bytes], path: str | Path) -> Trace | None:
         return None
     try:
         head = _HEADER.decode(b"".join(header) + b'"calls": []}')
-    except (msgspec.DecodeError, RecursionError):
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
         return None
     if head.format != FORMAT_NAME:
         return None
@@ -230,7 +230,7 @@ def read_native_lines(handle: IO[bytes], path: str | Path) -> Trace | None:
 def _add_lines(blocks: _ColumnBlocks, lines: list[bytes]) -> bool:
     try:
         blocks.add(_CALLS.decode(b"[" + b",".join(lines) + b"]"))
-    except (msgspec.DecodeError, RecursionError):
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
         return False
     return True
 
