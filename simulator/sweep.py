@@ -150,7 +150,8 @@ def scenario_for(base: Base, config: Mapping[str, Any], task: str | None) -> Sce
 
 
 def validate(spec: SweepSpec, base: Base) -> None:
-    """Check every axis value once (types, ranges, registered names) before any replay."""
+    """Check every axis value once (types, ranges, registered names), then the scenario of
+    every configuration (settings that contradict each other), before any replay."""
     base.swept_tasks(spec.task)
     for name, values in spec.axes.items():
         for value in values:
@@ -158,6 +159,10 @@ def validate(spec: SweepSpec, base: Base) -> None:
                 _SETTING[name].check(value)
             except ScenarioError as exc:
                 raise SweepError(None, None, name, exc.message) from None
+    from simulator.model.replicas import check_pool_settings
+
+    for config in spec.configurations():
+        check_pool_settings(scenario_for(base, config, spec.task))
 
 
 # -- one replay -------------------------------------------------------------------------
@@ -342,6 +347,9 @@ class ResultStore:
             self._handle.close()
             self._handle = None
         df = self.frame()
+        if df.empty and not self.path.exists():  # nothing ran (an error at the first run): no file
+            self.journal.unlink(missing_ok=True)
+            return df
         table = pa.Table.from_pandas(df, preserve_index=False)
         table = table.replace_schema_metadata({**(table.schema.metadata or {}),
                                                META_KEY: json.dumps(self.meta).encode()})
@@ -389,10 +397,11 @@ def _local_results(jobs: list, task: str | None, base: Base, workers: int) -> It
         _set_base(base)
         yield run_job(jobs[0], task)
         jobs = jobs[1:]
-    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_start,
+    # Never more processes than jobs: a forked pool starts all of its workers at once.
+    with cf.ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx, initializer=_worker_start,
                                 initargs=(base, os.getpid())) as pool:
         # Chunks amortise the inter-process round trip over several millisecond-long replays.
-        chunk = max(1, min(8, len(jobs) // (4 * workers)))
+        chunk = max(1, min(8, len(jobs) // (4 * min(workers, len(jobs)))))
         futures = [pool.submit(_run_chunk, jobs[i:i + chunk], task) for i in range(0, len(jobs), chunk)]
         try:
             for fut in cf.as_completed(futures):
@@ -484,6 +493,9 @@ def run_sweep(spec: SweepSpec, base: Base, out: str | Path, *, workers: int | No
               cluster: Any = None, force: bool = False,
               progress: Callable[[int, int], None] | None = None) -> SweepResult:
     """Run ``spec`` over ``base``; stream rows into ``out`` (Parquet). Resumable (see module doc)."""
+    from simulator.outputs import check_writable
+
+    check_writable(out, force=True)  # a blank name, a folder, a missing folder: before any run
     if Path(out).suffix.lower() != ".parquet":
         raise SweepError(out, None, None, "sweep results are Parquet (resumable, with their metadata): "
                          "name the file .parquet (pandas.read_parquet turns it into CSV if needed)")

@@ -58,6 +58,9 @@ class _LazyGroup(TyperGroup):
 
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        from simulator.cli import _common
+
+        _common.interrupt_reported = False
         try:
             code = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
         except ClickException as exc:
@@ -69,6 +72,11 @@ class _LazyGroup(TyperGroup):
                 message = " ".join(exc.format_message().split())
                 typer.echo(f"error: {where}{message}", err=True)
             sys.exit(exc.exit_code)
+        if code == _common.EXIT_INTERRUPTED and not _common.interrupt_reported:
+            # Ctrl-C outside the part of a command that reports it (while loading, or once
+            # its work was done): every file written is whole (simulator.outputs).
+            typer.echo("interrupted; every file written is complete, none half-written; "
+                       "run the same command again to finish", err=True)
         sys.exit(code if isinstance(code, int) else 0)
 
     def list_commands(self, ctx: Any) -> list[str]:
