@@ -1,6 +1,7 @@
-"""Kill -9 and Ctrl-C at seeded moments of replay and sweep (``tests/faults.py``): no
-process outlives the command, the next run of the same command leaves no ``.part`` file,
-redoes no finished sweep row, and ends with the outputs of an uninterrupted run."""
+"""Kill -9 and Ctrl-C at seeded moments of replay, sweep (local and on a Dask cluster) and
+calibrate (``tests/faults.py``): no process outlives the command, a Ctrl-C says what was kept
+in one line, the next run of the same command leaves no ``.part`` file, redoes no finished
+sweep row, and ends with the outputs of an uninterrupted run."""
 
 from __future__ import annotations
 
@@ -16,16 +17,25 @@ CASES = [(kind, sig, round(_rng.uniform(0.4, 1.8), 2)) for kind in ("replay", "s
          for sig in (signal.SIGKILL, signal.SIGINT)]
 MORE = [(kind, sig, round(_rng.uniform(0.2, 2.5), 2)) for kind in ("replay", "sweep")
         for sig in (signal.SIGKILL, signal.SIGINT) for _ in range(3)]
+# Drawn from their own seed, so that adding them moved none of the moments above.
+_later = random.Random(23)
+CASES += [(kind, sig, round(_later.uniform(0.4, 1.8), 2)) for kind in ("calibrate", "sweep --cluster")
+          for sig in (signal.SIGKILL, signal.SIGINT)]
+MORE += [(kind, sig, round(_later.uniform(0.2, 2.5), 2)) for kind in ("calibrate", "sweep --cluster")
+         for sig in (signal.SIGKILL, signal.SIGINT) for _ in range(3)]
 
 
 def _check(tmp_path_factory, kind, sig, delay) -> None:
     base = tmp_path_factory.getbasetemp() / "faults"
-    got = interrupt(kind, sig, delay, tmp_path_factory.mktemp(f"{kind}-{sig.name}"), base)
+    if kind == "sweep --cluster":
+        pytest.importorskip("distributed", reason="dask.distributed is the optional 'cluster' extra")
+    got = interrupt(kind, sig, delay, tmp_path_factory.mktemp(f"{kind.replace(' --', '-')}-{sig.name}"), base)
     assert got["orphans"] == 0, got
     assert got["leftovers"] == 0, got
     assert got["rows_lost"] == 0, got
     assert got["identical"], got
     assert got["one_line"], got
+    assert got["said"], got
 
 
 @pytest.mark.parametrize("kind, sig, delay", CASES, ids=lambda v: getattr(v, "name", str(v)))
