@@ -73,10 +73,7 @@ class _LazyGroup(TyperGroup):
                 typer.echo(f"error: {where}{message}", err=True)
             sys.exit(exc.exit_code)
         if code == _common.EXIT_INTERRUPTED and not _common.interrupt_reported:
-            # Ctrl-C outside the part of a command that reports it (while loading, or once
-            # its work was done): every file written is whole (simulator.outputs).
-            typer.echo("interrupted; every file written is complete, none half-written; "
-                       "run the same command again to finish", err=True)
+            _say_interrupted()
         sys.exit(code if isinstance(code, int) else 0)
 
     def list_commands(self, ctx: Any) -> list[str]:
@@ -173,7 +170,22 @@ def _map_large_allocations(threshold: int = 256 * 1024) -> None:
         process.mallopt(_M_MMAP_THRESHOLD, threshold)
 
 
+def _say_interrupted() -> None:
+    """A Ctrl-C outside the part of a command that reports it (while loading, or once its
+    work was done): every file written is whole (:mod:`simulator.outputs`)."""
+    typer.echo("interrupted; every file written is complete, none half-written; run the same command again to finish",
+               err=True)
+
+
 def main() -> None:
-    """Console-script entry point."""
-    _map_large_allocations()
-    app()
+    """Console-script entry point. A Ctrl-C after the command line has ended (as the process
+    exits) is said in one line and exit status 130, as one during the command."""
+    try:
+        _map_large_allocations()
+        app()
+    except KeyboardInterrupt:
+        from simulator.cli import _common
+
+        if not _common.interrupt_reported:
+            _say_interrupted()
+        sys.exit(_common.EXIT_INTERRUPTED)
