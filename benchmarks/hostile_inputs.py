@@ -45,8 +45,8 @@ def run(examples: int, moments: int, seed: int) -> dict:
         for sig in (signal.SIGKILL, signal.SIGINT):
             for i in range(moments):
                 folder = base / f"{kind.replace(' --', '-')}-{sig.name}-{i}"
-                got = faults.interrupt(kind, sig, round(rng.uniform(0.4, 1.8), 2), folder, base)
-                runs.append({k: got[k] for k in ("kind", "signal", "delay", "exit", "orphans", "leftovers", "rows_lost",
+                got = faults.interrupt(kind, sig, round(rng.uniform(0.3, 0.9), 2), folder, base)
+                runs.append({k: got[k] for k in ("kind", "signal", "moment", "delay", "exit", "orphans", "leftovers", "rows_lost",
                                                  "identical", "said")})
     return {"examples": examples, "classes": classes, "faults": runs}
 

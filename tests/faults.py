@@ -126,12 +126,19 @@ def make_run(folder: Path, calls: int = 40) -> Path:
     return run
 
 
+#: Seconds an uninterrupted run of each command took (measured by :func:`reference`).
+DURATIONS: dict[str, float] = {}
+
+
 @functools.cache
 def reference(kind: str, base: str) -> dict[str, bytes]:
-    """The outputs of an uninterrupted run of ``kind`` (in ``base``/ref-KIND)."""
+    """The outputs of an uninterrupted run of ``kind`` (in ``base``/ref-KIND); its duration
+    goes into :data:`DURATIONS`."""
     folder = Path(base) / f"ref-{kind.replace(' --', '-')}"
     prepare(kind, folder)
+    began = time.monotonic()
     subprocess.run([*SIMCTL, *command(kind)], cwd=folder, env=_env(), check=True, capture_output=True, timeout=300)
+    DURATIONS[kind] = time.monotonic() - began
     return {name: (folder / name).read_bytes() for name in OUTPUTS[kind]}
 
 
@@ -174,8 +181,10 @@ def _rows(folder: Path) -> int:
     return 0
 
 
-def interrupt(kind: str, sig: signal.Signals, delay: float, folder: Path, base: Path) -> dict[str, object]:
-    """Run ``kind`` in ``folder``, send ``sig`` after ``delay`` s, run it again; the figures.
+def interrupt(kind: str, sig: signal.Signals, moment: float, folder: Path, base: Path) -> dict[str, object]:
+    """Run ``kind`` in ``folder``, send ``sig`` at ``moment`` (a fraction, in (0, 1), of an
+    uninterrupted run's duration on this machine, so the signal falls inside the run however
+    fast the machine is), run it again; the figures.
 
     ``said``: a command that exits 130 (Ctrl-C) said so on stderr in one line, with what it
     kept and that the same command finishes the work."""
@@ -185,6 +194,7 @@ def interrupt(kind: str, sig: signal.Signals, delay: float, folder: Path, base: 
     args = command(kind)
     proc = subprocess.Popen([*SIMCTL, *args], cwd=folder, env=_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
+    delay = moment * DURATIONS[kind]
     time.sleep(delay)
     tree = descendants(proc.pid)
     finished_before = _rows(folder) if sweep else 0
@@ -214,6 +224,6 @@ def interrupt(kind: str, sig: signal.Signals, delay: float, folder: Path, base: 
         identical = again.returncode == 0 and got.equals(want)
     else:
         identical = again.returncode == 0 and all((folder / n).read_bytes() == b for n, b in expected.items())
-    return {"kind": kind, "signal": sig.name, "delay": delay, "exit": proc.returncode, "orphans": orphans,
+    return {"kind": kind, "signal": sig.name, "moment": moment, "delay": round(delay, 2), "exit": proc.returncode, "orphans": orphans,
             "leftovers": leftovers, "rows_lost": max(0, finished - skipped) if sweep else 0,
             "identical": identical, "one_line": one_line, "said": said, "stderr": err[-400:]}
