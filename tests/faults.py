@@ -181,6 +181,13 @@ def _rows(folder: Path) -> int:
     return 0
 
 
+def _default_sigint() -> None:
+    """Give the command Ctrl-C's default action: a harness started in the background (``&``
+    in a shell) ignores SIGINT, its children inherit that, and Python then installs no
+    KeyboardInterrupt handler: the Ctrl-C would never reach the command."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def interrupt(kind: str, sig: signal.Signals, moment: float, folder: Path, base: Path) -> dict[str, object]:
     """Run ``kind`` in ``folder``, send ``sig`` at ``moment`` (a fraction, in (0, 1), of an
     uninterrupted run's duration on this machine, so the signal falls inside the run however
@@ -193,7 +200,7 @@ def interrupt(kind: str, sig: signal.Signals, moment: float, folder: Path, base:
     prepare(kind, folder)
     args = command(kind)
     proc = subprocess.Popen([*SIMCTL, *args], cwd=folder, env=_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
     delay = moment * DURATIONS[kind]
     time.sleep(delay)
     tree = descendants(proc.pid)
