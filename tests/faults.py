@@ -136,9 +136,13 @@ def reference(kind: str, base: str) -> dict[str, bytes]:
     goes into :data:`DURATIONS`."""
     folder = Path(base) / f"ref-{kind.replace(' --', '-')}"
     prepare(kind, folder)
-    began = time.monotonic()
-    subprocess.run([*SIMCTL, *command(kind)], cwd=folder, env=_env(), check=True, capture_output=True, timeout=300)
-    DURATIONS[kind] = time.monotonic() - began
+    # Twice, timing the second: a first run may compile the kernel into its cache.
+    for _ in range(2):
+        for name in OUTPUTS[kind]:  # a sweep would resume its finished file
+            (folder / name).unlink(missing_ok=True)
+        began = time.monotonic()
+        subprocess.run([*SIMCTL, *command(kind)], cwd=folder, env=_env(), check=True, capture_output=True, timeout=300)
+        DURATIONS[kind] = time.monotonic() - began
     return {name: (folder / name).read_bytes() for name in OUTPUTS[kind]}
 
 
@@ -212,7 +216,7 @@ def interrupt(kind: str, sig: signal.Signals, moment: float, folder: Path, base:
         time.sleep(0.05)
     orphans = sum(alive(p) for p in tree)
     lines = err.strip().splitlines()
-    one_line = proc.returncode in (0, -9) or ("Traceback" not in err and len(lines) <= 1)
+    one_line = proc.returncode == -9 or ("Traceback" not in err and len(lines) <= 1)
     said = proc.returncode != 130 or (len(lines) == 1 and lines[0].startswith("interrupted")
                                       and "run the same command" in lines[0])
     finished = max(finished_before, _rows(folder)) if sweep else 0

@@ -496,3 +496,19 @@ def test_a_figure_named_for_another_format_or_a_name_too_long_is_one_line(tmp_pa
     result = runner.invoke(app, ["replay", str(TRACE), "--config", long])
     assert_one_line_error(result, "File name too long", "(5,000 characters)")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_ctrl_c_while_the_kernel_loads_is_held_not_lost():
+    """llvmlite runs Python inside a C callback as the compiled kernel loads; a Ctrl-C there
+    printed a traceback and was lost (the sweep went on and exited 0). It is held and raised
+    once the kernel returns."""
+    import os
+    import signal
+
+    from simulator.model.fast import sigint_deferred
+
+    reached = False
+    with pytest.raises(KeyboardInterrupt), sigint_deferred():
+        os.kill(os.getpid(), signal.SIGINT)
+        reached = True
+    assert reached and signal.getsignal(signal.SIGINT) is signal.default_int_handler
