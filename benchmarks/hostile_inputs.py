@@ -2,8 +2,8 @@
 of interrupted runs (orphan processes, leftover .part files, sweep rows lost).
 
 Runs the fuzz classes of ``tests/test_fuzz_inputs.py`` (hypothesis, derandomized) and the
-fault scenarios of ``tests/faults.py`` (SIGKILL and SIGINT at seeded moments of replay and
-sweep), and writes the table into docs/robustness.md (``--write-docs``)::
+fault scenarios of ``tests/faults.py`` (SIGKILL and SIGINT at seeded moments of replay, sweep
+on local processes and on a Dask cluster, and calibrate), and writes the table into docs/robustness.md (``--write-docs``)::
 
     python benchmarks/hostile_inputs.py --write-docs     # 1000 cases a class, 3 moments a fault
     python benchmarks/hostile_inputs.py --quick          # 20 cases a class, one fault run
@@ -44,9 +44,10 @@ def run(examples: int, moments: int, seed: int) -> dict:
     for kind in faults.COMMANDS:
         for sig in (signal.SIGKILL, signal.SIGINT):
             for i in range(moments):
-                got = faults.interrupt(kind, sig, round(rng.uniform(0.4, 1.8), 2), base / f"{kind}-{sig.name}-{i}", base)
-                runs.append({k: got[k] for k in ("kind", "signal", "delay", "orphans", "leftovers", "rows_lost",
-                                                 "identical")})
+                folder = base / f"{kind.replace(' --', '-')}-{sig.name}-{i}"
+                got = faults.interrupt(kind, sig, round(rng.uniform(0.3, 0.9), 2), folder, base)
+                runs.append({k: got[k] for k in ("kind", "signal", "moment", "delay", "exit", "orphans", "leftovers", "rows_lost",
+                                                 "identical", "said")})
     return {"examples": examples, "classes": classes, "faults": runs}
 
 
@@ -58,16 +59,23 @@ def table(result: dict) -> str:
         total[0] += c["tried"]
         total[1] += c["handled"]
     lines.append(f"| **all** | **{total[0]:,}** | **{total[1]:,} ({100 * total[1] / max(total[0], 1):.1f} %)** |")
-    lines += ["", "| interrupted | runs | orphan processes | leftover .part files | sweep rows lost | resumed = uninterrupted |",
-              "|---|---:|---:|---:|---:|---:|"]
+    lines += ["", "| interrupted | runs | orphan processes | leftover .part files | sweep rows lost | "
+              "resumed = uninterrupted | Ctrl-C said what it kept |", "|---|---:|---:|---:|---:|---:|---:|"]
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in result["faults"]:
         groups.setdefault((r["kind"], r["signal"]), []).append(r)
     for (kind, sig), rs in groups.items():
         lines.append(f"| `simctl {kind}`, {sig} | {len(rs)} | {sum(r['orphans'] for r in rs)} | "
                      f"{sum(r['leftovers'] for r in rs)} | {sum(r['rows_lost'] for r in rs)} | "
-                     f"{sum(r['identical'] for r in rs)} of {len(rs)} |")
+                     f"{sum(r['identical'] for r in rs)} of {len(rs)} | {_said(rs)} |")
     return "\n".join(lines) + "\n"
+
+
+def _said(runs: list[dict]) -> str:
+    """How many of the runs that exited 130 said so in one line (``–``: none did; a kill -9,
+    or a Ctrl-C once the command had finished)."""
+    stopped = [r for r in runs if r["exit"] == 130]
+    return f"{sum(r['said'] for r in stopped)} of {len(stopped)}" if stopped else "–"
 
 
 def main(argv: list[str] | None = None) -> int:

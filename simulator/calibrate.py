@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from simulator.errors import ProfileError
+from simulator.errors import ObservedError, ProfileError
 from simulator.metrics import client_calls
 from simulator.model import simulate
 from simulator.observed import ObservedRun, compare_calls
@@ -53,6 +53,8 @@ from simulator.profile import Profile, profile_from_dict
 from simulator.scenario import Scenario
 from simulator.trace.model import Trace
 
+#: The fewest calls a quantile (of the run, or of one call composition) is fitted from.
+MIN_CALLS = 10
 FLOOR = 0.05  # seconds: latencies below this are compared as this (graph calls are ~0.1 s)
 #: quantiles of call latency the ``quantiles`` objective matches, overall and per composition class
 QUANTILES = (10, 25, 50, 75, 90, 95)
@@ -221,7 +223,11 @@ class _Target:
         call_ids = [c.id for c in trace.calls]
         missing = set(call_ids) - set(obs.index)
         if missing:
-            raise ValueError(f"the observed run {observed.name} lacks calls of the trace (e.g. {min(missing)})")
+            raise ObservedError(observed.path, None, None,
+                                f"the observed run {observed.name} lacks calls of the trace (e.g. {min(missing)})")
+        if len(call_ids) < MIN_CALLS:  # its quantiles would rest on nothing
+            raise ObservedError(observed.path, None, None, f"a fit needs at least {MIN_CALLS} calls; the run has "
+                                f"{len(call_ids)}")
         latency = np.maximum(obs["latency_censored_s"].reindex(call_ids).to_numpy(float), FLOOR)
         self.y = np.log(latency)
         self.failed = ~obs["ok"].reindex(call_ids).to_numpy(bool)
@@ -229,7 +235,7 @@ class _Target:
         composition = obs["tasks"].reindex(call_ids).str.split("+").map(lambda t: classes(frozenset(t)))
         groups = [np.ones(len(call_ids), bool)] + [
             (composition == c).to_numpy(bool) for c in scenario.compositions.labels if c != "other"]
-        self.groups = [g for g in groups if g.sum() >= 10]
+        self.groups = [g for g in groups if g.sum() >= MIN_CALLS]
         self.y_quantiles = self._quantiles(latency)
 
     def _quantiles(self, latency: np.ndarray) -> np.ndarray:

@@ -23,27 +23,86 @@ from simulator.errors import OutputError
 def check_writable(path: str | Path, force: bool = False, inputs: tuple[Path, ...] = ()) -> Path:
     """Validate an output path before any work is done.
 
-    Raises :class:`OutputError` if the file exists (and ``force`` is false), if it is one
-    of the ``inputs`` (even with ``force``), or if its folder does not exist.
+    Raises :class:`OutputError` if the name is blank (``""``, ``" "``), names a folder
+    (``.``, an existing folder), if the file exists (and ``force`` is false), if it is one
+    of the ``inputs`` (even with ``force``), or if its folder does not exist or is not a
+    folder.
     """
+    check_output_name(path, "file")
     target = Path(path)
+    if target.name in ("", ".", "..") or target.is_dir():
+        raise OutputError(target, None, None, "is a folder; give the name of a file to write")
     for inp in inputs:
         with contextlib.suppress(OSError):
             if target.exists() and target.resolve() == Path(inp).resolve():
                 raise OutputError(target, None, None, "output would overwrite an input file")
     if target.exists() and not force:
         raise OutputError(target, None, None, "file exists; pass --force to overwrite it")
-    if target.parent and not target.parent.exists():
-        raise OutputError(target, None, None, f"folder {target.parent} does not exist")
+    _check_parent(target)
+    if target.is_symlink():  # the file it points to is written: its folder must exist too
+        _check_parent(_through_links(target))
     return target
+
+
+#: The figure formats simctl writes (matplotlib's, by suffix).
+FIGURE_FORMATS = (".png", ".svg", ".pdf")
+
+
+def check_figure(path: str | Path, force: bool = False, inputs: tuple[Path, ...] = ()) -> Path:
+    """:func:`check_writable` for a figure, whose name must also end in one of
+    :data:`FIGURE_FORMATS`."""
+    target = check_writable(path, force=force, inputs=inputs)
+    if target.suffix.lower() not in FIGURE_FORMATS:
+        raise OutputError(target, None, None, f"a figure must end in {', '.join(FIGURE_FORMATS)}")
+    return target
+
+
+def check_output_folder(folder: str | Path, names: tuple[str, ...], force: bool = False,
+                        inputs: tuple[Path, ...] = ()) -> list[Path]:
+    """Validate an output folder and the files ``names`` to be written into it, before any
+    work is done. Nothing is created: the caller makes the folder once its work is done.
+
+    Raises :class:`OutputError` if the name is blank, names an existing file rather than a
+    folder, if its parent folder does not exist, or if a file to be written would be
+    refused by :func:`check_writable`. Returns the paths of the files."""
+    check_output_name(folder, "folder")
+    target = Path(folder)
+    if target.exists() and not target.is_dir():
+        raise OutputError(target, None, None, "is a file, not a folder; give a folder to write the figures into")
+    if not target.exists():
+        _check_parent(target)
+    paths = [target / name for name in names]
+    if target.is_dir():
+        for p in paths:
+            check_writable(p, force=force, inputs=inputs)
+    return paths
+
+
+def check_output_name(path: str | Path, what: str = "file") -> None:
+    """Refuse a blank output name (:class:`OutputError`). A blank name (``""``, ``" "``, ``"out/ "``) is a slip, never a file anyone meant."""
+    name = Path(path).name
+    if not str(path).strip() or (name and not name.strip()):
+        raise OutputError(repr(str(path)), None, None, f"blank output {what} name; give a {what} to write")
+
+
+def _check_parent(target: Path) -> None:
+    parent = target.parent
+    if not parent.exists():
+        raise OutputError(target, None, None, f"folder {parent} does not exist")
+    if not parent.is_dir():
+        raise OutputError(target, None, None, f"{parent} is not a folder")
 
 
 @contextlib.contextmanager
 def open_output(path: str | Path, mode: str = "w", force: bool = False) -> Iterator[IO]:
-    """Open ``path`` for writing through a temporary file renamed into place on success."""
-    target = check_writable(path, force=force)
+    """Open ``path`` for writing through a temporary file renamed into place on success.
+
+    On any failure (the caller's, the disk's, the rename's, an interruption) the temporary
+    file is removed and the target is left as it was. A symbolic link is written through:
+    the file it points to is replaced, the link stays."""
+    target = _through_links(check_writable(path, force=force))
     remove_stale_parts(target)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.{os.getpid()}.", suffix=".part", dir=target.parent or ".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.{os.getpid()}.", suffix=".part", dir=target.parent)
     try:
         with os.fdopen(fd, mode) as handle:
             yield handle
@@ -56,12 +115,18 @@ def open_output(path: str | Path, mode: str = "w", force: bool = False) -> Itera
         raise
 
 
+def _through_links(target: Path) -> Path:
+    """Where writing ``target`` lands: the file a symbolic link points to (the link stays,
+    as a shell's ``>`` keeps it), else ``target``."""
+    return Path(os.path.realpath(target)) if target.is_symlink() else target
+
+
 def remove_stale_parts(target: Path) -> list[Path]:
     """Remove the temporary files an earlier write of ``target`` left when its process was
     killed (``.NAME.PID.XXXX.part`` whose PID is no longer running); those of a live
     process, which may be writing now, stay. Returns what was removed."""
     removed = []
-    for part in (target.parent or Path(".")).glob(f".{glob.escape(target.name)}.*.part"):
+    for part in target.parent.glob(f".{glob.escape(target.name)}.*.part"):
         pid = part.name[len(target.name) + 2:].split(".", 1)[0]
         if pid.isdigit() and not _running(int(pid)):
             with contextlib.suppress(OSError):

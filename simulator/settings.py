@@ -240,6 +240,10 @@ LARGEST_GPUS = 100_000
 LARGEST_COUNT = 1_000_000         # workers, CPU pool size, batch and running-batch rows
 LARGEST_TOKENS = 2**31 - 1        # token counts and budgets, queue lengths, priorities
 LARGEST_LOOKAHEAD = 1024          # drafts per speculative step, rows per prompt
+# The command-line counts that are not settings, bounded for the same reason.
+LARGEST_SEED = 2**63 - 1          # a seed is written into results as a 64-bit integer
+LARGEST_SEEDS = 10_000            # whole runs per configuration (--seeds)
+LARGEST_JOBS = 1024               # local processes (--jobs), each a forked interpreter
 
 
 def _number(value: float) -> str:

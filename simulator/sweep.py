@@ -150,22 +150,20 @@ def scenario_for(base: Base, config: Mapping[str, Any], task: str | None) -> Sce
 
 
 def validate(spec: SweepSpec, base: Base) -> None:
-    """Check every axis value once (types, ranges, registered names) before any replay, and
-    that a replica pool's settings come with a pool."""
-    from simulator.model.replicas import POOL_SETTINGS
-
+    """Check every axis value once (types, ranges, registered names), then the scenario of
+    every configuration (settings that contradict each other, such as a replica pool's
+    settings without a pool), before any replay."""
     base.swept_tasks(spec.task)
-    pooled = base.scenario.autoscaler is not None or any(v is not None for v in spec.axes.get("autoscaler", ()))
-    for name in POOL_SETTINGS:
-        if name in spec.axes and not pooled:
-            raise SweepError(None, None, name, "is a replica pool setting, read only with an autoscaler "
-                             "(give --autoscaler, or autoscaler in the scenario)")
     for name, values in spec.axes.items():
         for value in values:
             try:
                 _SETTING[name].check(value)
             except ScenarioError as exc:
                 raise SweepError(None, None, name, exc.message) from None
+    from simulator.model.replicas import check_pool_settings
+
+    for config in spec.configurations():
+        check_pool_settings(scenario_for(base, config, spec.task))
 
 
 # -- one replay -------------------------------------------------------------------------
@@ -352,7 +350,7 @@ class ResultStore:
             self._handle.close()
             self._handle = None
         df = self.frame()
-        if failed and df.empty:
+        if df.empty and (failed or not self.path.exists()):  # nothing ran: no file, or the old one kept
             self.journal.unlink(missing_ok=True)
             return df
         table = pa.Table.from_pandas(df, preserve_index=False)
@@ -402,10 +400,11 @@ def _local_results(jobs: list, task: str | None, base: Base, workers: int) -> It
         _set_base(base)
         yield run_job(jobs[0], task)
         jobs = jobs[1:]
-    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_start,
+    # Never more processes than jobs: a forked pool starts all of its workers at once.
+    with cf.ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx, initializer=_worker_start,
                                 initargs=(base, os.getpid())) as pool:
         # Chunks amortise the inter-process round trip over several millisecond-long replays.
-        chunk = max(1, min(8, len(jobs) // (4 * workers)))
+        chunk = max(1, min(8, len(jobs) // (4 * min(workers, len(jobs)))))
         futures = [pool.submit(_run_chunk, jobs[i:i + chunk], task) for i in range(0, len(jobs), chunk)]
         try:
             for fut in cf.as_completed(futures):
@@ -497,6 +496,9 @@ def run_sweep(spec: SweepSpec, base: Base, out: str | Path, *, workers: int | No
               cluster: Any = None, force: bool = False,
               progress: Callable[[int, int], None] | None = None) -> SweepResult:
     """Run ``spec`` over ``base``; stream rows into ``out`` (Parquet). Resumable (see module doc)."""
+    from simulator.outputs import check_writable
+
+    check_writable(out, force=True)  # a blank name, a folder, a missing folder: before any run
     if Path(out).suffix.lower() != ".parquet":
         raise SweepError(out, None, None, "sweep results are Parquet (resumable, with their metadata): "
                          "name the file .parquet (pandas.read_parquet turns it into CSV if needed)")

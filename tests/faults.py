@@ -1,16 +1,20 @@
 """Interrupting simctl at a seeded moment (SIGKILL or SIGINT sent from Python), then running
 the same command again: shared by ``tests/test_faults.py`` and ``benchmarks/hostile_inputs.py``.
+The commands: replay, a sweep on local processes, a sweep on a Dask cluster (a
+``LocalCluster`` on 127.0.0.1 the harness keeps), and calibrate on a small observed run.
 
 One :func:`interrupt` returns what the README promises about interruptions, as figures:
 ``orphans`` (processes of the interrupted command still alive after it), ``leftovers``
 (``.part`` files after the next run of the same command), ``rows_lost`` (sweep rows finished
 before the interruption that the next run redid), ``identical`` (the resumed outputs equal an
-uninterrupted run's: byte for byte for replay's files, row for row for a sweep).
+uninterrupted run's: byte for byte for replay's and calibrate's files, row for row for a
+sweep), ``said`` (a Ctrl-C'd command said in one line what it kept).
 """
 
 from __future__ import annotations
 
 import functools
+import io
 import os
 import re
 import signal
@@ -22,14 +26,51 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SIMCTL = [sys.executable, "-c", "from simulator.cli import main; main()"]
 
-#: Each command, run in its folder with relative paths (so two folders' outputs compare).
+#: Each command, run in its folder with relative paths (so two folders' outputs compare);
+#: ``{cluster}``: the address of the harness's Dask cluster (:func:`cluster_address`).
+_SWEEP = ["sweep", "long.json", "-c", "design-notes", "--flush", "0,0.1,0.2,0.3,0.4,0.5", "--seeds", "2"]
 COMMANDS = {
     "replay": ["replay", "long.json", "-c", "design-notes", "--json", "summary.json", "--events", "events.parquet",
                "--force"],
-    "sweep": ["sweep", "long.json", "-c", "design-notes", "--flush", "0,0.1,0.2,0.3,0.4,0.5", "--seeds", "2",
-              "--jobs", "2", "--out", "results.parquet"],
+    "sweep": [*_SWEEP, "--jobs", "2", "--out", "results.parquet"],
+    "sweep --cluster": [*_SWEEP, "--cluster", "{cluster}", "--out", "results.parquet"],
+    "calibrate": ["calibrate", "run", "--scenario", "{calibrate_scenario}", "--start", "qwen3-4b-nospec-start",
+                  "-o", "fit.json", "--seeds", "1", "--screen", "6", "--starts", "2", "--max-evaluations", "15",
+                  "--force"],
 }
-OUTPUTS = {"replay": ("summary.json", "events.parquet"), "sweep": ("results.parquet",)}
+OUTPUTS = {"replay": ("summary.json", "events.parquet"), "sweep": ("results.parquet",),
+           "sweep --cluster": ("results.parquet",), "calibrate": ("fit.json",)}
+
+
+@functools.cache
+def cluster_address() -> str:
+    """A Dask ``LocalCluster`` on 127.0.0.1 (two worker threads in this process), started
+    once and kept for the process's life: an interrupted sweep's client dies, the cluster
+    lives on, as a shared one does."""
+    import atexit
+
+    import distributed
+
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, protocol="tcp://",
+                                       host="127.0.0.1", dashboard_address=None)
+    atexit.register(cluster.close)
+    return cluster.scheduler_address
+
+
+def command(kind: str) -> list[str]:
+    """The command line of ``kind``, its placeholders filled in."""
+    args = COMMANDS[kind]
+    if "{cluster}" in args:
+        args = [cluster_address() if a == "{cluster}" else a for a in args]
+    return [str(CALIBRATE_SCENARIO) if a == "{calibrate_scenario}" else a for a in args]
+
+
+def prepare(kind: str, folder: Path) -> None:
+    """The inputs of ``kind`` in ``folder``."""
+    if kind == "calibrate":
+        make_run(folder)
+    else:
+        make_trace(folder)
 
 
 def _env() -> dict[str, str]:
@@ -50,12 +91,58 @@ def make_trace(folder: Path, repeats: int = 40) -> Path:
     return path
 
 
+#: Scenario and start profile of the calibrate fixture (those of tests/test_calibrate.py).
+CALIBRATE_SCENARIO = ROOT / "scenarios" / "lminference-4queues.toml"
+
+
+def make_run(folder: Path, calls: int = 40) -> Path:
+    """A small observed run of the users' client: ``batch_arrivals.json`` (the bundled
+    trace's first ``calls`` calls) and ``run/batch_NNNN.json``, each call's latency as the
+    simulator gives it for the calibrate fixture's scenario and start profile."""
+    import json
+
+    from simulator.metrics import client_calls
+    from simulator.model import simulate
+    from simulator.profile import load_profile
+    from simulator.scenario import build_scenario
+    from simulator.trace.formats import load_trace
+
+    folder.mkdir(parents=True, exist_ok=True)
+    records = json.loads((ROOT / "traces" / "batch_arrivals.json").read_text())[:calls]
+    (folder / "batch_arrivals.json").write_text(json.dumps(records))
+    trace = load_trace(folder / "batch_arrivals.json")
+    log = simulate(trace, build_scenario(path=CALIBRATE_SCENARIO), load_profile("qwen3-4b-nospec-start"), seed=0)
+    # 30 % slower than the start profile says: the fit has something to move
+    latency = 1.3 * client_calls(log, None).set_index("call_id")["latency_s"]
+    run = folder / "run"
+    run.mkdir(exist_ok=True)
+    for call in trace.calls:
+        t, lat = call.t, float(latency[call.id])
+        (run / f"batch_{int(call.id):04d}.json").write_text(json.dumps({
+            "batch_id": int(call.id), "batch_size": len(call.prompts), "scheduled_arrival_time": t,
+            "actual_send_time": t, "request_duration": lat, "completion_time": t + lat, "status_code": 200,
+            "prompt_idxs": list(range(len(call.prompts))), "error": None,
+            "response": {"choices": [{"text": "answer", "index": i} for i in range(len(call.prompts))]}}))
+    return run
+
+
+#: Seconds an uninterrupted run of each command took (measured by :func:`reference`).
+DURATIONS: dict[str, float] = {}
+
+
 @functools.cache
 def reference(kind: str, base: str) -> dict[str, bytes]:
-    """The outputs of an uninterrupted run of ``kind`` (in ``base``/ref-KIND)."""
-    folder = Path(base) / f"ref-{kind}"
-    make_trace(folder)
-    subprocess.run([*SIMCTL, *COMMANDS[kind]], cwd=folder, env=_env(), check=True, capture_output=True, timeout=300)
+    """The outputs of an uninterrupted run of ``kind`` (in ``base``/ref-KIND); its duration
+    goes into :data:`DURATIONS`."""
+    folder = Path(base) / f"ref-{kind.replace(' --', '-')}"
+    prepare(kind, folder)
+    # Twice, timing the second: a first run may compile the kernel into its cache.
+    for _ in range(2):
+        for name in OUTPUTS[kind]:  # a sweep would resume its finished file
+            (folder / name).unlink(missing_ok=True)
+        began = time.monotonic()
+        subprocess.run([*SIMCTL, *command(kind)], cwd=folder, env=_env(), check=True, capture_output=True, timeout=300)
+        DURATIONS[kind] = time.monotonic() - began
     return {name: (folder / name).read_bytes() for name in OUTPUTS[kind]}
 
 
@@ -98,39 +185,56 @@ def _rows(folder: Path) -> int:
     return 0
 
 
-def interrupt(kind: str, sig: signal.Signals, delay: float, folder: Path, base: Path) -> dict[str, object]:
-    """Run ``kind`` in ``folder``, send ``sig`` after ``delay`` s, run it again; the figures."""
+def _default_sigint() -> None:
+    """Give the command Ctrl-C's default action: a harness started in the background (``&``
+    in a shell) ignores SIGINT, its children inherit that, and Python then installs no
+    KeyboardInterrupt handler: the Ctrl-C would never reach the command."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def interrupt(kind: str, sig: signal.Signals, moment: float, folder: Path, base: Path) -> dict[str, object]:
+    """Run ``kind`` in ``folder``, send ``sig`` at ``moment`` (a fraction, in (0, 1), of an
+    uninterrupted run's duration on this machine, so the signal falls inside the run however
+    fast the machine is), run it again; the figures.
+
+    ``said``: a command that exits 130 (Ctrl-C) said so on stderr in one line, with what it
+    kept and that the same command finishes the work."""
     expected = reference(kind, str(base))
-    make_trace(folder)
-    proc = subprocess.Popen([*SIMCTL, *COMMANDS[kind]], cwd=folder, env=_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    sweep = kind.startswith("sweep")
+    prepare(kind, folder)
+    args = command(kind)
+    proc = subprocess.Popen([*SIMCTL, *args], cwd=folder, env=_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
+    delay = moment * DURATIONS[kind]
     time.sleep(delay)
     tree = descendants(proc.pid)
-    finished_before = _rows(folder) if kind == "sweep" else 0
+    finished_before = _rows(folder) if sweep else 0
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
     until = time.monotonic() + 10
     while time.monotonic() < until and any(alive(p) for p in tree):
         time.sleep(0.05)
     orphans = sum(alive(p) for p in tree)
-    one_line = proc.returncode in (0, -9) or ("Traceback" not in err and len(err.strip().splitlines()) <= 1)
-    finished = max(finished_before, _rows(folder)) if kind == "sweep" else 0
-    again = subprocess.run([*SIMCTL, *COMMANDS[kind]], cwd=folder, env=_env(), capture_output=True, text=True,
-                           timeout=300)
+    lines = err.strip().splitlines()
+    one_line = proc.returncode == -9 or ("Traceback" not in err and len(lines) <= 1)
+    said = proc.returncode != 130 or (len(lines) == 1 and lines[0].startswith("interrupted")
+                                      and "run the same command" in lines[0])
+    finished = max(finished_before, _rows(folder)) if sweep else 0
+    again = subprocess.run([*SIMCTL, *args], cwd=folder, env=_env(), capture_output=True, text=True, timeout=300)
     skipped = 0
-    if kind == "sweep":
+    if sweep:
         match = re.search(r"(\d+) already in the file skipped", " ".join(again.stdout.split()))
         skipped = int(match.group(1)) if match else 0
-    leftovers = len(list(folder.glob(".*.part")))
-    if kind == "sweep":
+    leftovers = len(list(folder.rglob(".*.part")))
+    if sweep:
         import pandas as pd
 
         key = ["config_key", "seed"]
         got = pd.read_parquet(folder / "results.parquet").sort_values(key).reset_index(drop=True)
-        want = pd.read_parquet(base / "ref-sweep" / "results.parquet").sort_values(key).reset_index(drop=True)
+        want = pd.read_parquet(io.BytesIO(expected["results.parquet"])).sort_values(key).reset_index(drop=True)
         identical = again.returncode == 0 and got.equals(want)
     else:
         identical = again.returncode == 0 and all((folder / n).read_bytes() == b for n, b in expected.items())
-    return {"kind": kind, "signal": sig.name, "delay": delay, "exit": proc.returncode, "orphans": orphans,
-            "leftovers": leftovers, "rows_lost": max(0, finished - skipped) if kind == "sweep" else 0,
-            "identical": identical, "one_line": one_line, "stderr": err[-400:]}
+    return {"kind": kind, "signal": sig.name, "moment": moment, "delay": round(delay, 2), "exit": proc.returncode, "orphans": orphans,
+            "leftovers": leftovers, "rows_lost": max(0, finished - skipped) if sweep else 0,
+            "identical": identical, "one_line": one_line, "said": said, "stderr": err[-400:]}

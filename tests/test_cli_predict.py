@@ -128,7 +128,7 @@ def test_predict_against_an_observed_run_gives_predicts_errors(tmp_path):
 def test_bad_input_is_one_error_line(tmp_path):
     base = ["-c", "design-notes", "-p", "seed-calibrated", "--seeds", "1"]
     assert_one_line_error(_invoke(str(tmp_path / "nope.json"), *base), "nope.json")
-    assert_one_line_error(_invoke("example", "-c", "design-notes", "--seeds", "0"), "--seeds", ">= 1")
+    assert_one_line_error(_invoke("example", "-c", "design-notes", "--seeds", "0"), "--seeds", "greater than or equal to 1")
     assert_one_line_error(_invoke("example", *base, "-p", "no-such-profile"), "no-such-profile")
     empty = tmp_path / "run"
     empty.mkdir()

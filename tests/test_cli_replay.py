@@ -200,7 +200,7 @@ def test_calls_that_failed_at_the_client_timeout_are_listed():
         ([TRACE, "--gpus", "0"], ["--gpus"]),
         ([TRACE, "--rate-scale", "0"], ["--rate-scale", "> 0"]),
         ([TRACE, "--config", "nope.toml"], ["nope.toml", "no such file"]),
-        ([TRACE, "--seed", "-1"], ["--seed", ">= 0"]),
+        ([TRACE, "--seed", "-1"], ["--seed", "greater than or equal to 0"]),
     ],
 )
 def test_bad_options_fail_with_one_line(args, needles):

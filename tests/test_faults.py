@@ -1,6 +1,7 @@
-"""Kill -9 and Ctrl-C at seeded moments of replay and sweep (``tests/faults.py``): no
-process outlives the command, the next run of the same command leaves no ``.part`` file,
-redoes no finished sweep row, and ends with the outputs of an uninterrupted run."""
+"""Kill -9 and Ctrl-C at seeded moments of replay, sweep (local and on a Dask cluster) and
+calibrate (``tests/faults.py``): no process outlives the command, a Ctrl-C says what was kept
+in one line, the next run of the same command leaves no ``.part`` file, redoes no finished
+sweep row, and ends with the outputs of an uninterrupted run."""
 
 from __future__ import annotations
 
@@ -10,30 +11,40 @@ import signal
 import pytest
 from faults import interrupt
 
-#: (command, signal, moment): the moments drawn from a fixed seed, inside each command's run.
+#: (command, signal, moment): the moments, fractions of an uninterrupted run's duration,
+#: drawn from a fixed seed.
 _rng = random.Random(19)
-CASES = [(kind, sig, round(_rng.uniform(0.4, 1.8), 2)) for kind in ("replay", "sweep")
+CASES = [(kind, sig, round(_rng.uniform(0.3, 0.9), 2)) for kind in ("replay", "sweep")
          for sig in (signal.SIGKILL, signal.SIGINT)]
-MORE = [(kind, sig, round(_rng.uniform(0.2, 2.5), 2)) for kind in ("replay", "sweep")
+MORE = [(kind, sig, round(_rng.uniform(0.25, 0.95), 2)) for kind in ("replay", "sweep")
         for sig in (signal.SIGKILL, signal.SIGINT) for _ in range(3)]
+# Drawn from their own seed, so that adding them moved none of the moments above.
+_later = random.Random(23)
+CASES += [(kind, sig, round(_later.uniform(0.3, 0.9), 2)) for kind in ("calibrate", "sweep --cluster")
+          for sig in (signal.SIGKILL, signal.SIGINT)]
+MORE += [(kind, sig, round(_later.uniform(0.25, 0.95), 2)) for kind in ("calibrate", "sweep --cluster")
+         for sig in (signal.SIGKILL, signal.SIGINT) for _ in range(3)]
 
 
-def _check(tmp_path_factory, kind, sig, delay) -> None:
+def _check(tmp_path_factory, kind, sig, moment) -> None:
     base = tmp_path_factory.getbasetemp() / "faults"
-    got = interrupt(kind, sig, delay, tmp_path_factory.mktemp(f"{kind}-{sig.name}"), base)
+    if kind == "sweep --cluster":
+        pytest.importorskip("distributed", reason="dask.distributed is the optional 'cluster' extra")
+    got = interrupt(kind, sig, moment, tmp_path_factory.mktemp(f"{kind.replace(' --', '-')}-{sig.name}"), base)
     assert got["orphans"] == 0, got
     assert got["leftovers"] == 0, got
     assert got["rows_lost"] == 0, got
     assert got["identical"], got
     assert got["one_line"], got
+    assert got["said"], got
 
 
-@pytest.mark.parametrize("kind, sig, delay", CASES, ids=lambda v: getattr(v, "name", str(v)))
-def test_an_interrupted_command_survives(tmp_path_factory, kind, sig, delay):
-    _check(tmp_path_factory, kind, sig, delay)
+@pytest.mark.parametrize("kind, sig, moment", CASES, ids=lambda v: getattr(v, "name", str(v)))
+def test_an_interrupted_command_survives(tmp_path_factory, kind, sig, moment):
+    _check(tmp_path_factory, kind, sig, moment)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind, sig, delay", MORE, ids=lambda v: getattr(v, "name", str(v)))
-def test_an_interrupted_command_survives_at_more_moments(tmp_path_factory, kind, sig, delay):
-    _check(tmp_path_factory, kind, sig, delay)
+@pytest.mark.parametrize("kind, sig, moment", MORE, ids=lambda v: getattr(v, "name", str(v)))
+def test_an_interrupted_command_survives_at_more_moments(tmp_path_factory, kind, sig, moment):
+    _check(tmp_path_factory, kind, sig, moment)

@@ -12,6 +12,7 @@ every time; ``FUZZ_EXAMPLES`` examples a class by default, twice as many under `
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -205,10 +206,20 @@ def every_option(data) -> None:
     if option in args:  # the base gives it: replace its value
         i = args.index(option)
         args = args[:i] + args[i + 2:]
-    args += [option, value]
-    if data.draw(st.booleans()) and "--force" in _flags(words):
-        args.append("--force")
-    check("options", args)
+    force = data.draw(st.booleans()) and "--force" in _flags(words)
+    copy = None
+    if force and Path(value).is_file() and not Path(value).is_symlink():
+        # --force may overwrite the file an output option names: a copy in the case folder
+        # is named, so the workspace file (an input of other cases) stays as it was.
+        copy = workspace()["folder"] / f"copy-{Path(value).name}"
+        shutil.copyfile(value, copy)
+        value = str(copy)
+    args += [option, value] + (["--force"] if force else [])
+    try:
+        check("options", args)
+    finally:
+        if copy is not None:
+            copy.unlink(missing_ok=True)
 
 
 def _flags(words: str) -> set[str]:

@@ -311,3 +311,211 @@ def test_servegen_files_asking_the_impossible_are_refused_up_front(tmp_path, row
     out = tmp_path / "out.json"
     assert_one_line_error(runner.invoke(app, ["import", "servegen", str(trace), "-o", str(out)]), *needles)
     assert not out.exists()
+
+
+# -- what the options fuzz found at 400 cases, each pinned -----------------------------------
+
+def _int_options() -> list[tuple[str, object]]:
+    """``(command, option)`` for every integer option, the commands the fuzz skips included."""
+    import typing
+
+    from fuzzing import commands
+
+    from simulator.cli import _load
+
+    def integer(p) -> bool:
+        annotation = p.type_descriptor.annotation
+        return p.param_type_name == "option" and int in (annotation, *typing.get_args(annotation))
+
+    every = {**commands(), **{name: _load(name) for name in ("serve", "load", "profile")}}
+    return [(words, p) for words, command in every.items() for p in command.params if integer(p)]  # type: ignore[attr-defined]
+
+
+def test_every_integer_option_is_range_checked_up_front():
+    """A huge ``--seeds`` reached ``range()`` and ``len()``: ``OverflowError: int too large to
+    convert to C ssize_t``; a huge ``--jobs`` forked that many processes. Every integer option
+    that is not a setting (settings carry their own range) now has a click range."""
+    from simulator.settings import SETTINGS
+
+    flags = {s.flag for s in SETTINGS}
+    unbounded = [f"{words} {p.opts[0]}" for words, p in _int_options()  # type: ignore[attr-defined]
+                 if p.opts[0] not in flags and (p.min is None or p.max is None)]  # type: ignore[attr-defined]
+    assert not unbounded
+    assert len(_int_options()) >= 15
+
+
+@pytest.mark.parametrize("args, option", [
+    (["sweep", str(TRACE), "--out", "{d}/r.parquet", "--seeds", "9" * 30], "--seeds"),
+    (["sweep", str(TRACE), "--out", "{d}/r.parquet", "--jobs", "9223372036854775808"], "--jobs"),
+    (["plan", str(TRACE), "--slo", "infobench.latency.p95<=400", "--seeds", "9" * 30], "--seeds"),
+    (["plan", str(TRACE), "--slo", "infobench.latency.p95<=400", "--max-gpus", "9" * 30], "--max-gpus"),
+    (["predict", str(TRACE), "--seeds", "9" * 30], "--seeds"),
+    (["replay", str(TRACE), "--seed", "9223372036854775808", "--json", "{d}/r.json"], "--seed"),
+    (["synth", "-o", "{d}/s.json", "--seed", "9" * 30], "--seed"),
+    (["calibrate", "{d}", "--scenario", "x.toml", "-o", "{d}/f.json", "--screen", "9" * 30], "--screen"),
+])
+def test_a_huge_integer_option_is_one_line_naming_it(tmp_path, args, option):
+    args = [a.replace("{d}", str(tmp_path)) for a in args]
+    assert_one_line_error(runner.invoke(app, args), f"'{option}")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("option", ["--max-tokens", "--prompt-tokens"])
+def test_synth_refuses_token_counts_a_trace_cannot_hold(tmp_path, option):
+    """A fixed token count past 64 bits overflowed numpy (``OverflowError: ... C long``)."""
+    out = tmp_path / "s.json"
+    for value in ("9" * 30, "9223372036854775808", "2147483648"):
+        assert_one_line_error(runner.invoke(app, ["synth", "-o", str(out), "--duration", "60", option, value]),
+                              option, "at most 2,147,483,647")
+    assert not out.exists()
+
+
+def _outputs(d: Path) -> list[list[str]]:
+    """A command line per output option, each ending in the option (its value appended)."""
+    from fuzzing import workspace
+
+    f = workspace()
+    return [
+        ["replay", str(TRACE), "--json"], ["replay", str(TRACE), "--events"], ["replay", str(TRACE), "--plot"],
+        ["sweep", str(TRACE), "--flush", "0", "-j", "1", "--out"],
+        ["synth", "--duration", "60", "-o"],
+        ["import", "azure", str(f["azure_csv"]), "-o"],
+        ["compare", str(f["sweep"]), "--by", "flush,max_batch", "--where", "topology=shared", "--plot"],
+        ["plot", "cdf", str(f["events"]), "-o"],
+        ["plan", str(TRACE), "--slo", "infobench.latency.p95<=400", "-j", "1", "--flush", "0.5", "--max-batch", "8",
+         "--topology", "shared", "--max-gpus", "2", "--json"],
+        ["predict", str(TRACE), "--seeds", "1", "--json"],
+        ["observed", str(ROOT / "tests" / "data" / "loadgen" / "vllm_bench.json"), "--json"],
+        ["compare-runs", str(ROOT / "tests" / "data" / "loadgen" / "vllm_bench.json"),
+         str(ROOT / "tests" / "data" / "loadgen" / "guidellm.json"), "--json"],
+        ["compare-runs", str(ROOT / "tests" / "data" / "loadgen" / "vllm_bench.json"),
+         str(ROOT / "tests" / "data" / "loadgen" / "guidellm.json"), "--plot"],
+    ]
+
+
+@pytest.mark.parametrize("name, needle", [(".", "is a folder"), ("FOLDER", "is a folder"), ("", "blank"),
+                                          (" ", "blank"), ("sub/ ", "blank"), ("..", "is a folder")])
+def test_an_output_named_a_folder_or_blank_is_one_line_and_nothing_written(tmp_path, monkeypatch, name, needle):
+    """``--json .`` failed in ``os.replace`` (EBUSY) and left a ``.part`` file; ``--plot ' '``
+    made a file called ' ' then failed on it (``FileExistsError``)."""
+    run = tmp_path / "run"
+    (run / "sub").mkdir(parents=True)
+    (run / "FOLDER").mkdir()
+    monkeypatch.chdir(run)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    for args in _outputs(run):
+        if args[-1] == "--plot" and args[0] in ("replay", "compare-runs") and needle != "blank":
+            continue  # a folder of figures: an existing folder is where they go
+        for force in ([], ["--force"]):
+            result = runner.invoke(app, [*args, name, *force])
+            assert_one_line_error(result)
+            # typer reads "" given to a Path option as ".": that one is refused as a folder
+            assert needle in result.stderr or (name == "" and "is a folder" in result.stderr), result.stderr
+            assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before, args
+
+
+def test_a_folder_of_figures_that_is_a_file_is_one_line_before_any_work(tmp_path):
+    taken = tmp_path / "figures"
+    taken.write_text("mine")
+    for args in (["replay", str(TRACE), "--plot", str(taken)],
+                 ["compare-runs", str(ROOT / "tests" / "data" / "loadgen" / "vllm_bench.json"),
+                  str(ROOT / "tests" / "data" / "loadgen" / "guidellm.json"), "--plot", str(taken)]):
+        assert_one_line_error(runner.invoke(app, args), "is a file, not a folder")
+    assert taken.read_text() == "mine" and sorted(tmp_path.iterdir()) == [taken]
+
+
+def test_a_failed_write_never_leaves_a_part_file(tmp_path, monkeypatch):
+    """Whatever fails (the data, the rename), the temporary file goes and the target stays."""
+    import os
+
+    from simulator.outputs import open_output
+
+    target = tmp_path / "out.json"
+    target.write_text("mine")
+    with pytest.raises(ValueError), open_output(target, force=True) as fh:
+        fh.write("half")
+        raise ValueError("the data failed")
+
+    def refuse(src, dst):
+        raise OSError(16, "Device or resource busy")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    with pytest.raises(OSError), open_output(target, force=True) as fh:
+        fh.write("whole")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"] and target.read_text() == "mine"
+
+
+def test_an_output_that_is_a_symbolic_link_is_written_through(tmp_path):
+    """A write replaced the link itself by a file; the file it points to is written now,
+    the link stays (as a shell's ``>`` does)."""
+    (tmp_path / "real").mkdir()
+    link = tmp_path / "s.json"
+    link.symlink_to(tmp_path / "real" / "trace.json")  # dangling until written
+    assert runner.invoke(app, ["synth", "-o", str(link), "--duration", "60"]).exit_code == 0
+    assert link.is_symlink() and (tmp_path / "real" / "trace.json").read_bytes().startswith(b"{")
+    assert_one_line_error(runner.invoke(app, ["synth", "-o", str(link), "--duration", "60"]), "--force")
+    assert runner.invoke(app, ["synth", "-o", str(link), "--duration", "60", "--force"]).exit_code == 0
+    assert link.is_symlink() and not [p for p in tmp_path.rglob("*.part")]
+
+
+def test_a_sweep_refused_at_its_first_run_writes_no_results_file(tmp_path):
+    """A pool setting without an autoscaler was refused by the first replay, after the
+    results file was opened: exit 2 left an empty results file."""
+    out = tmp_path / "r.parquet"
+    assert_one_line_error(runner.invoke(app, ["sweep", str(TRACE), "--flush", "0,0.5", "-j", "1", "--out", str(out),
+                                              "--scale-interval", "9" * 30]), "'scale_interval'", "autoscaler")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_plot_load_with_a_blank_group_is_one_line(tmp_path):
+    from fuzzing import workspace
+
+    assert_one_line_error(runner.invoke(app, ["plot", "load", str(workspace()["load"]), "-o", str(tmp_path / "l.png"),
+                                              "--group", ""]), "--group", "not an axis")
+
+
+def test_ctrl_c_anywhere_in_a_command_says_so_in_one_line(monkeypatch, tmp_path):
+    """Typer turns a Ctrl-C outside the part of a command that reports it (loading the
+    trace, printing the table) into exit 130 with nothing said."""
+    import simulator.cli.sweep as sweep_cli
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep_cli, "load_trace", interrupted)
+    result = runner.invoke(app, ["sweep", str(TRACE), "--flush", "0", "--out", str(tmp_path / "r.parquet")])
+    assert result.exit_code == 130
+    assert result.stderr.strip().splitlines() == [
+        "interrupted; every file written is complete, none half-written; run the same command again to finish"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_figure_named_for_another_format_or_a_name_too_long_is_one_line(tmp_path):
+    """``compare --plot x.json`` reached matplotlib (``ValueError: Format 'json' is not
+    supported``); a name past the system's limit raised ``OSError: File name too long``."""
+    from fuzzing import workspace
+
+    sweep = str(workspace()["sweep"])
+    where = ["--by", "flush,max_batch", "--where", "topology=shared"]
+    assert_one_line_error(runner.invoke(app, ["compare", sweep, *where, "--plot", str(tmp_path / "x.json")]),
+                          "a figure must end in .png")
+    long = "9" * 5000
+    result = runner.invoke(app, ["replay", str(TRACE), "--config", long])
+    assert_one_line_error(result, "File name too long", "(5,000 characters)")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_ctrl_c_while_the_kernel_loads_is_held_not_lost():
+    """llvmlite runs Python inside a C callback as the compiled kernel loads; a Ctrl-C there
+    printed a traceback and was lost (the sweep went on and exited 0). It is held and raised
+    once the kernel returns."""
+    import os
+    import signal
+
+    from simulator.model.fast import sigint_deferred
+
+    reached = False
+    with pytest.raises(KeyboardInterrupt), sigint_deferred():
+        os.kill(os.getpid(), signal.SIGINT)
+        reached = True
+    assert reached and signal.getsignal(signal.SIGINT) is signal.default_int_handler

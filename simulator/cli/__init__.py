@@ -58,6 +58,9 @@ class _LazyGroup(TyperGroup):
 
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        from simulator.cli import _common
+
+        _common.interrupt_reported = False
         try:
             code = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
         except ClickException as exc:
@@ -69,6 +72,8 @@ class _LazyGroup(TyperGroup):
                 message = " ".join(exc.format_message().split())
                 typer.echo(f"error: {where}{message}", err=True)
             sys.exit(exc.exit_code)
+        if code == _common.EXIT_INTERRUPTED and not _common.interrupt_reported:
+            _say_interrupted()
         sys.exit(code if isinstance(code, int) else 0)
 
     def list_commands(self, ctx: Any) -> list[str]:
@@ -165,7 +170,22 @@ def _map_large_allocations(threshold: int = 256 * 1024) -> None:
         process.mallopt(_M_MMAP_THRESHOLD, threshold)
 
 
+def _say_interrupted() -> None:
+    """A Ctrl-C outside the part of a command that reports it (while loading, or once its
+    work was done): every file written is whole (:mod:`simulator.outputs`)."""
+    typer.echo("interrupted; every file written is complete, none half-written; run the same command again to finish",
+               err=True)
+
+
 def main() -> None:
-    """Console-script entry point."""
-    _map_large_allocations()
-    app()
+    """Console-script entry point. A Ctrl-C after the command line has ended (as the process
+    exits) is said in one line and exit status 130, as one during the command."""
+    try:
+        _map_large_allocations()
+        app()
+    except KeyboardInterrupt:
+        from simulator.cli import _common
+
+        if not _common.interrupt_reported:
+            _say_interrupted()
+        sys.exit(_common.EXIT_INTERRUPTED)

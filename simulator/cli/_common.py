@@ -10,7 +10,7 @@ import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -25,6 +25,20 @@ console = Console()
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 EXIT_INPUT_ERROR = 2
+#: Exit status of a command stopped by Ctrl-C (128 + SIGINT, as a shell reports it).
+EXIT_INTERRUPTED = 130
+#: Whether this command line has said how it was interrupted (read by ``simctl``'s main,
+#: which says it for a command interrupted anywhere else).
+interrupt_reported = False
+
+
+def interrupted(message: str) -> NoReturn:
+    """Say on stderr, in one line, what an interrupted command kept; exit 130."""
+    global interrupt_reported
+    err_console.print(message, markup=False, highlight=False)
+    sys.stderr.flush()
+    interrupt_reported = True
+    raise typer.Exit(EXIT_INTERRUPTED)
 
 
 @contextlib.contextmanager
@@ -53,8 +67,14 @@ def _errors_to_exit() -> Iterator[None]:
     except SimctlError as exc:
         err_console.print(f"error: {exc}", markup=False)
         raise typer.Exit(EXIT_INPUT_ERROR) from None
-    except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
-        err_console.print(f"error: {exc.filename}: {exc.strerror}", markup=False)
+    except OSError as exc:
+        if exc.filename is None:  # not about a file the user named: a bug, with its traceback
+            raise
+        # Any file the system refuses (missing, a folder, no permission, a name too long):
+        # the name, shortened when it is longer than a line, and the system's reason.
+        name = str(exc.filename)
+        shown = name if len(name) <= 200 else f"{name[:60]}...{name[-20:]} ({len(name):,} characters)"
+        err_console.print(f"error: {shown}: {exc.strerror}", markup=False)
         raise typer.Exit(EXIT_INPUT_ERROR) from None
 
 

@@ -19,6 +19,7 @@ from simulator.observed import CLIENT_TIMEOUT, find_arrivals, read_observed
 from simulator.outputs import check_writable, open_output
 from simulator.profile import resolve_profile_path
 from simulator.scenario import build_scenario
+from simulator.settings import LARGEST_COUNT, LARGEST_SEEDS
 
 
 @app.command("calibrate")
@@ -28,11 +29,11 @@ def calibrate_cli(
     start: str = typer.Option(..., "--start", help="Starting profile (file or bundled name) whose meta.calibrate lists the free parameters."),
     out: Path = typer.Option(..., "--out", "-o", help="Where to write the fitted profile (JSON)."),
     arrivals: Path | None = typer.Option(None, "--arrivals", help="The arrival file the run replayed (default: ../batch_arrivals.json)."),
-    seeds: int = typer.Option(3, "--seeds", help="Seeds averaged per evaluation (the same at every step)."),
-    max_evaluations: int = typer.Option(120, "--max-evaluations", help="Budget of objective evaluations per local fit."),
+    seeds: int = typer.Option(3, "--seeds", min=1, max=LARGEST_SEEDS, help="Seeds averaged per evaluation (the same at every step)."),
+    max_evaluations: int = typer.Option(120, "--max-evaluations", min=1, max=LARGEST_COUNT, help="Budget of objective evaluations per local fit."),
     objective: str = typer.Option("both", "--objective", help="calls (per-call latencies), quantiles (p10..p95 per composition) or both."),
-    screen: int = typer.Option(SCREEN, "--screen", help="Quasi-random points tried before the local fits (0: start where the profile says)."),
-    starts: int = typer.Option(STARTS, "--starts", help="Local fits, from the best screened points (the best basin is "
+    screen: int = typer.Option(SCREEN, "--screen", min=0, max=LARGEST_COUNT, help="Quasi-random points tried before the local fits (0: start where the profile says)."),
+    starts: int = typer.Option(STARTS, "--starts", min=1, max=LARGEST_SEEDS, help="Local fits, from the best screened points (the best basin is "
                                "often not the best screened point's: fewer may miss it)."),
     also: list[Path] | None = typer.Option(None, "--also", help="Another observed run of the same hardware to fit jointly (repeat; pair each with --also-scenario)."),
     also_scenario: list[Path] | None = typer.Option(None, "--also-scenario", help="The scenario of each --also run, in order."),

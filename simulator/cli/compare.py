@@ -13,7 +13,7 @@ from rich.table import Table
 from simulator.cli import app
 from simulator.cli._common import console, user_errors
 from simulator.errors import SweepError
-from simulator.outputs import check_writable
+from simulator.outputs import check_figure
 from simulator.sweep import aggregate, axes_of, axis_order, metric_column, read_results, show_axis_value
 
 
@@ -51,7 +51,7 @@ def compare_cli(
     """Pivot one figure of a sweep across its axes, mark the best cell, optionally plot it."""
     with user_errors():
         if plot is not None:
-            check_writable(plot, force=force, inputs=(results,))
+            check_figure(plot, force=force, inputs=(results,))
         frame, meta = read_results(results)
         metric = metric_column(frame, metric)
         frame = parse_where(where, frame)

@@ -10,6 +10,7 @@ from simulator.cli import app
 from simulator.cli._common import console, user_errors
 from simulator.errors import TraceError
 from simulator.outputs import check_writable
+from simulator.settings import LARGEST_COUNT, LARGEST_SEED
 from simulator.trace.formats import FORMATS, IMPORTERS, ImportOptions, load_trace, save_trace
 
 
@@ -36,10 +37,10 @@ def import_cli(
     start: float | None = typer.Option(None, "--start", help="Keep requests from this many seconds after the first."),
     end: float | None = typer.Option(None, "--end", help="Keep requests before this many seconds after the first."),
     group_gap: float | None = typer.Option(None, "--group-gap", help="Requests within this many seconds of a call's first join it."),
-    max_prompts: int = typer.Option(8, "--max-prompts", help="Most prompts per grouped call."),
+    max_prompts: int = typer.Option(8, "--max-prompts", min=1, max=LARGEST_COUNT, help="Most prompts per grouped call."),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip malformed rows (counted) instead of stopping."),
     include_failed: bool = typer.Option(False, "--include-failed", help="Keep BurstGPT's failed requests (0 response tokens)."),
-    seed: int = typer.Option(0, "--seed", help="ServeGen: seed of the synthesised arrivals and lengths."),
+    seed: int = typer.Option(0, "--seed", min=0, max=LARGEST_SEED, help="ServeGen: seed of the synthesised arrivals and lengths."),
     dataset: Path | None = typer.Option(None, "--dataset", help="ServeGen: the length-PDF JSON (default: the sibling chunk-N-dataset.json)."),
     out_format: str = typer.Option("native", "--format", help=f"Output format: {' or '.join(FORMATS)}."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing output file."),
@@ -52,8 +53,6 @@ def import_cli(
             raise TraceError(None, None, None, f"--format: unknown format {out_format!r} (expected {' or '.join(FORMATS)})")
         if group_gap is not None and group_gap < 0:
             raise TraceError(None, None, None, f"--group-gap: must be >= 0, got {group_gap:g}")
-        if max_prompts < 1:
-            raise TraceError(None, None, None, f"--max-prompts: must be >= 1, got {max_prompts}")
         check_writable(output, force=force, inputs=(source,))
         options = ImportOptions(task=task, task_map=parse_task_map(task_map), start=start, end=end,
                                 group_gap=group_gap, max_prompts=max_prompts, skip_bad=skip_bad,

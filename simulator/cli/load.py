@@ -9,12 +9,10 @@ from typing import Any
 import typer
 
 from simulator.cli import app
-from simulator.cli._common import console, err_console, user_errors
+from simulator.cli._common import console, interrupted, user_errors
 from simulator.errors import LoadError
 from simulator.observed import CLIENT_TIMEOUT
-
-#: exit status of a run stopped by Ctrl-C (128 + SIGINT, as a shell reports it)
-EXIT_INTERRUPTED = 130
+from simulator.settings import LARGEST_COUNT, LARGEST_TOKENS
 
 
 def _live() -> Any:
@@ -48,9 +46,9 @@ def load_cli(
     time_scale: float = typer.Option(1.0, "--time-scale", help="Compress time: a call at t is sent at t / X."),
     rate_scale: float = typer.Option(1.0, "--rate-scale", help="Multiply the arrival rate (as in replay)."),
     timeout: float = typer.Option(CLIENT_TIMEOUT, "--timeout", help="Per-call timeout (s), as the users' client."),
-    max_in_flight: int = typer.Option(300, "--max-in-flight", help="Calls on the wire at once, at most "
+    max_in_flight: int = typer.Option(300, "--max-in-flight", min=1, max=LARGEST_COUNT, help="Calls on the wire at once, at most "
                                       "(the users' client: 300)."),
-    max_tokens: int | None = typer.Option(None, "--max-tokens", help="Every call's max_tokens [default: the "
+    max_tokens: int | None = typer.Option(None, "--max-tokens", min=1, max=LARGEST_TOKENS, help="Every call's max_tokens [default: the "
                                           "trace's, else 2048]."),
     force: bool = typer.Option(False, "--force", help="Replace the run in an existing run folder."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No live progress."),
@@ -88,16 +86,14 @@ def load_cli(
             result = live.run_load(loaded, options, out, force=force, trace_path=trace_path,
                                    on_progress=None if display is None else (lambda p: display.update(line(p))))
         except KeyboardInterrupt:  # before the run began (while connecting)
-            err_console.print("interrupted before the first call: nothing written")
-            raise typer.Exit(EXIT_INTERRUPTED) from None
+            interrupted("interrupted before the first call: nothing written")
         finally:
             if display is not None:
                 display.stop()
         s = result.summary
         if result.interrupted:
-            err_console.print(f"interrupted: kept {s['total_batches']} finished call(s) in {result.folder} "
-                              f"({len(s['abandoned'])} in flight abandoned, {len(s['not_sent'])} not sent)")
-            raise typer.Exit(EXIT_INTERRUPTED)
+            interrupted(f"interrupted: kept {s['total_batches']} finished call(s) in {result.folder} "
+                        f"({len(s['abandoned'])} in flight abandoned, {len(s['not_sent'])} not sent)")
         done = [r["request_duration"] for r in s["results"] if r["status_code"] == 200 and not r["error"]
                 and isinstance(r["response"], dict) and isinstance(r["response"].get("choices"), list)]
         mean = sum(done) / len(done) if done else math.nan

@@ -15,7 +15,7 @@ from simulator.cli import app
 from simulator.cli._common import console, user_errors
 from simulator.errors import ObservedError
 from simulator.observed import CLIENT_TIMEOUT, compare_calls, observed_to_json, read_observed, read_run
-from simulator.outputs import check_writable, open_output
+from simulator.outputs import check_output_folder, check_writable, open_output
 
 
 def _fmt(x: Any, digits: int = 1) -> str:
@@ -69,7 +69,7 @@ def observed_cli(
         if (lengths is None) != (write_trace is None):
             raise ObservedError(folder, None, "--lengths" if lengths is None else "--write-trace",
                                 "--lengths and --write-trace go together")
-        if json_out and json_out != "-":
+        if json_out is not None and json_out != "-":
             check_writable(json_out, force=force, inputs=(folder,))
         if write_trace is not None:
             check_writable(write_trace, force=force, inputs=(folder,) + ((arrivals,) if arrivals else ()))
@@ -106,7 +106,7 @@ def compare_runs_cli(
     arrivals: Path | None = typer.Option(None, "--arrivals", help="Arrival file for results folders (default: ../batch_arrivals.json)."),
     timeout: float = typer.Option(CLIENT_TIMEOUT, "--timeout", help="Client timeout: calls over it failed, censored here (s)."),
     config: Path | None = typer.Option(None, "--config", "-c", help="Scenario (file or bundled name) whose [compositions] class the calls, e.g. lminference-fw5 [default: no classes]."),
-    plot: Path | None = typer.Option(None, "--plot", help="Write cdf.png (overlaid CDFs) and scatter.png (per call) into DIR."),
+    plot_dir: str | None = typer.Option(None, "--plot", help="Write cdf.png (overlaid CDFs) and scatter.png (per call) into DIR."),
     json_out: str | None = typer.Option(None, "--json", help="Write the error table to FILE ('-' for stdout)."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
 ) -> None:
@@ -115,8 +115,11 @@ def compare_runs_cli(
     p50/p90/p99/mean of call latency per composition and their relative error
     (other − reference) / reference."""
     with user_errors():
-        if json_out and json_out != "-":
+        if json_out is not None and json_out != "-":
             check_writable(json_out, force=force, inputs=(reference, other))
+        if plot_dir is not None:
+            check_output_folder(plot_dir, ("cdf.png", "scatter.png"), force=force, inputs=(reference, other))
+        plot = None if plot_dir is None else Path(plot_dir)
         compositions = _compositions(config)
         name_a, calls_a = read_run(reference, timeout, arrivals, compositions)
         name_b, calls_b = read_run(other, timeout, arrivals, compositions)
@@ -124,9 +127,7 @@ def compare_runs_cli(
         if plot:
             from simulator.plots import calls_scatter, runs_cdf
 
-            plot.mkdir(parents=True, exist_ok=True)
-            for name in ("cdf.png", "scatter.png"):
-                check_writable(plot / name, force=force)
+            plot.mkdir(exist_ok=True)
             runs_cdf({name_a: calls_a, name_b: calls_b}, f"Call latency: {name_b} vs {name_a}",
                      plot / "cdf.png", timeout)
             calls_scatter(calls_a, calls_b, (name_a, name_b), f"Per-call latency: {name_b} vs {name_a}",

@@ -14,11 +14,11 @@ from simulator.cli._common import GENERATED, Flags, console, setting_options, us
 from simulator.cost import gpu_type, load_prices
 from simulator.errors import PlanError
 from simulator.metrics import json_ready
-from simulator.outputs import check_writable, open_output
+from simulator.outputs import check_figure, check_writable, open_output
 from simulator.plan import DEFAULT_AXES, OBJECTIVES, Evaluator, cheapest, group_of, load_points, parse_slo, plan
 from simulator.profile import DEFAULT_PROFILE, load_profile
 from simulator.scenario import build_scenario, parse_set
-from simulator.settings import Setting
+from simulator.settings import LARGEST_GPUS, LARGEST_JOBS, LARGEST_SEEDS, Setting
 from simulator.sweep import Base
 from simulator.trace.formats import load_trace
 
@@ -45,12 +45,12 @@ def plan_cli(
                                       "bundled name (default modal-serverless; lambda-on-demand)."),
     task: str | None = typer.Option(None, "--task", help="Search settings of this task only "
                                        "(default: every GPU task)."),
-    max_gpus: int = typer.Option(8, "--max-gpus", help="Largest GPU count to consider."),
+    max_gpus: int = typer.Option(8, "--max-gpus", min=1, max=LARGEST_GPUS, help="Largest GPU count to consider."),
     flags: Flags = GENERATED,  # one option per setting (simulator.settings): axes and run settings
-    seeds: int = typer.Option(1, "--seeds", help="Seeds per configuration; figures are their mean."),
+    seeds: int = typer.Option(1, "--seeds", min=1, max=LARGEST_SEEDS, help="Seeds per configuration; figures are their mean."),
     set_values: list[str] = typer.Option([], "--set", help="Override any field of the base scenario: KEY=VALUE with a "
                                          "dotted KEY, e.g. tasks.graph.cpu_workers=4 (repeatable)."),
-    jobs: int | None = typer.Option(None, "--jobs", "-j", help="Local processes (default: all cores)."),
+    jobs: int | None = typer.Option(None, "--jobs", "-j", min=1, max=LARGEST_JOBS, help="Local processes (default: all cores)."),
     json_out: str | None = typer.Option(None, "--json", help="Write the recommendation as JSON (FILE or '-')."),
     plot: Path | None = typer.Option(None, "--plot", help="Draw the Pareto front of cost against the SLOs (cheapest), "
                                      "or the SLO figures against load (fewest-gpus) (PNG)."),
@@ -64,9 +64,10 @@ def plan_cli(
     Exit status 1 when no configuration within --max-gpus meets them (the closest is shown).
     """
     with user_errors():
-        for out in (json_out, plot):
-            if out and str(out) != "-":
-                check_writable(out, force=force, inputs=(trace,))
+        if json_out is not None and json_out != "-":
+            check_writable(json_out, force=force, inputs=(trace,))
+        if plot is not None:
+            check_figure(plot, force=force, inputs=(trace,))
         if objective not in OBJECTIVES:
             raise PlanError(None, None, None, f"--objective: must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
         loaded = load_trace(trace)

@@ -9,20 +9,19 @@ import typer
 
 from simulator.cli import app
 from simulator.cli._common import console, user_errors
-from simulator.errors import OutputError, PlotError
-from simulator.outputs import check_writable
+from simulator.errors import PlotError
+from simulator.outputs import check_figure, check_output_folder
 
 plot_app = typer.Typer(help="Draw figures from event logs (replay --events) and sweep results.",
                        no_args_is_help=True, rich_markup_mode="markdown")
 app.add_typer(plot_app, name="plot")
 
-FORMATS = (".png", ".svg", ".pdf")
+#: The figures ``replay --plot DIR`` writes.
+STANDARD_SET = ("cdf.png", "timeline.png", "batch_sizes.png", "decomposition.png")
 
 
 def _output(path: Path, force: bool) -> Path:
-    if path.suffix.lower() not in FORMATS:
-        raise OutputError(path, None, None, f"a figure must end in {', '.join(FORMATS)}")
-    return check_writable(path, force=force)
+    return check_figure(path, force=force)
 
 
 def _logs(paths: list[Path], labels: list[str] | None = None) -> dict[str, pd.DataFrame]:
@@ -51,10 +50,8 @@ def write_standard_set(log: pd.DataFrame, folder: Path, name: str, force: bool =
     """The figures ``replay --plot DIR`` writes for one run."""
     from simulator import plots
 
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = [folder / f"{n}.png" for n in ("cdf", "timeline", "batch_sizes", "decomposition")]
-    for p in paths:
-        check_writable(p, force=force)
+    paths = check_output_folder(folder, STANDARD_SET, force=force)
+    folder.mkdir(exist_ok=True)
     plots.latency_cdf({t: log[log["task"] == t] for t in sorted(log["task"].unique())},
                       title=f"Latency CDF per task — {name}", path=paths[0])
     plots.timeline(log, title=f"Timeline — {name}", path=paths[1])
@@ -175,8 +172,8 @@ def load_cli(
         frame = parse_where(where, read_results(results)[0])
         if "rate_scale" not in frame.columns:
             raise PlotError(results, None, None, "has no rate_scale axis (sweep with --rate-scale 0.5,1,2,...)")
-        by = ["rate_scale"] + ([group] if group else [])
-        if group and group not in axes_of(frame):
+        by = ["rate_scale"] + ([group] if group is not None else [])
+        if group is not None and group not in axes_of(frame):
             raise PlotError(None, None, None, f"--group: {group!r} is not an axis (axes: {', '.join(axes_of(frame))})")
         others = [a for a in axes_of(frame) if a not in by and frame[a].nunique() > 1]
         if others:

@@ -25,6 +25,7 @@ from simulator.cli._common import console, print_table, user_errors
 from simulator.errors import ObservedError, ProfileError, ScenarioError, TraceError
 from simulator.outputs import check_writable, open_output
 from simulator.profile import DEFAULT_PROFILE
+from simulator.settings import LARGEST_SEEDS
 
 #: the format tag of ``--json`` files
 FORMAT = "simctl-predict/1"
@@ -36,7 +37,7 @@ def predict_cli(
     scenario: Path | None = typer.Option(None, "--scenario", "-s", "--config", "-c",
                                             help="Scenario: TOML file or bundled name ('design-notes') [default: built-in settings]."),
     profile: str = typer.Option(DEFAULT_PROFILE, "--profile", "-p", help="Profile JSON file or bundled profile name."),
-    seeds: int = typer.Option(10, "--seeds", help="Simulated runs (seeds 0..N-1), each one whole run; figures are averaged over them."),
+    seeds: int = typer.Option(10, "--seeds", min=1, max=LARGEST_SEEDS, help="Simulated runs (seeds 0..N-1), each one whole run; figures are averaged over them."),
     observed: Path | None = typer.Option(None, "--observed", help="An observed results folder (batch_NNNN.json, simulation_summary.json) "
                                             "to compare with: prints observed, predicted and the relative error."),
     arrivals: Path | None = typer.Option(None, "--arrivals", help="The arrival file the --observed run replayed (default: ../batch_arrivals.json)."),
@@ -58,8 +59,6 @@ def predict_cli(
         from simulator.scenario import build_scenario
         from simulator.trace.formats import load_trace
 
-        if seeds < 1:
-            raise ScenarioError(None, None, None, f"--seeds: must be an integer >= 1, got {seeds}")
         if arrivals is not None and observed is None:
             raise ObservedError(arrivals, None, "--arrivals", "is the arrival file of an --observed run; give --observed too")
         # Refuse a bad output before any work, and never write onto an input (a bundled name

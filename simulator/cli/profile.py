@@ -11,6 +11,7 @@ from simulator.cli import app
 from simulator.cli._common import console, user_errors, warn
 from simulator.errors import HarnessError, UnknownPreset
 from simulator.outputs import check_writable, open_output
+from simulator.settings import LARGEST_COUNT, LARGEST_JOBS, LARGEST_TOKENS
 
 
 def _ints(text: str | None, option: str) -> tuple[int, ...] | None:
@@ -56,18 +57,18 @@ def profile_cli(
     like: str = typer.Option("seed-calibrated", "--like", help="With a named GPU: the profile whose tasks (lengths, CPU tasks) the composed profile keeps."),
     spec_task: list[str] | None = typer.Option(None, "--spec-task", help="With a named GPU and --draft: a task decoded speculatively (repeat; default every GPU task)."),
     no_kv_cache: bool = typer.Option(False, "--no-kv-cache", help="With a named GPU and --draft: the speculative decoder keeps no KV cache (every pass over the whole sequence)."),
-    max_rows: int = typer.Option(32, "--max-rows", help="With a named GPU: the most rows a batch holds (the fit covers 1..this)."),
+    max_rows: int = typer.Option(32, "--max-rows", min=1, max=LARGEST_COUNT, help="With a named GPU: the most rows a batch holds (the fit covers 1..this)."),
     batch: str | None = typer.Option(None, "--batch", help="Batch sizes, e.g. 1,2,4,8,16."),
     lookahead: str | None = typer.Option(None, "--lookahead", help="Lookaheads k, e.g. 1,3,5 (with a named GPU: one value, default 3)."),
     acceptance: str | None = typer.Option(None, "--acceptance", help="Injected acceptance rates, e.g. 0.5,0.7,0.9 (with a named GPU: one value, default 0.7)."),
     prompt_tokens: str | None = typer.Option(None, "--prompt-tokens", help="Prompt lengths, e.g. 128,512,2048."),
-    max_tokens: int | None = typer.Option(None, "--max-tokens", help="Tokens generated per row (default 512)."),
-    repeats: int | None = typer.Option(None, "--repeats", help="Timed repeats per step (median, p10, p90)."),
+    max_tokens: int | None = typer.Option(None, "--max-tokens", min=1, max=LARGEST_TOKENS, help="Tokens generated per row (default 512)."),
+    repeats: int | None = typer.Option(None, "--repeats", min=1, max=LARGEST_COUNT, help="Timed repeats per step (median, p10, p90)."),
     quick: bool = typer.Option(False, "--quick", help="A small grid on the tiny preset (under a minute on a CPU)."),
     no_graphs: bool = typer.Option(False, "--no-graphs", help="Do not capture CUDA graphs (GPU only)."),
     compile_: bool = typer.Option(False, "--compile", help="Run the model forwards through torch.compile."),
     output: Path | None = typer.Option(None, "--output", "-o", help=f"Profile to write [default: {_user_dir()}/<device>__<target>__<draft>.json, found by name with -p]."),
-    threads: int = typer.Option(1, "--threads", help="Intra-op threads torch may use while measuring (pinned, so other work on the machine moves the timings less)."),
+    threads: int = typer.Option(1, "--threads", min=1, max=LARGEST_JOBS, help="Intra-op threads torch may use while measuring (pinned, so other work on the machine moves the timings less)."),
     strict: bool = typer.Option(False, "--strict", help="Exit with status 1 when the fitted costs miss the held-out generations (the profile is still written)."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing profile."),
     measure_ops: Path | None = typer.Option(

@@ -18,11 +18,11 @@ from simulator.cost import load_prices
 from simulator.errors import ScenarioError
 from simulator.events import event_log_suffix, write_event_log
 from simulator.metrics import json_ready
-from simulator.outputs import check_writable, open_output
+from simulator.outputs import check_output_folder, check_writable, open_output
 from simulator.profile import DEFAULT_PROFILE, load_profile
 from simulator.replay import ReplayResult, replay
 from simulator.scenario import build_scenario, parse_set
-from simulator.settings import TASK
+from simulator.settings import LARGEST_SEED, TASK
 from simulator.sweep import Base
 
 
@@ -39,12 +39,12 @@ def replay_cli(
                                          "e.g. tasks.infobench.flush=0.1 (repeatable; wins over flags and file)."),
     task_map: str | None = typer.Option(None, "--task-map", help="Rename the trace's tasks to the profile's: "
                                            "SOURCE=TASK,... (e.g. azure=infobench)."),
-    seed: int = typer.Option(0, "--seed", help="Random seed, >= 0 (same seed, same result)."),
+    seed: int = typer.Option(0, "--seed", min=0, max=LARGEST_SEED, help="Random seed, >= 0 (same seed, same result)."),
     prices: str | None = typer.Option(None, "--prices", help="Price table (GPU type -> $ per GPU-hour): JSON file "
                                       "or bundled name (default modal-serverless; lambda-on-demand)."),
     json_out: str | None = typer.Option(None, "--json", help="Write the summary JSON to FILE ('-' for stdout)."),
     events: str | None = typer.Option(None, "--events", help="Write the per-prompt event log (.parquet or .csv)."),
-    plot: Path | None = typer.Option(None, "--plot", help="Write the standard figures of this run into DIR."),
+    plot: str | None = typer.Option(None, "--plot", help="Write the standard figures of this run into DIR."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
 ) -> None:
     """Replay TRACE through micro-batching queues, workers and GPUs.
@@ -57,15 +57,17 @@ def replay_cli(
         from simulator.cli.importer import parse_task_map
         from simulator.trace.formats import ImportOptions, load_trace
 
-        if seed < 0:
-            raise ScenarioError(None, None, None, f"--seed: must be an integer >= 0, got {seed}")
         # Refuse bad outputs before doing any work: never onto an input, never twice the same.
         inputs = tuple(Path(p) for p in (trace, config, profile) if p is not None and Path(p).exists())
-        outs = [o for o in (json_out, events) if o and o != "-"]
+        outs = [o for o in (json_out, events) if o is not None and o != "-"]
         if len(outs) == 2 and Path(outs[0]).resolve() == Path(outs[1]).resolve():
             raise ScenarioError(None, None, None, "--json and --events name the same file")
         for out in outs:
             check_writable(out, force=force, inputs=inputs)
+        if plot is not None:
+            from simulator.cli.plot import STANDARD_SET
+
+            check_output_folder(plot, STANDARD_SET, force=force, inputs=inputs)
         if events:
             event_log_suffix(events)
         task_flags, run_flags = flags.values("task"), flags.values("run")
@@ -92,7 +94,7 @@ def replay_cli(
         if plot:
             from simulator.cli.plot import write_standard_set
 
-            written = write_standard_set(result.log, plot, f"{scenario.name}, {Path(trace).name}", force=force)
+            written = write_standard_set(result.log, Path(plot), f"{scenario.name}, {Path(trace).name}", force=force)
             warn_paths = ", ".join(str(p) for p in written)
             if json_out != "-":
                 console.print(f"wrote {warn_paths}", highlight=False)

@@ -12,6 +12,7 @@ from simulator.cli import app
 from simulator.cli._common import console, user_errors
 from simulator.errors import ScenarioError, ServeError
 from simulator.profile import DEFAULT_PROFILE
+from simulator.settings import LARGEST_JOBS, LARGEST_SEED
 
 #: The packages of the ``serve`` extra (imported only when a server starts).
 SERVE_EXTRA = ("fastapi", "uvicorn", "prometheus_client")
@@ -33,16 +34,16 @@ def serve_cli(
                                  "or openai:URL[,URL...] (one OpenAI-compatible engine per GPU of the scenario)."),
     time_scale: float = typer.Option(1.0, "--time-scale", help="Sleep backend: run the server this many times faster than the modeled "
                                     "system (service times, flush windows and queue timeouts all divided by it)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the service-time and dispatch streams (sleep backend: same seed, same draws as replay)."),
+    seed: int = typer.Option(0, "--seed", min=0, max=LARGEST_SEED, help="Seed of the service-time and dispatch streams (sleep backend: same seed, same draws as replay)."),
     set_values: list[str] = typer.Option([], "--set", help="Override any scenario field: KEY=VALUE with a dotted KEY, e.g. run.gpus=1 or tasks.mmlu.flush=0.2 (repeatable)."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
-    port: int = typer.Option(8000, "--port", help="Port to listen on (0: any free port)."),
+    port: int = typer.Option(8000, "--port", min=0, max=65535, help="Port to listen on (0: any free port)."),
     batch_timeout: float = typer.Option(600.0, "--batch-timeout", help="Seconds a batch may take on its backend before its prompts get error replies (a stalled backend never hangs a call)."),
     grace: float = typer.Option(30.0, "--grace", help="On SIGINT/SIGTERM: seconds in-flight batches may take to finish (queued prompts get error replies at once)."),
     harness_model: str = typer.Option("tiny", "--harness-model", help="Harness backend: the target model preset."),
     harness_draft: str = typer.Option("tiny", "--harness-draft", help="Harness backend: the draft model preset."),
     harness_device: str | None = typer.Option(None, "--harness-device", help="Harness backend: cpu, cuda or cuda:N for every GPU of the scenario (default cuda:i where there is one, else cpu)."),
-    harness_threads: int = typer.Option(1, "--harness-threads", help="Harness backend: torch's intra-op threads (1, as simctl profile measures; 0: torch's default)."),
+    harness_threads: int = typer.Option(1, "--harness-threads", min=0, max=LARGEST_JOBS, help="Harness backend: torch's intra-op threads (1, as simctl profile measures; 0: torch's default)."),
     engine_model: str | None = typer.Option(None, "--engine-model", help="OpenAI backend: the model name sent to the engines (default: the first one their /v1/models lists)."),
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn's log level (critical, error, warning, info, debug)."),
 ) -> None:

@@ -9,12 +9,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from simulator.cli import app
-from simulator.cli._common import GENERATED, Flags, console, err_console, setting_options, user_errors
+from simulator.cli._common import GENERATED, Flags, console, interrupted, setting_options, user_errors
 from simulator.cost import load_prices
 from simulator.metrics import figure_key
 from simulator.plan import slo_figures
 from simulator.profile import DEFAULT_PROFILE, load_profile
 from simulator.scenario import build_scenario, parse_set
+from simulator.settings import LARGEST_JOBS, LARGEST_SEEDS
 from simulator.sweep import (
     Base,
     SweepInterrupted,
@@ -40,10 +41,10 @@ def sweep_cli(
     task: str | None = typer.Option(None, "--task", help="Apply task axes to this task only "
                                        "(default: every GPU task)."),
     flags: Flags = GENERATED,  # one option per setting (simulator.settings): axes and run settings
-    seeds: int = typer.Option(1, "--seeds", help="Seeds per configuration (0..N-1); figures get 95 % CIs."),
+    seeds: int = typer.Option(1, "--seeds", min=1, max=LARGEST_SEEDS, help="Seeds per configuration (0..N-1); figures get 95 % CIs."),
     set_values: list[str] = typer.Option([], "--set", help="Override any field of the base scenario: KEY=VALUE with a "
                                          "dotted KEY, e.g. tasks.graph.cpu_workers=4 (repeatable)."),
-    jobs: int | None = typer.Option(None, "--jobs", "-j", help="Local processes (default: all cores)."),
+    jobs: int | None = typer.Option(None, "--jobs", "-j", min=1, max=LARGEST_JOBS, help="Local processes (default: all cores)."),
     cluster: str | None = typer.Option(None, "--cluster", help="Run on a Dask cluster, e.g. tcp://HOST:8786."),
     metric: str = typer.Option("overall.latency.p95", "--metric", help="Figure to rank configurations by at the end."),
     prices: str | None = typer.Option(None, "--prices", help="Price table of the cost figures (cost.usd ...): JSON "
@@ -75,9 +76,8 @@ def sweep_cli(
                 result = run_sweep(spec, base, out, workers=jobs, cluster=cluster, force=force, progress=progress)
             except SweepInterrupted as stop:
                 bar.stop()
-                err_console.print(f"interrupted; {stop.kept} of {stop.total} rows kept in {stop.out}; "
-                                  "run the same command to resume", highlight=False)
-                raise typer.Exit(130) from None
+                interrupted(f"interrupted; {stop.kept} of {stop.total} rows kept in {stop.out}; "
+                            "run the same command to resume")
         console.print(f"{out}: {result.ran} replays run, {result.skipped} already in the file skipped, "
                       f"{len(result.frame)} rows", highlight=False)
         print_best(result.frame, metric)

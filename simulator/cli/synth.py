@@ -12,6 +12,7 @@ from simulator.cli import app
 from simulator.cli._common import console, user_errors
 from simulator.errors import SynthSpecError
 from simulator.outputs import check_writable
+from simulator.settings import LARGEST_SEED
 from simulator.trace.formats import FORMATS, save_trace
 from simulator.trace.synth import (
     SynthSpec,
@@ -80,7 +81,7 @@ def synth_cli(
     max_tokens: str | None = typer.Option(
         None, "--max-tokens", help="Same syntax as --prompt-tokens. Default: 2048 for every task.",
     ),
-    seed: int = typer.Option(0, "--seed", help="Random seed (same seed and options, same trace)."),
+    seed: int = typer.Option(0, "--seed", min=0, max=LARGEST_SEED, help="Random seed (same seed and options, same trace)."),
     fit: Path | None = typer.Option(None, "--fit", help="Fit every statistic to this trace instead (arrival model by MLE + AIC)."),
     rate_scale: float = typer.Option(1.0, "--rate-scale", help="With --fit: divide the fitted mean gap by this (2 = twice the load)."),
     fmt: str = typer.Option("native", "--format", help=f"Output format: {' or '.join(FORMATS)}."),

@@ -27,7 +27,7 @@ import pandas as pd
 
 from simulator.errors import LoadError
 from simulator.observed import SUMMARY_FILE
-from simulator.outputs import open_output
+from simulator.outputs import check_output_name, open_output
 from simulator.trace.formats import save_trace
 from simulator.trace.model import Trace
 
@@ -52,6 +52,7 @@ class RunFolder:
     an earlier run wrote there), if it is the trace's own folder or holds the trace."""
 
     def __init__(self, path: str | Path, force: bool = False, trace_path: str | Path | None = None) -> None:
+        check_output_name(path, "folder")
         self.path = Path(path)
         self.force = force
         if self.path.exists() and not self.path.is_dir():

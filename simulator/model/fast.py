@@ -26,7 +26,11 @@ test fail), so a new rule can never run as another.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import signal
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import cast
 
@@ -412,6 +416,28 @@ def _grid_size(service) -> int:
     return max((len(g) for g in service.grid), default=1) if service.kind == "table" else 1
 
 
+@contextlib.contextmanager
+def sigint_deferred() -> Iterator[None]:
+    """Hold a Ctrl-C that arrives inside the block, and raise it (``KeyboardInterrupt``) as
+    the block ends. Loading the compiled kernel runs Python inside a C callback (llvmlite's
+    object-cache hook), where a ``KeyboardInterrupt`` is printed with its traceback and then
+    lost: the command would go on as if never interrupted. The kernel itself cannot be
+    interrupted anyway (compiled code runs no signal handler), so holding costs nothing.
+    Only where Python's own Ctrl-C handler is installed, in the main thread."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield
+        return
+    caught: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if caught:
+        raise KeyboardInterrupt
+
+
 def simulate_fast(trace: Trace, scenario: Scenario, profile: Profile, seed: int) -> pd.DataFrame:
     """The event log of a supported scenario, computed by the compiled kernel."""
     from simulator.model.batch_kernel import (
@@ -425,12 +451,13 @@ def simulate_fast(trace: Trace, scenario: Scenario, profile: Profile, seed: int)
     )
 
     draw_factor = FIRST_DRAW_FACTOR
-    while True:
-        lowered = lower(trace, scenario, profile, seed, draw_factor)
-        BI, BF, nb, batch_of, done_at, first_at, status, preemptions, skipped = run_kernel(*lowered.args)
-        if not lowered.out_of_draws[0]:
-            break
-        draw_factor *= 4  # preemptions took more token draws than were drawn: again, with more
+    with sigint_deferred():
+        while True:
+            lowered = lower(trace, scenario, profile, seed, draw_factor)
+            BI, BF, nb, batch_of, done_at, first_at, status, preemptions, skipped = run_kernel(*lowered.args)
+            if not lowered.out_of_draws[0]:
+                break
+            draw_factor *= 4  # preemptions took more token draws than were drawn: again, with more
     lowered.args = ()  # the run's inputs, freed before the log is built beside its outputs
     BI, BF, skipped = BI[:nb], BF[:nb], skipped[:nb]
     # Batch ids: the rows' order, plus the ids of continuous iterations that admitted no new

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from simulator.errors import SynthSpecError
+from simulator.settings import LARGEST_TOKENS
 from simulator.trace.model import Call, Prompt, Trace
 
 ARRIVAL_KINDS = ("poisson", "gamma", "lognormal", "weibull")
@@ -105,13 +106,17 @@ class TokenDist:
     """A token-count distribution: fixed (``cv == 0``, ``mean`` an integer) or lognormal.
 
     Lognormal draws (mean ``mean``, coefficient of variation ``cv``) are rounded to the
-    nearest integer and raised to at least 1.
+    nearest integer, raised to at least 1 and held to at most ``LARGEST_TOKENS`` (a trace's
+    token counts are 32-bit integers); a mean above that is refused.
     """
 
     mean: float
     cv: float = 0.0
 
     def __post_init__(self) -> None:
+        if not isinstance(self.mean, bool) and isinstance(self.mean, (int, float)) and self.mean > LARGEST_TOKENS:
+            raise _bad("tokens", f"must be at most {LARGEST_TOKENS:,} tokens (a trace's token counts are "
+                       "32-bit integers)")
         mean = _positive("tokens", self.mean)
         if isinstance(self.cv, bool) or not isinstance(self.cv, (int, float)) or not math.isfinite(self.cv) or self.cv < 0:
             raise _bad("tokens", f"cv must be a non-negative number, got {self.cv!r}")
@@ -141,7 +146,7 @@ class TokenDist:
             return np.full(size, int(self.mean), dtype=np.int64)
         sigma2 = math.log1p(self.cv**2)
         draws = rng.lognormal(math.log(self.mean) - sigma2 / 2, math.sqrt(sigma2), size)
-        return np.maximum(np.rint(draws), 1).astype(np.int64)
+        return np.clip(np.rint(draws), 1, LARGEST_TOKENS).astype(np.int64)
 
     def to_dict(self) -> dict[str, Any]:
         """``{"fixed": n}`` or ``{"lognormal": {"mean": m, "cv": c}}``."""
