@@ -78,6 +78,21 @@ def _errors_to_exit() -> Iterator[None]:
         raise typer.Exit(EXIT_INPUT_ERROR) from None
 
 
+def write_json(text: str, json_out: str | None, force: bool) -> bool:
+    """Write the JSON ``text`` where ``--json`` says: ``-`` standard output (then the command
+    prints nothing else: the return is ``True``), a file (atomically, refusing to overwrite
+    without ``force``), or nowhere (``None``)."""
+    if json_out == "-":
+        sys.stdout.write(text + "\n")
+        return True
+    if json_out:
+        from simulator.outputs import open_output
+
+        with open_output(json_out, force=force) as fh:
+            fh.write(text)
+    return False
+
+
 def warn(message: str) -> None:
     """Print a one-line warning on stderr."""
     err_console.print(f"warning: {message}", markup=False)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +11,10 @@ from rich import box
 from rich.table import Table
 
 from simulator.cli import app
-from simulator.cli._common import console, user_errors
+from simulator.cli._common import console, user_errors, write_json
 from simulator.errors import ObservedError
 from simulator.observed import CLIENT_TIMEOUT, compare_calls, observed_to_json, read_observed, read_run
-from simulator.outputs import check_output_folder, check_writable, open_output
+from simulator.outputs import check_output_folder, check_writable
 
 
 def _fmt(x: Any, digits: int = 1) -> str:
@@ -90,12 +89,8 @@ def observed_cli(
             console.print(f"wrote {write_trace}: {trace.meta['output_lengths']['prompts']} prompts of "
                           f"{', '.join(tasks)} with their measured output tokens", highlight=False)
         data = observed_to_json(run)
-        if json_out == "-":
-            sys.stdout.write(json.dumps(data, indent=2) + "\n")
+        if write_json(json.dumps(data, indent=2), json_out, force):
             return
-        if json_out:
-            with open_output(json_out, force=force) as fh:
-                json.dump(data, fh, indent=2)
         print_call_figures(data["figures"], f"observed {run.name}: call latency (s), failures censored at {timeout:g} s")
 
 
@@ -132,13 +127,8 @@ def compare_runs_cli(
                      plot / "cdf.png", timeout)
             calls_scatter(calls_a, calls_b, (name_a, name_b), f"Per-call latency: {name_b} vs {name_a}",
                           plot / "scatter.png")
-        if json_out:
-            text = table.to_json(orient="records", indent=2)
-            if json_out == "-":
-                sys.stdout.write(text + "\n")
-                return
-            with open_output(json_out, force=force) as fh:
-                fh.write(text)
+        if json_out and write_json(table.to_json(orient="records", indent=2), json_out, force):
+            return
         out = Table(title=f"call latency (s), failures at {timeout:g} s: {name_b} against {name_a}",
                     title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
         out.add_column("calls", justify="left")

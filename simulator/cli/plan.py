@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import typer
 from rich.table import Table
 
 from simulator.cli import app
-from simulator.cli._common import GENERATED, Flags, console, setting_options, user_errors
+from simulator.cli._common import GENERATED, Flags, console, setting_options, user_errors, write_json
 from simulator.cost import gpu_type, load_prices
 from simulator.errors import PlanError
 from simulator.metrics import json_ready
-from simulator.outputs import check_figure, check_writable, open_output
+from simulator.outputs import check_figure, check_writable
 from simulator.plan import DEFAULT_AXES, OBJECTIVES, Evaluator, cheapest, group_of, load_points, parse_slo, plan
 from simulator.profile import DEFAULT_PROFILE, load_profile
 from simulator.scenario import build_scenario, parse_set
@@ -115,12 +114,8 @@ def plan_cli(
 
 def _finish(doc: dict, json_out: str | None, plot: Path | None, force: bool) -> None:
     """Write the JSON document (``-``: stdout, and nothing else) and print the plan."""
-    if json_out == "-":
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    if write_json(json.dumps(doc, indent=2), json_out, force):
         return
-    if json_out:
-        with open_output(json_out, force=force) as fh:
-            json.dump(doc, fh, indent=2)
     print_plan(doc)
     if plot:
         console.print(f"wrote {plot}", highlight=False)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +12,12 @@ from rich import box
 from rich.table import Table
 
 from simulator.cli import app
-from simulator.cli._common import GENERATED, Flags, console, print_table, setting_options, user_errors
+from simulator.cli._common import GENERATED, Flags, console, print_table, setting_options, user_errors, write_json
 from simulator.cost import load_prices
 from simulator.errors import ScenarioError
 from simulator.events import event_log_suffix, write_event_log
 from simulator.metrics import json_ready
-from simulator.outputs import check_output_folder, check_writable, open_output
+from simulator.outputs import check_output_folder, check_writable
 from simulator.profile import DEFAULT_PROFILE, load_profile
 from simulator.replay import ReplayResult, replay
 from simulator.scenario import build_scenario, parse_set
@@ -98,12 +97,8 @@ def replay_cli(
             warn_paths = ", ".join(str(p) for p in written)
             if json_out != "-":
                 console.print(f"wrote {warn_paths}", highlight=False)
-        if json_out == "-":
-            sys.stdout.write(json.dumps(json_ready(result.summary), indent=2) + "\n")
+        if write_json(json.dumps(json_ready(result.summary), indent=2), json_out, force):
             return
-        if json_out:
-            with open_output(json_out, force=force) as fh:
-                json.dump(json_ready(result.summary), fh, indent=2)
         print_summary(result, source=str(trace))
 
 
