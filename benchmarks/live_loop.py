@@ -25,7 +25,7 @@ contrast.
 
     python benchmarks/live_loop.py                 # four 60 s runs: about 6 minutes on 2 cores
     python benchmarks/live_loop.py --write-docs    # ... and the table into docs/calibration.md
-    python benchmarks/live_loop.py --quick         # 8 s runs, a small fit: about a minute
+    python benchmarks/live_loop.py --quick         # 4 s runs, a small fit: about half a minute
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def predicted(trace: Path, scenario: Path, profile: Path, seeds: int, out: Path,
 
 
 def run(quick: bool, seed: int, work: Path) -> dict[str, Any]:
-    duration, mean = (8.0, 0.25) if quick else (60.0, 0.25)
+    duration, mean = (4.0, 0.25) if quick else (60.0, 0.25)
     trace = work / "trace.json"
     simctl("synth", "-o", str(trace), "--duration", str(duration), "--mean", str(mean), "--cv", "1",
            "--prompts-per-call", "1:0.5,2:0.3,3:0.2", "--task-mix", f"{TASK}:1", "--prompt-tokens", f"{TASK}:64",
@@ -241,7 +241,7 @@ def table(result: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="8 s runs, a small fit, one run of B")
+    parser.add_argument("--quick", action="store_true", help="4 s runs, a small fit, one run of B")
     parser.add_argument("--seed", type=int, default=0, help="the trace's seed")
     parser.add_argument("--keep", type=Path, default=None, help="keep the runs, profiles and predictions here")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")

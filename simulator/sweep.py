@@ -43,6 +43,7 @@ import pandas as pd
 from simulator import inputs
 from simulator.cost import PriceTable
 from simulator.errors import ScenarioError, SweepError
+from simulator.interrupts import release_inherited_sigint, sigint_deferred
 from simulator.metrics import FigureError, figure_key
 from simulator.profile import Profile
 from simulator.replay import simulate_and_summarize
@@ -201,6 +202,7 @@ def _worker_start(base: Base, parent: int) -> None:
     """A pool worker's start: it dies with the sweep (a killed sweep leaves no worker blocked
     on a queue nobody feeds), then takes the sweep's base."""
     die_with_parent(parent)
+    release_inherited_sigint()  # forked while the sweep held Ctrl-C
     _set_base(base)
 
 
@@ -405,8 +407,10 @@ def _local_results(jobs: list, task: str | None, base: Base, workers: int) -> It
                                 initargs=(base, os.getpid())) as pool:
         # Chunks amortise the inter-process round trip over several millisecond-long replays.
         chunk = max(1, min(8, len(jobs) // (4 * min(workers, len(jobs)))))
-        futures = [pool.submit(_run_chunk, jobs[i:i + chunk], task) for i in range(0, len(jobs), chunk)]
+        futures: list[cf.Future] = []
         try:
+            with sigint_deferred():  # the first submit forks every worker (see simulator.interrupts)
+                futures = [pool.submit(_run_chunk, jobs[i:i + chunk], task) for i in range(0, len(jobs), chunk)]
             for fut in cf.as_completed(futures):
                 yield from fut.result()
         except BaseException:

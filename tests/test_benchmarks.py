@@ -207,8 +207,8 @@ def test_hostile_inputs_quick_mode(capsys):
     assert bench.main(["--quick", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["classes"] and all(c["tried"] == c["handled"] > 0 for c in result["classes"].values())
-    assert result["faults"] and all(r["orphans"] == r["leftovers"] == r["rows_lost"] == 0 and r["identical"] and r["said"]
-                                    for r in result["faults"])
+    assert result["faults"] and all(r["orphans"] == r["leftovers"] == r["rows_lost"] == 0 and r["identical"]
+                                    and r["one_line"] and r["said"] for r in result["faults"])
 
 
 def test_autoscaling_quick_mode(capsys):

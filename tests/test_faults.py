@@ -35,7 +35,7 @@ def _check(tmp_path_factory, kind, sig, moment) -> None:
     assert got["leftovers"] == 0, got
     assert got["rows_lost"] == 0, got
     assert got["identical"], got
-    assert got["one_line"], got
+    assert got["one_line"], (got, got["stderr"])
     assert got["said"], got
 
 

@@ -512,10 +512,36 @@ def test_a_ctrl_c_while_the_kernel_loads_is_held_not_lost():
     import os
     import signal
 
-    from simulator.model.fast import sigint_deferred
+    from simulator.interrupts import sigint_deferred
 
     reached = False
     with pytest.raises(KeyboardInterrupt), sigint_deferred():
         os.kill(os.getpid(), signal.SIGINT)
         reached = True
     assert reached and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_ctrl_c_swallowed_inside_a_library_still_stops_the_command():
+    """A ``KeyboardInterrupt`` raised where it cannot propagate (here a ``__del__``; in
+    calibrate, scipy's Sobol set-up, a Cython function that calls numpy) went to Python's
+    "Exception ignored" printout and the command went on. The command line delivers it
+    again: it stops the work, and nothing is printed."""
+    import subprocess
+    import sys
+
+    code = ("from simulator.interrupts import carry_lost_interrupts\n"
+            "carry_lost_interrupts()\n"
+            "class Swallowed:\n"
+            "    def __del__(self):\n"
+            "        raise KeyboardInterrupt\n"
+            "import time\n"
+            "try:\n"
+            "    Swallowed()\n"
+            "    until = time.monotonic() + 30  # the work that goes on (a timeout, not a speed)\n"
+            "    while time.monotonic() < until:\n"
+            "        pass\n"
+            "    print('went on')\n"
+            "except KeyboardInterrupt:\n"
+            "    print('stopped')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "stopped", "")

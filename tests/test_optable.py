@@ -125,7 +125,7 @@ def test_measure_ops_refuses_bad_input_in_one_line(measured, tmp_path):
     for args, message in ((["--measure-ops", str(measured), "--quick"], "use --force"),
                           (["--measure-ops", str(tmp_path / "x"), "--model", "no-such-model"], "unknown model preset"),
                           (["--measure-ops", str(tmp_path / "x"), "--gpu", "a100-sxm"], "takes a CUDA device index"),
-                          (["--measure-ops", str(tmp_path / "x"), "--threads", "0"], "must be >= 1")):
+                          (["--measure-ops", str(tmp_path / "x"), "--threads", "0"], "greater than or equal to 1")):
         result = runner.invoke(app, ["profile", *args])
         assert result.exit_code == 2 and message in result.output, result.output
     (tmp_path / "file").write_text("")

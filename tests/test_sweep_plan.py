@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing
+import os
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -74,6 +77,36 @@ def test_interrupted_sweep_resumes_to_the_same_file(tmp_path, base, monkeypatch)
     assert (again.ran, again.skipped) == (10, 6)
     pd.testing.assert_frame_equal(again.frame, clean)
     pd.testing.assert_frame_equal(read_results(out)[0], clean)
+
+
+#: Set while a test wants a Ctrl-C sent to itself as the sweep forks a worker.
+_CTRL_C_AT_FORK = {"armed": False}
+
+
+def _ctrl_c_after_fork() -> None:
+    if _CTRL_C_AT_FORK["armed"]:
+        _CTRL_C_AT_FORK["armed"] = False
+        os.kill(os.getpid(), signal.SIGINT)
+
+
+def test_a_ctrl_c_while_the_workers_fork_stops_the_sweep(tmp_path, base):
+    # A Ctrl-C handled inside an at-fork hook used to be printed ("Exception ignored") and
+    # lost: the sweep went on and exited 0. The hook here sends it at exactly that moment.
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        pytest.skip("Python's own Ctrl-C handler is not installed in this test process")
+    if not hasattr(os, "register_at_fork") or "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("workers are not forked here")
+    if not _CTRL_C_AT_FORK.setdefault("registered", False):
+        os.register_at_fork(after_in_parent=_ctrl_c_after_fork)
+        _CTRL_C_AT_FORK["registered"] = True
+    _CTRL_C_AT_FORK["armed"] = True
+    try:
+        with pytest.raises(sweep_mod.SweepInterrupted) as stopped:
+            run_sweep(SPEC, base, tmp_path / "s.parquet", workers=2)
+    finally:
+        _CTRL_C_AT_FORK["armed"] = False
+    assert stopped.value.total == 16 and stopped.value.kept < 16
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Python's handler is back
 
 
 def test_a_journal_left_by_a_killed_sweep_is_picked_up(tmp_path, base):

@@ -181,6 +181,9 @@ def main() -> None:
     """Console-script entry point. A Ctrl-C after the command line has ended (as the process
     exits) is said in one line and exit status 130, as one during the command."""
     try:
+        from simulator.interrupts import carry_lost_interrupts
+
+        carry_lost_interrupts()
         _map_large_allocations()
         app()
     except KeyboardInterrupt:

@@ -116,8 +116,6 @@ def profile_cli(
         )
         get_preset(grid.target), get_preset(grid.draft)  # an unknown preset: UnknownPreset before measuring
         dev = resolve_device(gpu_index, device)
-        if threads < 1:
-            raise HarnessError(None, None, None, f"--threads: must be >= 1, got {threads}")
         out = output or default_profile_path(Path(default_output(dev, grid)).stem)
         check_writable(out, force=force)
         torch.set_num_threads(threads)
@@ -218,8 +216,6 @@ def composed_profile(gpu: str, target: str | None, draft: str | None, engine: st
     alphas = _floats(acceptance, "--acceptance") or (0.7,)
     if len(ks) != 1 or len(alphas) != 1:
         raise HarnessError(None, None, "--lookahead", "with a named GPU give one lookahead and one acceptance")
-    if max_rows < 1:
-        raise HarnessError(None, None, "--max-rows", f"must be >= 1, got {max_rows}")
     base = load_profile(like)
     gpu_tasks = [n for n, t in base.tasks.items() if t.resource == "gpu"]
     if not gpu_tasks:
@@ -294,8 +290,6 @@ def measure_ops_cli(out: Path, gpu: str | None, device: str | None, model: str |
 
     if gpu is not None and not gpu.isdigit():
         raise HarnessError(None, None, "--gpu", f"with --measure-ops, --gpu takes a CUDA device index, not {gpu!r}")
-    if threads < 1:
-        raise HarnessError(None, None, "--threads", f"must be >= 1, got {threads}")
     shapes = [load_shape(name) for name in dict.fromkeys(
         [n for n in (draft, model or ("tiny" if quick else "llama-68m")) if n])]
     dev = resolve_device(int(gpu) if gpu is not None else None, device)

@@ -26,17 +26,14 @@ test fail), so a new rule can never run as another.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import signal
-import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import cast
 
 import numpy as np
 import pandas as pd
 
+from simulator.interrupts import sigint_deferred
 from simulator.model.dispatch import DISPATCH_RULES
 from simulator.model.log import Outcome, PromptColumns, build_event_log
 from simulator.model.streams import dispatch_stream, service_stream
@@ -414,28 +411,6 @@ def _lower_services(names: list[str], configs: list, task_profiles: list, seed: 
 
 def _grid_size(service) -> int:
     return max((len(g) for g in service.grid), default=1) if service.kind == "table" else 1
-
-
-@contextlib.contextmanager
-def sigint_deferred() -> Iterator[None]:
-    """Hold a Ctrl-C that arrives inside the block, and raise it (``KeyboardInterrupt``) as
-    the block ends. Loading the compiled kernel runs Python inside a C callback (llvmlite's
-    object-cache hook), where a ``KeyboardInterrupt`` is printed with its traceback and then
-    lost: the command would go on as if never interrupted. The kernel itself cannot be
-    interrupted anyway (compiled code runs no signal handler), so holding costs nothing.
-    Only where Python's own Ctrl-C handler is installed, in the main thread."""
-    if (threading.current_thread() is not threading.main_thread()
-            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
-        yield
-        return
-    caught: list[int] = []
-    signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    if caught:
-        raise KeyboardInterrupt
 
 
 def simulate_fast(trace: Trace, scenario: Scenario, profile: Profile, seed: int) -> pd.DataFrame:
