@@ -49,6 +49,7 @@ import itertools
 import math
 import time
 import traceback
+from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -406,7 +407,7 @@ class ServeQueue:
             self.runtime.fail(self.waiting.popleft(), error, "shutdown")
 
 
-class Front:
+class Front(ABC):
     """A task's front end in the runtime (one per served topology)."""
 
     def __init__(self, runtime: Runtime, task: str, config: TaskConfig) -> None:
@@ -414,8 +415,9 @@ class Front:
         self.task = task
         self.config = config
 
+    @abstractmethod
     def accept(self, jobs: list[PromptJob]) -> None:
-        raise NotImplementedError
+        """Take the prompts of one call into the topology's queues."""
 
 
 class SharedFront(Front):
