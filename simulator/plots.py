@@ -42,6 +42,17 @@ def _save(fig, path: str | Path | None):
     return fig
 
 
+def _finish(fig, ax, xlabel: str, ylabel: str, title: str, path, legend: bool = True):
+    """The labels, title, light grid and legend every single-axes figure has; then save."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if legend:
+        ax.legend()
+    return _save(fig, path)
+
+
 def readable(x: float) -> str:
     """A number as a person writes it: ``1,100``, ``42.5``, ``0.25``; never ``1.1e+03``;
     ``∞`` for prompts that did not finish."""
@@ -133,13 +144,7 @@ def lines(agg: pd.DataFrame, x: str, metric: str, title: str, group: str | None 
         ax.plot(g[x], g["mean"], marker="o", label=label)
         if g["ci95"].notna().any():
             ax.fill_between(g[x], g["mean"] - g["ci95"], g["mean"] + g["ci95"], alpha=0.2)
-    ax.set_xlabel(x)
-    ax.set_ylabel(metric_label(metric))
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    if group is not None:
-        ax.legend()
-    return _save(fig, path)
+    return _finish(fig, ax, x, metric_label(metric), title, path, legend=group is not None)
 
 
 def load_curve(points: pd.DataFrame, slos: Sequence, title: str, path=None):
@@ -148,12 +153,7 @@ def load_curve(points: pd.DataFrame, slos: Sequence, title: str, path=None):
     for slo in slos:
         line, = ax.plot(points["rate_scale"], points[slo.figure], marker="o", label=str(slo))
         ax.axhline(slo.bound, color=line.get_color(), linestyle="--", alpha=0.7)
-    ax.set_xlabel("load (rate scale: 1 = the trace as recorded)")
-    ax.set_ylabel("figure (s, or count)")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    return _save(fig, path)
+    return _finish(fig, ax, "load (rate scale: 1 = the trace as recorded)", "figure (s, or count)", title, path)
 
 
 def pareto(points: Sequence[dict], front: Sequence[int], title: str, path=None):
@@ -175,12 +175,7 @@ def pareto(points: Sequence[dict], front: Sequence[int], title: str, path=None):
                 linewidth=1.2, label="Pareto front")
     ax.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="SLO bound")
     ax.set_ylim(0, top * 1.02)
-    ax.set_xlabel("cost of the run (US $)")
-    ax.set_ylabel("SLO ratio (figure / bound, worst SLO)")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    return _save(fig, path)
+    return _finish(fig, ax, "cost of the run (US $)", "SLO ratio (figure / bound, worst SLO)", title, path)
 
 
 #: Line styles and markers that stay distinguishable in grayscale.
@@ -221,12 +216,9 @@ def latency_cdf(logs: dict[str, pd.DataFrame], title: str = "Latency CDF", task:
         ax.axvline(slo, color="black", linestyle="--", linewidth=1, label=f"SLO {slo:g} s")
     if log_x:
         ax.set_xscale("log")
-    ax.set_xlabel("latency (s)" + (", log scale" if log_x else ""))
-    ax.set_ylabel("fraction of prompts")
-    ax.set_title(title + (f" — {task}" if task else "") + "  (markers: p" + "/p".join(f"{p:g}" for p in percentiles) + ")")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    return _save(fig, path)
+    marked = "  (markers: p" + "/p".join(f"{p:g}" for p in percentiles) + ")"
+    return _finish(fig, ax, "latency (s)" + (", log scale" if log_x else ""), "fraction of prompts",
+                   title + (f" — {task}" if task else "") + marked, path)
 
 
 def queue_depth(log: pd.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -425,12 +417,7 @@ def runs_cdf(runs: dict[str, pd.DataFrame], title: str = "Call latency", path=No
                 linestyle=style["linestyle"])
     if timeout is not None:
         ax.axvline(timeout, color="black", linestyle=":", linewidth=1, label=f"client timeout {timeout:g} s")
-    ax.set_xlabel("call latency (s; failed calls at the timeout)")
-    ax.set_ylabel("fraction of calls")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    return _save(fig, path)
+    return _finish(fig, ax, "call latency (s; failed calls at the timeout)", "fraction of calls", title, path)
 
 
 def calls_scatter(reference: pd.DataFrame, other: pd.DataFrame, names: tuple[str, str],
@@ -445,9 +432,4 @@ def calls_scatter(reference: pd.DataFrame, other: pd.DataFrame, names: tuple[str
                    marker=markers[i % len(markers)], label=comp, alpha=0.8)
     top = float(np.nanmax(merged[["latency_censored_s_a", "latency_censored_s_b"]].to_numpy())) if len(merged) else 1.0
     ax.plot([0, top], [0, top], color="black", linewidth=0.8, linestyle="--", label="equal")
-    ax.set_xlabel(f"{names[0]} call latency (s)")
-    ax.set_ylabel(f"{names[1]} call latency (s)")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    return _save(fig, path)
+    return _finish(fig, ax, f"{names[0]} call latency (s)", f"{names[1]} call latency (s)", title, path)
