@@ -15,7 +15,7 @@ fields are text, reported beside every cost.
 
 Cost of a run (:func:`cost_summary`)::
 
-    gpu_hours       = provisioned_gpu_seconds(log, scenario) / 3600
+    gpu_hours       = provisioned_gpu_seconds(summary, scenario) / 3600
     usd             = gpu_hours * usd_per_gpu_hour
     usd_per_1k      = 1000 * usd / completed prompts
 
@@ -33,9 +33,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import numpy as np
-import pandas as pd
 
 from simulator.errors import PriceError
 from simulator.profile import Profile
@@ -143,54 +140,27 @@ def gpu_type(profile: Profile) -> str | None:
     return str(gpu) if isinstance(gpu, str) and gpu else None
 
 
-def served_rows(log: pd.DataFrame) -> np.ndarray:
-    """Whether each prompt was served (its status one of ``SERVED``), read off the status
-    categorical's few labels where it is one (every sweep row prices its run)."""
-    from simulator.events import SERVED
-
-    status = log["status"]
-    if isinstance(status.dtype, pd.CategoricalDtype):
-        codes = status.cat.codes.to_numpy()
-        labels = np.append(np.isin(np.asarray(status.cat.categories, dtype=object), SERVED), False)
-        return labels[codes]  # (code -1, a missing status, takes the appended False)
-    return status.isin(SERVED).to_numpy(bool)
+def provisioned_gpu_seconds(summary: Mapping[str, Any], scenario: Scenario) -> float:
+    """GPU-seconds provisioned for the run, busy or idle, read off its summary
+    (:func:`simulator.metrics.summarize`). Without a replica pool: ``gpus × makespan_s``, a
+    fixed set of ``scenario.gpus`` GPUs held from the first arrival to the last completion.
+    With one: every replica's ``scenario.gpus`` from its start (cold start included) to its
+    stop (draining included), ``replica_seconds × gpus`` of the pool's figures
+    (:func:`simulator.metrics.replica_figures`). GPU-hours = this / 3600."""
+    held = summary["replicas"]["replica_seconds"] if "replicas" in summary else summary["makespan_s"]
+    return float(scenario.gpus) * float(held)
 
 
-def run_span(log: pd.DataFrame, served: np.ndarray | None = None) -> float:
-    """Seconds from the first arrival to the last completion of a served prompt (the
-    summary's ``makespan_s``); 0 when nothing was served. ``served``: :func:`served_rows`."""
-    if not len(log):
-        return 0.0
-    served = served_rows(log) if served is None else served
-    if not served.any():
-        return 0.0
-    return float(log["done_at"].to_numpy(float)[served].max() - log["arrived_at"].to_numpy(float).min())
-
-
-def provisioned_gpu_seconds(log: pd.DataFrame, scenario: Scenario, served: np.ndarray | None = None) -> float:
-    """GPU-seconds provisioned for the run, busy or idle. Without a replica pool: ``gpus ×
-    span``, a fixed set of ``scenario.gpus`` GPUs held from the first arrival to the last
-    completion (:func:`run_span`). With one: every replica's ``gpus`` from its start (cold
-    start included) to its stop (draining included), ``replica_seconds × gpus`` of
-    :func:`simulator.metrics.replica_figures`. GPU-hours = this / 3600."""
-    if "replicas" in log.attrs:
-        from simulator.metrics import replica_figures
-
-        return float(replica_figures(log)["replica_seconds"]) * int(log.attrs["replicas"]["gpus_per_replica"])
-    return float(scenario.gpus) * run_span(log, served)
-
-
-def cost_summary(log: pd.DataFrame, scenario: Scenario, profile: Profile,
+def cost_summary(summary: Mapping[str, Any], scenario: Scenario, profile: Profile,
                  prices: PriceTable | None) -> dict[str, Any]:
-    """The summary's ``cost`` group (formulas in the module docstring): ``gpu_type``,
+    """The ``cost`` group of ``summary`` (a run's figures, :func:`simulator.metrics.summarize`;
+    formulas in the module docstring): ``gpu_type``,
     ``gpu_hours``, ``usd_per_gpu_hour``, ``usd``, ``usd_per_1k_prompts`` (per 1,000 prompts
     completed), the price's ``offering``/``source``/``read_on``, the table's name, and
     ``unknown`` (``None``, or why the dollars are ``None``)."""
     gpu = gpu_type(profile)
-    served = served_rows(log)
-    gpu_hours = provisioned_gpu_seconds(log, scenario, served) / 3600.0
-    deadline = math.inf if scenario.deadline is None else scenario.deadline
-    completed = int((served & (log["done_at"].to_numpy(float) <= deadline)).sum()) if len(log) else 0
+    gpu_hours = provisioned_gpu_seconds(summary, scenario) / 3600.0
+    completed = int(summary["overall"]["completed"])  # served by the deadline
     price = prices.get(gpu) if prices is not None else None
     out: dict[str, Any] = {"gpu_type": gpu, "gpu_hours": gpu_hours, "usd_per_gpu_hour": None, "usd": None,
                            "usd_per_1k_prompts": None, "prices": None if prices is None else prices.name,
@@ -235,4 +205,4 @@ def require_price(profile: Profile, prices: PriceTable) -> Price:
 
 
 __all__ = ["DEFAULT_PRICES", "Price", "PriceError", "PriceTable", "cost_summary", "gpu_type", "load_prices",
-           "price_table", "prices_reference", "provisioned_gpu_seconds", "require_price", "run_span"]
+           "price_table", "prices_reference", "provisioned_gpu_seconds", "require_price"]

@@ -88,6 +88,6 @@ def simulate_and_summarize(trace: Trace, scenario: Scenario, profile: Profile, s
     summary = summarize(log, config, deadline=scenario.deadline, gpus=gpus,
                         client_timeout=scenario.client_timeout, compositions=scenario.compositions)
     config_part = summary.pop("config")
-    summary["cost"] = cost_summary(log, scenario, profile, prices if prices is not None else load_prices())
+    summary["cost"] = cost_summary(summary, scenario, profile, prices if prices is not None else load_prices())
     summary["config"] = config_part
     return log, summary

@@ -79,7 +79,7 @@ def test_summary_is_recomputed_exactly_from_the_written_event_log(tmp_path, suff
     assert list(log.columns[: len(EVENT_COLUMNS)]) == list(EVENT_COLUMNS)
     scenario = build_scenario(path=SCENARIO)
     again = summarize(log, config=summary["config"], deadline=None, gpus=2, compositions=scenario.compositions)
-    again["cost"] = cost_summary(log, scenario, load_profile(DEFAULT_PROFILE), load_prices())
+    again["cost"] = cost_summary(again, scenario, load_profile(DEFAULT_PROFILE), load_prices())
     # Both formats keep every float exactly (CSV with 17 significant digits).
     assert json.loads(json.dumps(again)) == summary
 

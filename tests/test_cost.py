@@ -94,7 +94,7 @@ def test_cost_is_gpus_times_the_span_times_the_price():
     scenario = build_scenario(run={"gpus": 3})
     result = replay(STEADY, scenario, fixed("fast", "fast-gpu", 1.0), prices=PRICES)
     cost = result.summary["cost"]
-    assert provisioned_gpu_seconds(result.log, scenario) == pytest.approx(90.0)
+    assert provisioned_gpu_seconds(result.summary, scenario) == pytest.approx(90.0)
     assert cost["gpu_type"] == "fast-gpu" and cost["usd_per_gpu_hour"] == 3.0
     assert cost["gpu_hours"] == pytest.approx(90.0 / 3600)
     assert cost["usd"] == pytest.approx(90.0 / 3600 * 3.0)

@@ -359,18 +359,19 @@ def test_a_pooled_run_is_priced_by_its_replica_seconds():
     """The burst above: 115 replica-seconds of 1 GPU, priced at the table's rate; without a
     pool the same trace is priced by its span (first arrival to last completion)."""
     from simulator.cost import cost_summary, price_table, provisioned_gpu_seconds
+    from simulator.metrics import summarize
     from simulator.profile import profile_from_dict
 
     trace = make_trace([(0.5, ["x"]), (0.5, ["x"]), (0.5, ["x"]), (40.0, ["x"])])
     scen = pool(autoscaler="serverless", min_replicas=1, max_replicas=3, max_inputs=1, target_inputs=1.0,
                 scale_interval=1.0, scaledown_window=20.0, replica_cold_start="5")
     profile = fixed_profile(x=10.0)
-    log = simulate(trace, scen, profile)
-    assert provisioned_gpu_seconds(log, scen) == 115.0
+    summary = summarize(simulate(trace, scen, profile))
+    assert provisioned_gpu_seconds(summary, scen) == 115.0
     prices = price_table({"name": "test", "gpus": {"h100-sxm": {"usd_per_gpu_hour": 3.6}}})
     priced = profile_from_dict({"meta": {"gpu": "h100-sxm"}, "tasks": {"x": {
         "resource": "gpu", "service": {"kind": "distribution", "dist": "deterministic", "mean": 10.0}}}})
-    cost = cost_summary(log, scen, priced, prices)
+    cost = cost_summary(summary, scen, priced, prices)
     assert cost["gpu_hours"] == pytest.approx(115.0 / 3600) and cost["usd"] == pytest.approx(0.115)
-    fixed = simulate(trace, pool(), profile)
+    fixed = summarize(simulate(trace, pool(), profile))
     assert provisioned_gpu_seconds(fixed, pool()) == 50.0 - 0.5
