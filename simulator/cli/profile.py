@@ -53,7 +53,12 @@ def profile_cli(
                                       "named GPU it is required, and may be the path of a Hugging Face config.json)."),
     draft: str | None = typer.Option(None, "--draft", help="Draft model preset (default qwen2.5-0.5b; with a named GPU, tasks are decoded speculatively only when given)."),
     engine: str = typer.Option("cuda-graph", "--engine", help="With a named GPU: the serving engine, cuda-graph (vLLM / TensorRT-LLM-like) or hf-eager (Hugging Face generate without graphs)."),
-    backend: str | None = typer.Option(None, "--backend", help="With a named GPU: which of its measured tables (a100-sxm: vllm-0.14.0; h100-sxm: vllm-0.24.0, trtllm-1.3.0rc20)."),
+    backend: str | None = typer.Option(None, "--backend", help="With a named GPU: which of its measured tables (engine and version: see --list-gpus; default the first listed)."),
+    tp: int = typer.Option(1, "--tp", min=1, max=64, help="With a named GPU: tensor-parallel degree (weights, heads and GEMMs split; two all-reduces a layer from the measured tables)."),
+    dtype: str = typer.Option("bf16", "--dtype", help="With a named GPU: weights and GEMMs in bf16 or fp8 (where the GPU's tables measured FP8)."),
+    kv_dtype: str | None = typer.Option(None, "--kv-dtype", help="With a named GPU: the KV cache's dtype, bf16 or fp8 (default: --dtype)."),
+    memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization", min=0.05, max=1.0, help="With a named GPU: share of GPU memory the engine takes (vLLM: 0.9); KV cache gets the rest."),
+    list_gpus: bool = typer.Option(False, "--list-gpus", help="List the GPUs whose measured tables ship with simctl (memory, bandwidth, backends) and exit."),
     like: str = typer.Option("seed-calibrated", "--like", help="With a named GPU: the profile whose tasks (lengths, CPU tasks) the composed profile keeps."),
     spec_task: list[str] | None = typer.Option(None, "--spec-task", help="With a named GPU and --draft: a task decoded speculatively (repeat; default every GPU task)."),
     no_kv_cache: bool = typer.Option(False, "--no-kv-cache", help="With a named GPU and --draft: the speculative decoder keeps no KV cache (every pass over the whole sequence)."),
@@ -86,6 +91,9 @@ def profile_cli(
     from NVIDIA's measured per-op tables of that GPU and adds the engine's host costs (no GPU
     and no torch needed).
     """
+    if list_gpus:
+        print_gpus()
+        return
     if measure_ops is not None:
         with user_errors():
             measure_ops_cli(measure_ops, gpu, device, target, draft, threads, quick, force)
@@ -93,7 +101,8 @@ def profile_cli(
     if gpu is not None and not gpu.isdigit():
         with user_errors():
             composed_profile(gpu, target, draft, engine, backend, like, spec_task, no_kv_cache, max_rows,
-                             lookahead, acceptance, output, force)
+                             lookahead, acceptance, output, force, tp=tp, dtype=dtype, kv_dtype=kv_dtype,
+                             memory_utilization=memory_utilization)
         return
     gpu_index = int(gpu) if gpu is not None else None
     with user_errors():
@@ -194,11 +203,14 @@ def print_profile(profile: dict, path: Path) -> None:
 
 def composed_profile(gpu: str, target: str | None, draft: str | None, engine: str, backend: str | None,
                      like: str, spec_tasks: list[str] | None, no_kv_cache: bool, max_rows: int,
-                     lookahead: str | None, acceptance: str | None, output: Path | None, force: bool) -> None:
+                     lookahead: str | None, acceptance: str | None, output: Path | None, force: bool, *,
+                     tp: int = 1, dtype: str = "bf16", kv_dtype: str | None = None,
+                     memory_utilization: float = 0.9) -> None:
     """``simctl profile --gpu NAME``: compose a profile from the GPU's tables (no torch)."""
     from simulator.hardware import load_gpu
     from simulator.hardware.engines import get_engine
     from simulator.hardware.grounded import GpuTask, grounded_profile
+    from simulator.hardware.memory import memory_plan
     from simulator.harness.presets import load_shape
     from simulator.profile import load_profile, profile_from_dict
 
@@ -210,7 +222,9 @@ def composed_profile(gpu: str, target: str | None, draft: str | None, engine: st
         draft_shape = load_shape(draft) if draft else None
     except UnknownPreset as exc:
         raise HarnessError(None, None, "--model", str(exc)) from None
-    tables = load_gpu(gpu, backend)
+    tables = load_gpu(gpu, backend, dtype, kv_dtype, tp)
+    # a model that does not fit is refused before anything is composed
+    memory = memory_plan(tables, target_shape, draft_shape, memory_utilization)
     spec = get_engine(engine)
     ks = _ints(lookahead, "--lookahead") or (3,)
     alphas = _floats(acceptance, "--acceptance") or (0.7,)
@@ -230,7 +244,8 @@ def composed_profile(gpu: str, target: str | None, draft: str | None, engine: st
     tasks = [GpuTask(n, base.tasks[n].prompt_tokens, base.tasks[n].max_tokens, max_rows, n in chosen)
              for n in gpu_tasks]
     data = grounded_profile(base.to_dict() | {"name": base.name}, tables, spec, target_shape, draft_shape,
-                            tasks=tasks, kv_cache=not no_kv_cache, lookahead=ks[0], acceptance=alphas[0])
+                            tasks=tasks, kv_cache=not no_kv_cache, lookahead=ks[0], acceptance=alphas[0],
+                            memory=memory)
     out = output or default_profile_path(data["name"])
     data["name"] = out.stem   # found by this name with -p
     profile_from_dict(data)   # what is written must load
@@ -247,8 +262,15 @@ def print_composed(data: dict, path: Path) -> None:
     from rich.table import Table
 
     g = data["meta"]["grounded"]
-    console.print(f"wrote {path}: {g['model']}{' + ' + g['draft'] if g['draft'] else ''} on {g['gpu']} "
-                  f"({g['backend']} tables), engine {g['engine']}", highlight=False)
+    group = f"{g['tp']} × {g['gpu']}" if g.get("tp", 1) > 1 else g["gpu"]
+    console.print(f"wrote {path}: {g['model']}{' + ' + g['draft'] if g['draft'] else ''} on {group} "
+                  f"({g['backend']} tables, {g.get('dtype', 'bf16')} weights, {g.get('kv_dtype', 'bf16')} KV cache), "
+                  f"engine {g['engine']}", highlight=False)
+    if "memory" in g:
+        m = g["memory"]
+        console.print(f"memory per GPU: {m['weights_bytes'] / 1e9:.1f} GB weights, {m['activation_bytes'] / 1e9:.1f} GB "
+                      f"activations, {m['runtime_bytes'] / 1e9:.1f} GB runtime, {m['kv_bytes'] / 1e9:.1f} GB KV cache "
+                      f"({m['kv_tokens']:,} tokens) of {m['usable_bytes'] / 1e9:.1f} GB usable", highlight=False)
     table = Table(title="GPU tasks: kernel costs fitted to the composition", title_justify="left")
     for col in ("task", "kind", "fit error (median / max)", "seconds exact / interp. / extrap. / assumed",
                 "kernels per pass", "host share of a batch"):
@@ -265,6 +287,31 @@ def print_composed(data: dict, path: Path) -> None:
     console.print("engine host costs (calibrate frees these): " + ", ".join(
         f"{p} = {engine[p]:.3g}" for p in ("launch_s", "step_s", "row_s")) + f"; interpreter share {engine['interpreter_share']:g}",
         highlight=False)
+
+
+def print_gpus() -> None:
+    """``simctl profile --list-gpus``: the shipped GPUs, their spec figures and what was measured."""
+    from rich.table import Table
+
+    from simulator.hardware import gpu_specs
+
+    table = Table(title="GPUs with measured per-op tables (NVIDIA aiconfigurator; simulator/hardware/data/README.md)",
+                  title_justify="left")
+    for col in ("--gpu", "device", "memory", "bandwidth", "bf16 / fp8 peak", "interconnect", "--backend (first: default)",
+                "dtypes", "--tp"):
+        table.add_column(col)
+    for name, spec in gpu_specs().items():
+        measured = spec.get("measured", {})
+        first = measured.get(spec["backends"][0], {})
+        fp8 = spec.get("fp8_flops_per_s")
+        table.add_row(name, spec.get("device", ""), f"{spec['memory_bytes'] / 2**30:.0f} GiB",
+                      f"{spec['memory_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s",
+                      f"{spec['bf16_flops_per_s'] / 1e12:.0f} / {fp8 / 1e12:.0f} TFLOPS" if fp8 else
+                      f"{spec['bf16_flops_per_s'] / 1e12:.0f} / – TFLOPS",
+                      f"{spec.get('interconnect_bytes_per_s', 0) / 1e9:.0f} GB/s",
+                      ", ".join(spec["backends"]), ", ".join(first.get("gemm", ["bf16"])),
+                      ", ".join(str(t) for t in [1, *first.get("allreduce_gpus", [])]))
+    console.print(table)
 
 
 def measure_ops_cli(out: Path, gpu: str | None, device: str | None, model: str | None, draft: str | None,

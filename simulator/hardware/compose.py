@@ -200,7 +200,7 @@ def _fused_head(gpu: GpuTables, shape: ModelShape, cost: StepCost, p: Pass) -> N
     """Embedding gather, final norm, LM head over the sampled rows, sampling."""
     cost.add("embedding", gpu.elementwise(BF16 * 2 * p.tokens * shape.hidden))
     cost.add("elementwise", gpu.elementwise(BF16 * 2 * p.logits * shape.hidden))
-    cost.add("lm_head", gpu.gemm(p.logits, shape.vocab, shape.hidden))
+    cost.add("lm_head", gpu.gemm(p.logits, _head_width(gpu, shape), shape.hidden))
     if p.sample:
         # softmax and sampling read the fp32 logits twice
         cost.add("sampling", gpu.elementwise(4 * 2 * p.logits * shape.vocab))
@@ -225,7 +225,7 @@ def _eager_head(gpu: GpuTables, shape: ModelShape, cost: StepCost, p: Pass) -> N
     _elementwise(gpu, cost, "elementwise", BF16 * p.rows * p.new * attended + 1024, PREAMBLE_EAGER)
     norm_kernels, norm_bytes = RMSNORM_EAGER
     _elementwise(gpu, cost, "norm", norm_bytes * p.tokens * h, norm_kernels)
-    cost.add("lm_head", gpu.gemm(p.logits, V, h))
+    cost.add("lm_head", gpu.gemm(p.logits, _head_width(gpu, shape), h))
     _elementwise(gpu, cost, "logits", (BF16 + FP32) * p.logits * V, 1)       # .float()
     if p.sample:
         kernels, per_logit = SAMPLING_EAGER
@@ -424,17 +424,47 @@ def style_of(name: str) -> Style:
         raise ValueError(f"unknown execution style {name!r}; valid: {', '.join(STYLES)}") from None
 
 
-def _weights_bytes(shape: ModelShape) -> float:
-    return BF16 * (shape.parameters() - shape.vocab * shape.hidden * (0 if shape.tied_embeddings else 1))
+def _tp(gpu: GpuTables) -> int:
+    return int(getattr(gpu, "tp", 1))
+
+
+def _head_width(gpu: GpuTables, shape: ModelShape) -> int:
+    """The output head's columns on one GPU: the vocabulary split over the tensor-parallel group."""
+    return -(-shape.vocab // _tp(gpu))
+
+
+def _weights_bytes(gpu: GpuTables, shape: ModelShape) -> float:
+    """What one GPU of the group streams of the weights in a pass (the input embedding is
+    gathered, not streamed)."""
+    tp = _tp(gpu)
+    return shape.weight_bytes(tp, getattr(gpu, "dtype_bytes", BF16)) \
+        - BF16 * -(-shape.vocab // tp) * shape.hidden * (0 if shape.tied_embeddings else 1)
+
+
+def _kv_bytes(gpu: GpuTables, shape: ModelShape) -> int:
+    """Bytes of K and V one cached token holds on one GPU of the group."""
+    return shape.sharded(_tp(gpu)).kv_bytes_per_token(getattr(gpu, "kv_dtype_bytes", BF16))
 
 
 def forward(gpu: GpuTables, shape: ModelShape, p: Pass, style: str = "fused") -> StepCost:
-    """One forward pass described by ``p`` in execution style ``style``."""
+    """One forward pass described by ``p`` in execution style ``style``, on one GPU of
+    ``gpu``'s tensor-parallel group (``gpu.tp``; 1: the whole model on one GPU).
+
+    With tensor parallelism each GPU runs its shard of every layer (:meth:`ModelShape.sharded`)
+    and the group all-reduces the hidden states twice a layer (after the attention's output
+    projection and after the MLP's down projection: ``tokens × hidden`` bf16 each), priced
+    from the backend's measured all-reduce; the output head's shards are gathered, priced as
+    an all-reduce of the logits (an all-gather moves less: an upper bound on a small term)."""
     run = style_of(style)
+    tp = _tp(gpu)
+    local = shape.sharded(tp)
     cost = StepCost(spec_bandwidth=gpu.spec["memory_bandwidth_bytes_per_s"])
-    run.layers(gpu, shape, cost, p)
-    run.head(gpu, shape, cost, p)
-    cost.stream_bytes = _weights_bytes(shape) + (0 if p.fresh else shape.kv_bytes_per_token(BF16) * p.rows * p.context)
+    run.layers(gpu, local, cost, p)
+    run.head(gpu, local, cost, p)
+    if tp > 1:
+        cost.add("allreduce", gpu.allreduce(BF16 * p.tokens * shape.hidden), 2 * shape.layers)
+        cost.add("allreduce", gpu.allreduce(BF16 * p.logits * shape.vocab))
+    cost.stream_bytes = _weights_bytes(gpu, shape) + (0 if p.fresh else _kv_bytes(gpu, shape) * p.rows * p.context)
     return cost
 
 
@@ -446,7 +476,7 @@ def decode_step(gpu: GpuTables, shape: ModelShape, context: Sequence[int], style
     """One decode step of ``len(context)`` rows, row i with ``context[i]`` cached tokens."""
     b = len(context)
     cost = forward(gpu, shape, Pass(b, 1, _mean(context), False, b, True), style)
-    cost.stream_bytes = _weights_bytes(shape) + shape.kv_bytes_per_token(BF16) * sum(context)
+    cost.stream_bytes = _weights_bytes(gpu, shape) + _kv_bytes(gpu, shape) * sum(context)
     return cost
 
 
@@ -465,7 +495,7 @@ def verify_pass(gpu: GpuTables, shape: ModelShape, context: Sequence[int], looka
     """The target's pass over ``lookahead + 1`` tokens per row (the drafts and the bonus)."""
     b = len(context)
     cost = forward(gpu, shape, Pass(b, lookahead + 1, _mean(context), False, b * (lookahead + 1), True), style)
-    cost.stream_bytes = _weights_bytes(shape) + shape.kv_bytes_per_token(BF16) * sum(context)
+    cost.stream_bytes = _weights_bytes(gpu, shape) + _kv_bytes(gpu, shape) * sum(context)
     return cost
 
 
@@ -479,7 +509,7 @@ def speculative_round(gpu: GpuTables, target: ModelShape, draft: ModelShape, con
         # the previous token and the current one, attending what a one-token step would
         b = len(context)
         step = forward(gpu, draft, Pass(b, 2, max(_mean(context) - 1, 0), False, b, True), style)
-        step.stream_bytes = _weights_bytes(draft) + draft.kv_bytes_per_token(BF16) * sum(context)
+        step.stream_bytes = _weights_bytes(gpu, draft) + _kv_bytes(gpu, draft) * sum(context)
         cost.extend(step, prefix="draft ")
     for j in range(first, lookahead):
         cost.extend(decode_step(gpu, draft, [c + j for c in context], style), prefix="draft ")

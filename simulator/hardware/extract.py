@@ -1,18 +1,33 @@
 """Cut NVIDIA's aiconfigurator per-op tables down to what simctl ships (run by hand).
 
-    python -m simulator.hardware.extract PATH/TO/aiconfigurator-extract
+    pip install aiconfigurator-core==0.12.0
+    python -m simulator.hardware.extract [PATH/TO/aiconfigurator_core]
 
-reads the extract described in its README (source commit, licence, units) and writes
-``simulator/hardware/data/<gpu>/<backend>/{gemm,decode_attention,prefill_attention}.parquet``
-with the columns the cost model uses: bf16 only (as the extract), full attention only
-(``window_size`` 0), head dims 64 and 128, latency converted from milliseconds to seconds.
-Duplicate keys (the vLLM 0.14.0 context tables measure some MHA shapes twice) keep their
-median. The system spec files become ``gpus.json``. Nothing else is changed.
+reads the measured tables the ``aiconfigurator-core`` wheel ships under
+``aiconfigurator_core/systems/data/<gpu>/<op>/<framework>/<version>/`` (Apache-2.0; see
+``data/README.md``) and writes, for every NVIDIA GPU with GEMM and attention tables and, on
+it, the newest version of each framework (TensorRT-LLM, vLLM, SGLang) that measured both,
+``simulator/hardware/data/<gpu>/<framework>-<version>/``:
+
+* ``gemm.parquet`` (bf16) and ``gemm-fp8.parquet`` (per-tensor-scaled FP8): ``m, n, k, seconds``;
+* ``decode_attention.parquet`` and ``prefill_attention.parquet`` with a bf16 KV cache, and
+  ``decode_attention-fp8.parquet`` / ``prefill_attention-fp8.parquet`` with an FP8 one (the
+  prefill's attention math in FP8 where the framework measured it so, else bf16): full
+  attention only (``window_size`` 0), head dims 64 and 128;
+* ``allreduce.parquet``: ``num_gpus, bytes, seconds`` of one bf16 all-reduce, from the
+  framework's own custom all-reduce at that version (vLLM: its CUDA-graph path) or, where
+  it has none, its nearest measured version, else NCCL's.
+
+Duplicate keys (several kernels measured for one shape) keep their median. The GPUs' spec
+figures (bandwidth, peaks, memory, NVLink bandwidth, reserved memory) and what each backend
+measured become ``gpus.json``. Latencies are converted from milliseconds to seconds; nothing
+else is changed.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -20,51 +35,151 @@ from pathlib import Path
 import pandas as pd
 
 DATA = Path(__file__).resolve().parent / "data"
-#: Shipped (gpu, backend) -> the extract's folder.
-SETS = {("a100-sxm", "vllm-0.14.0"): "a100_sxm/vllm-0.14.0",
-        ("h100-sxm", "vllm-0.24.0"): "h100_sxm/vllm-0.24.0",
-        ("h100-sxm", "trtllm-1.3.0rc20"): "h100_sxm/trtllm-1.3.0rc20"}
+SOURCE_PACKAGE = "aiconfigurator-core"
+#: aiconfigurator's system name -> simctl's GPU name (NVIDIA GPUs that have GEMM and
+#: attention tables; a100_pcie, h100_pcie, a30 and l4 have spec files but no tables)
+GPUS = {"a100_sxm": "a100-sxm", "h100_sxm": "h100-sxm", "h200_sxm": "h200-sxm", "b200_sxm": "b200-sxm",
+        "b300_sxm": "b300-sxm", "gb200": "gb200", "gb300": "gb300", "l40s": "l40s",
+        "rtx_pro_6000_server": "rtx-pro-6000-server"}
+#: in this order in ``gpus.json``: the first measured is the GPU's default backend
+FRAMEWORKS = ("vllm", "trtllm", "sglang")
 ATTENTION_KEYS = ["batch_size", "num_heads", "num_key_value_heads", "head_dim"]
+DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}
+SPEC_KEYS = {"mem_bw": "memory_bandwidth_bytes_per_s", "bfloat16_tc_flops": "bf16_flops_per_s",
+             "fp8_tc_flops": "fp8_flops_per_s", "mem_capacity": "memory_bytes",
+             "intra_node_bw": "interconnect_bytes_per_s", "num_gpus_per_node": "gpus_per_node",
+             "other_mem": "reserved_bytes"}
 
 
-def _attention(frame: pd.DataFrame, length: str) -> pd.DataFrame:
-    if "window_size" in frame:
-        frame = frame[frame["window_size"] == 0]
-    frame = frame[frame["head_dim"].isin([64, 128])]
-    keys = ATTENTION_KEYS + [length]
+def _version_key(version: str) -> tuple:
+    """Sortable form of ``1.3.0rc20`` / ``0.5.6.post2`` (numbers compare as numbers)."""
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.findall(r"\d+|[a-z]+", version))
+
+
+def _versions(root: Path, op: str, framework: str) -> list[str]:
+    folder = root / op / framework
+    return sorted((p.name for p in folder.iterdir() if p.is_dir()), key=_version_key) if folder.is_dir() else []
+
+
+def _seconds(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     out = frame.groupby(keys, as_index=False)["latency"].median()
     out["seconds"] = out.pop("latency") / 1e3
     return out.astype({k: "int64" for k in keys}).sort_values(keys).reset_index(drop=True)
 
 
-def main(source: str) -> int:
-    src = Path(source)
-    for (gpu, backend), folder in SETS.items():
-        out = DATA / gpu / backend
+def _attention(frame: pd.DataFrame, length: str, kv_dtype: str) -> pd.DataFrame:
+    if "window_size" in frame:
+        frame = frame[frame["window_size"] == 0]
+    frame = frame[frame["head_dim"].isin([64, 128])]
+    if "kv_cache_dtype" in frame:
+        frame = frame[frame["kv_cache_dtype"] == kv_dtype]
+    if "attn_dtype" in frame:
+        # the attention math in the cache's dtype where measured so, else in bf16
+        wanted = frame[frame["attn_dtype"] == kv_dtype]
+        frame = wanted if len(wanted) else frame[frame["attn_dtype"] == "bfloat16"]
+    return _seconds(frame, ATTENTION_KEYS + [length])
+
+
+def _allreduce(root: Path, framework: str, version: str) -> tuple[pd.DataFrame, str]:
+    """One bf16 all-reduce: ``num_gpus, bytes, seconds``, and where it was read.
+
+    The framework's custom all-reduce at that version (else the newest before it, else the
+    oldest after it) and NCCL's, the faster of the two at each measured size: the engines
+    switch to NCCL above their custom kernel's size limit (on PCIe GPUs, much earlier)."""
+    tables, names = [], []
+    versions = _versions(root, "comm", framework)
+    if versions:
+        before = [v for v in versions if _version_key(v) <= _version_key(version)]
+        chosen = before[-1] if before else versions[0]
+        path = root / "comm" / framework / chosen / "custom_allreduce_perf.parquet"
+        if path.is_file():
+            frame = pd.read_parquet(path)
+            if "backend" in frame and (frame["backend"] == "vllm_graph").any():
+                frame = frame[frame["backend"] == "vllm_graph"]   # what runs inside vLLM's CUDA graphs
+            frame = frame[frame["allreduce_dtype"] == "bfloat16"].assign(bytes=lambda f: 2 * f["message_size"])
+            tables.append(_seconds(frame, ["num_gpus", "bytes"]))
+            names.append(f"{framework} {chosen} custom all-reduce")
+    nccl = _versions(root, "comm", "nccl")
+    if nccl:
+        frame = pd.read_parquet(root / "comm" / "nccl" / nccl[-1] / "nccl_perf.parquet")
+        frame = frame[(frame["op_name"] == "all_reduce") & (frame["nccl_dtype"] == "half")]
+        tables.append(_seconds(frame.assign(bytes=lambda f: 2 * f["message_size"]), ["num_gpus", "bytes"]))
+        names.append(f"NCCL {nccl[-1]}")
+    if not tables:
+        return pd.DataFrame(columns=["num_gpus", "bytes", "seconds"]), "none"
+    both = pd.concat(tables).groupby(["num_gpus", "bytes"], as_index=False)["seconds"].min()
+    return both.sort_values(["num_gpus", "bytes"]).reset_index(drop=True), ", ".join(names) + " (the faster at each size)"
+
+
+def _spec(yaml_path: Path) -> dict:
+    """The spec figures of a system file (plain ``key: value # comment`` lines)."""
+    spec: dict = {}
+    for line in yaml_path.read_text().splitlines():
+        key, _, value = line.strip().partition(":")
+        value = value.split("#")[0].strip()
+        if key in SPEC_KEYS and value:
+            spec[SPEC_KEYS[key]] = float(value)
+    return spec
+
+
+def extract_gpu(systems: Path, system: str, out_root: Path) -> dict:
+    """Write one GPU's shipped tables; its ``gpus.json`` entry."""
+    root = systems / "data" / system
+    gpu = GPUS[system]
+    entry = _spec(systems / f"{system}.yaml") | {"backends": [], "measured": {}}
+    for framework in FRAMEWORKS:
+        both = sorted(set(_versions(root, "gemm", framework)) & set(_versions(root, "attention", framework)),
+                      key=_version_key)
+        if not both:
+            continue
+        version = both[-1]
+        backend = f"{framework}-{version}"
+        out = out_root / gpu / backend
         out.mkdir(parents=True, exist_ok=True)
-        gemm = pd.read_parquet(src / folder / "gemm_perf.parquet")
-        gemm = gemm.groupby(["m", "n", "k"], as_index=False)["latency"].median()
-        gemm["seconds"] = gemm.pop("latency") / 1e3
-        gemm.astype({"m": "int64", "n": "int64", "k": "int64"}).to_parquet(out / "gemm.parquet", compression="zstd",
-                                                                            index=False)
-        decode = pd.read_parquet(src / folder / "generation_attention_perf.parquet")
-        _attention(decode, "step").to_parquet(out / "decode_attention.parquet", compression="zstd", index=False)
-        prefill = pd.read_parquet(src / folder / "context_attention_perf.parquet")
-        _attention(prefill, "isl").to_parquet(out / "prefill_attention.parquet", compression="zstd", index=False)
-    gpus = {}
-    for gpu, name in (("a100-sxm", "a100_sxm"), ("h100-sxm", "h100_sxm")):
-        spec = {}
-        for line in (src / "systems" / f"{name}.yaml").read_text().splitlines():
-            key, _, value = line.strip().partition(":")
-            if key in ("mem_bw", "bfloat16_tc_flops", "mem_capacity") and value.split("#")[0].strip():
-                spec[key] = float(value.split("#")[0])
-        gpus[gpu] = {"memory_bandwidth_bytes_per_s": spec["mem_bw"], "bf16_flops_per_s": spec["bfloat16_tc_flops"],
-                     "memory_bytes": spec["mem_capacity"],
-                     "backends": [b for (g, b) in SETS if g == gpu]}
+        gemm = pd.read_parquet(root / "gemm" / framework / version / "gemm_perf.parquet")
+        dtypes = []
+        for source, name in DTYPES.items():
+            rows = gemm[gemm["gemm_dtype"] == source] if "gemm_dtype" in gemm else gemm
+            if len(rows):
+                suffix = "" if name == "bf16" else f"-{name}"
+                _seconds(rows, ["m", "n", "k"]).to_parquet(out / f"gemm{suffix}.parquet", compression="zstd",
+                                                           index=False)
+                dtypes.append(name)
+        attention = root / "attention" / framework / version
+        decode = pd.read_parquet(attention / "generation_attention_perf.parquet")
+        prefill = pd.read_parquet(attention / "context_attention_perf.parquet")
+        kv = []
+        for source, name in DTYPES.items():
+            d, p = _attention(decode, "step", source), _attention(prefill, "isl", source)
+            if len(d) and len(p):
+                suffix = "" if name == "bf16" else f"-{name}"
+                d.to_parquet(out / f"decode_attention{suffix}.parquet", compression="zstd", index=False)
+                p.to_parquet(out / f"prefill_attention{suffix}.parquet", compression="zstd", index=False)
+                kv.append(name)
+        allreduce, where = _allreduce(root, framework, version)
+        if len(allreduce):
+            allreduce.to_parquet(out / "allreduce.parquet", compression="zstd", index=False)
+        device = str(gemm["device"].iloc[0]) if "device" in gemm else gpu
+        entry["device"] = device
+        entry["backends"].append(backend)
+        entry["measured"][backend] = {"gemm": dtypes, "kv_cache": kv, "allreduce": where,
+                                      "allreduce_gpus": sorted(int(n) for n in allreduce["num_gpus"].unique())}
+    return entry
+
+
+def main(source: str | None = None) -> int:
+    if source is None:
+        import aiconfigurator_core  # type: ignore[import-not-found]
+
+        source = str(Path(aiconfigurator_core.__file__).parent)
+    systems = Path(source) / "systems"
+    for old in DATA.iterdir():
+        if old.is_dir():
+            shutil.rmtree(old)
+    gpus = {GPUS[s]: extract_gpu(systems, s, DATA) for s in GPUS if (systems / "data" / s).is_dir()}
     (DATA / "gpus.json").write_text(json.dumps(gpus, indent=1) + "\n")
-    shutil.copy(src / "LICENSE", DATA / "LICENSE")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else None))

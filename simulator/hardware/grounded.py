@@ -183,7 +183,7 @@ def grounded_profile(base: dict[str, Any], gpu: GpuTables, engine: EngineSpec, t
                      kv_cache: bool = True, lookahead: int = 3, acceptance: float = 0.7,
                      finished_rows: str | None = None, name: str | None = None,
                      overrides: dict[str, float] | None = None, overrides_source: str = "given",
-                     free: Sequence[str] | None = None) -> dict[str, Any]:
+                     free: Sequence[str] | None = None, memory: Any = None) -> dict[str, Any]:
     """A profile (JSON data) with ``base``'s tasks, every GPU task's service composed for
     ``target`` (and ``draft``, for tasks marked speculative) on ``gpu`` under ``engine``.
 
@@ -192,7 +192,9 @@ def grounded_profile(base: dict[str, Any], gpu: GpuTables, engine: EngineSpec, t
     style (a static generate pads finished rows to the end) and ``leave`` otherwise.
     ``overrides`` sets engine parameters (their provenance ``overrides_source``); ``free`` names the engine
     parameters listed in ``meta.calibrate`` (tied across the GPU tasks: one engine; default:
-    the engine's own choice, :attr:`EngineSpec.calibrated`)."""
+    the engine's own choice, :attr:`EngineSpec.calibrated`). ``memory`` (a
+    :class:`~simulator.hardware.memory.MemoryPlan`) gives every GPU task the KV cache that is
+    left, so continuous batching preempts where the engine would."""
     out = copy.deepcopy(base)
     if tasks is None:
         tasks = [GpuTask(n, int(t.get("prompt_tokens", 256)), int(t.get("max_tokens", 256)), speculative=draft is not None)
@@ -200,7 +202,11 @@ def grounded_profile(base: dict[str, Any], gpu: GpuTables, engine: EngineSpec, t
     finished = finished_rows or ("stay" if engine.style == "hf-eager" else "leave")
     grounded: dict[str, Any] = {"gpu": gpu.gpu, "backend": gpu.backend, "model": target.name,
                                 "draft": draft.name if draft else None, "engine": engine.name,
-                                "style": engine.style, "tasks": {}}
+                                "style": engine.style, "tp": int(getattr(gpu, "tp", 1)),
+                                "dtype": getattr(gpu, "dtype", "bf16"), "kv_dtype": getattr(gpu, "kv_dtype", "bf16"),
+                                "tasks": {}}
+    if memory is not None:
+        grounded["memory"] = memory.to_dict()
     for task in tasks:
         if task.speculative:
             if draft is None:
@@ -213,6 +219,8 @@ def grounded_profile(base: dict[str, Any], gpu: GpuTables, engine: EngineSpec, t
         entry = out["tasks"].setdefault(task.name, {"resource": "gpu"})
         entry.update({"resource": "gpu", "prompt_tokens": task.prompt_tokens, "max_tokens": task.max_tokens,
                       "service": service})
+        if memory is not None and (not task.speculative or kv_cache):
+            entry["kv_cache"] = {"memory_gib": memory.kv_bytes / 2**30, "bytes_per_token": memory.kv_bytes_per_token}
         entry.pop("host_fraction", None)   # computed from the engine block now
         grounded["tasks"][task.name] = meta
     gpu_tasks = [t.name for t in tasks]
@@ -223,12 +231,17 @@ def grounded_profile(base: dict[str, Any], gpu: GpuTables, engine: EngineSpec, t
         {"name": f"engine.{param}", "task": gpu_tasks[0], "path": f"service.engine.{param}", "min": low, "max": high,
          "ties": [{"task": t, "path": f"service.engine.{param}", "factor": 1.0} for t in gpu_tasks[1:]]}
         for param, (low, high) in ((p, BOUNDS[p]) for p in (engine.calibrated if free is None else free))]
+    deployment = f"{gpu.gpu}" + (f" × {gpu.tp} (tensor parallel)" if getattr(gpu, "tp", 1) > 1 else "") + \
+        f", {getattr(gpu, 'dtype', 'bf16')} weights"
     spec = f" + {draft.name} draft ({'KV cache' if kv_cache else 'no KV cache'}, lookahead {lookahead}, " \
            f"acceptance {acceptance:g})" if draft is not None and any(t.speculative for t in tasks) else ""
-    out["name"] = name or f"{gpu.gpu}__{target.name}{'__' + draft.name if draft else ''}__{engine.name}"
+    tp, dtype = int(getattr(gpu, "tp", 1)), getattr(gpu, "dtype", "bf16")
+    suffix = (f"-tp{tp}" if tp > 1 else "") + (f"-{dtype}" if dtype != "bf16" else "")
+    out["name"] = name or f"{gpu.gpu}{suffix}__{target.name}{'__' + draft.name if draft else ''}__{engine.name}"
     out["source"] = (
         f"Composed by `simctl profile --gpu {gpu.gpu}` from NVIDIA's measured per-op tables of the {gpu.gpu} "
-        f"({gpu.backend}; simulator/hardware/data/README.md) for {target.name}{spec} under the {engine.name} engine "
+        f"({gpu.backend}; simulator/hardware/data/README.md) for {target.name}{spec} on {deployment} under the "
+        f"{engine.name} engine "
         f"({engine.description}). GPU tasks {', '.join(gpu_tasks)}: kernel costs fitted to the composition "
         f"(meta.grounded: the fit's error and the share of exact / interpolated / extrapolated / assumed seconds); "
         f"the engine block's host costs say where each value comes from. Other tasks as in the base profile "

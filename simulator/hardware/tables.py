@@ -56,6 +56,8 @@ from simulator.errors import HardwareError
 
 DATA = Path(__file__).resolve().parent / "data"
 BF16 = 2
+#: bytes of one element of each dtype the tables were measured in
+DTYPE_BYTES = {"bf16": 2, "fp8": 1}
 #: The spec of a folder of tables a device measured of itself (:meth:`GpuTables.from_folder`).
 SPEC_FILE = "optable.json"
 TABLE_NAMES = ("gemm", "decode_attention", "prefill_attention")
@@ -178,6 +180,12 @@ def _prefill_features(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return BF16 * b * isl * (2 * heads + 2 * kv) * hd, 2 * b * isl * isl * heads * hd
 
 
+def _allreduce_features(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    # a ring all-reduce moves 2·(n-1)/n of the message per GPU; no arithmetic to speak of
+    gpus, nbytes = points[:, 0], points[:, 1]
+    return 2 * (gpus - 1) / gpus * nbytes, np.zeros(len(points))
+
+
 def _elementwise_features(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return points[:, 0], np.zeros(len(points))
 
@@ -204,17 +212,45 @@ VERIFY_AXES = ("batch_size", "step", "tokens", "num_heads", "num_key_value_heads
 class GpuTables:
     """The measured tables of one GPU and backend; every answer in seconds with its tag."""
 
-    def __init__(self, gpu: str, backend: str | None = None) -> None:
+    def __init__(self, gpu: str, backend: str | None = None, dtype: str = "bf16", kv_dtype: str | None = None,
+                 tp: int = 1) -> None:
         specs = gpu_specs()
         if gpu not in specs:
             raise HardwareError(None, None, "gpu", f"no tables for GPU {gpu!r}; shipped: {', '.join(specs)} "
-                                "(or a folder written by simctl profile --measure-ops)")
+                                "(simctl profile --list-gpus; or a folder written by simctl profile --measure-ops)")
         backends = specs[gpu]["backends"]
         backend = backend or backends[0]
         if backend not in backends:
             raise HardwareError(None, None, "backend", f"{gpu} has tables for {', '.join(backends)}, not {backend!r}")
         self.gpu, self.backend, self.spec = gpu, backend, specs[gpu]
         self.folder = DATA / gpu / backend
+        measured = self.spec.get("measured", {}).get(backend, {"gemm": ["bf16"], "kv_cache": ["bf16"]})
+        kv_dtype = kv_dtype or dtype
+        if dtype not in measured["gemm"]:
+            raise HardwareError(None, None, "dtype", f"{gpu} {backend} measured GEMMs in {', '.join(measured['gemm'])}, "
+                                f"not {dtype!r}")
+        if kv_dtype not in measured["kv_cache"]:
+            raise HardwareError(None, None, "kv_dtype", f"{gpu} {backend} measured attention over a "
+                                f"{' or '.join(measured['kv_cache'])} KV cache, not {kv_dtype!r}")
+        self.dtype, self.kv_dtype = dtype, kv_dtype
+        if tp != 1 and tp not in measured.get("allreduce_gpus", []):
+            known = ", ".join(str(n) for n in [1, *measured.get("allreduce_gpus", [])])
+            raise HardwareError(None, None, "tp", f"{gpu} {backend}: all-reduce was measured across "
+                                f"{known} GPUs, not {tp} (tensor parallelism needs it)")
+        self.tp = tp
+
+    @property
+    def dtype_bytes(self) -> int:
+        """Bytes of one weight in the GEMMs' dtype (fp8: 1)."""
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def kv_dtype_bytes(self) -> int:
+        """Bytes of one cached K or V element."""
+        return DTYPE_BYTES[self.kv_dtype]
+
+    def _suffix(self, dtype: str) -> str:
+        return "" if dtype == "bf16" else f"-{dtype}"
 
     @classmethod
     def from_folder(cls, folder: str | Path) -> GpuTables:
@@ -242,6 +278,8 @@ class GpuTables:
         tables = cls.__new__(cls)
         tables.gpu, tables.backend, tables.spec = str(spec["device"]), str(spec.get("backend", "measured")), spec
         tables.folder = folder
+        tables.dtype = tables.kv_dtype = str(spec.get("dtype", "bf16")) if spec.get("dtype") in DTYPE_BYTES else "bf16"
+        tables.tp = 1
         return tables
 
     def _table(self, name: str, axes: Sequence[str], features) -> GridTable:
@@ -249,15 +287,32 @@ class GpuTables:
 
     @cached_property
     def gemm_table(self) -> GridTable:
-        return self._table("gemm", ("m", "n", "k"), _gemm_features)
+        return self._table("gemm" + self._suffix(self.dtype), ("m", "n", "k"), _gemm_features)
 
     @cached_property
     def decode_table(self) -> GridTable:
-        return self._table("decode_attention", [a.format(length="step") for a in ATTENTION_AXES], _decode_features)
+        return self._table("decode_attention" + self._suffix(self.kv_dtype),
+                           [a.format(length="step") for a in ATTENTION_AXES], _decode_features)
 
     @cached_property
     def prefill_table(self) -> GridTable:
-        return self._table("prefill_attention", [a.format(length="isl") for a in ATTENTION_AXES], _prefill_features)
+        return self._table("prefill_attention" + self._suffix(self.kv_dtype),
+                           [a.format(length="isl") for a in ATTENTION_AXES], _prefill_features)
+
+    @cached_property
+    def allreduce_table(self) -> GridTable:
+        path = self.folder / "allreduce.parquet"
+        if not path.is_file():
+            raise HardwareError(path, None, None, f"{self.gpu} {self.backend}: no all-reduce table")
+        return GridTable(pd.read_parquet(path), ("num_gpus", "bytes"), _allreduce_features)
+
+    def allreduce(self, nbytes: float, gpus: int | None = None) -> Estimate:
+        """One all-reduce of ``nbytes`` (bf16) across ``gpus`` GPUs (default: the tensor-parallel
+        degree), from the backend's measured all-reduce; 0 seconds, ``exact``, on one GPU."""
+        gpus = self.tp if gpus is None else gpus
+        if gpus <= 1:
+            return Estimate(0.0, "exact")
+        return self.allreduce_table.lookup((gpus, max(nbytes, 2.0)))
 
     @cached_property
     def verify_table(self) -> GridTable | None:
@@ -331,10 +386,13 @@ class GpuTables:
         return Estimate(float(measured) if measured is not None else 0.0, "assumed")
 
 
-def load_gpu(gpu: str | Path, backend: str | None = None) -> GpuTables:
-    """The tables of ``gpu`` (``a100-sxm``, ``h100-sxm``) for ``backend`` (default: the first
-    listed in ``gpus.json``), or of a folder a device measured (``simctl profile
-    --measure-ops DIR``; :meth:`GpuTables.from_folder`, ``backend`` ignored)."""
+def load_gpu(gpu: str | Path, backend: str | None = None, dtype: str = "bf16", kv_dtype: str | None = None,
+             tp: int = 1) -> GpuTables:
+    """The tables of ``gpu`` (``a100-sxm``, ``h100-sxm``, ``h200-sxm``, ...: :func:`gpu_specs`)
+    for ``backend`` (default: the first listed in ``gpus.json``), GEMMs in ``dtype``
+    (``bf16`` or ``fp8``), attention over a ``kv_dtype`` cache (default: ``dtype``), as one
+    of ``tp`` GPUs in a tensor-parallel group; or of a folder a device measured (``simctl
+    profile --measure-ops DIR``; :meth:`GpuTables.from_folder`, the other arguments ignored)."""
     if isinstance(gpu, Path) or (gpu not in gpu_specs() and Path(gpu).is_dir()):
         return GpuTables.from_folder(gpu)
-    return GpuTables(gpu, backend)
+    return GpuTables(gpu, backend, dtype, kv_dtype, tp)

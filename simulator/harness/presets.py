@@ -50,6 +50,40 @@ class ModelShape:
         embed = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
         return self.layers * (attn + mlp + norms) + embed + self.hidden
 
+    def sharded(self, tp: int) -> ModelShape:
+        """The part of the model one of ``tp`` tensor-parallel GPUs holds (Megatron-style, as
+        vLLM, TensorRT-LLM and SGLang split it): query heads, the MLP's intermediate width
+        and the vocabulary split ``tp`` ways; KV heads split too, or replicated so that each GPU
+        holds one when there are fewer than ``tp``; the hidden size whole. ``ValueError``
+        naming both numbers when ``tp`` does not divide them."""
+        if tp == 1:
+            return self
+        if tp < 1:
+            raise ValueError(f"tensor parallelism must be >= 1, got {tp}")
+        if self.heads % tp:
+            raise ValueError(f"{self.name}: tensor parallelism {tp} does not divide its {self.heads} attention heads")
+        if self.kv_heads % tp and tp % self.kv_heads:
+            raise ValueError(f"{self.name}: tensor parallelism {tp} neither divides its {self.kv_heads} KV heads "
+                             f"nor is a multiple of them")
+        if self.intermediate % tp:
+            raise ValueError(f"{self.name}: tensor parallelism {tp} does not divide its MLP width {self.intermediate}")
+        from dataclasses import replace
+
+        return replace(self, name=f"{self.name}/tp{tp}", heads=self.heads // tp,
+                       kv_heads=max(1, self.kv_heads // tp), intermediate=self.intermediate // tp)
+
+    def weight_bytes(self, tp: int = 1, dtype_bytes: int = 2) -> float:
+        """Bytes of weights one of ``tp`` GPUs holds: the linear layers in ``dtype_bytes`` per
+        weight (fp8: 1), embeddings, output head and norms in bf16; embedding and output head
+        split ``tp`` ways (vocabulary-parallel)."""
+        local = self.sharded(tp)
+        attn = local.hidden * local.head_dim * (local.heads * 2 + local.kv_heads * 2)
+        bias = local.head_dim * (local.heads + 2 * local.kv_heads) if local.qkv_bias else 0
+        linear = local.layers * (attn + 3 * local.hidden * local.intermediate)
+        norms = local.layers * (2 * local.hidden + (2 * local.head_dim if local.qk_norm else 0)) + local.hidden
+        embed = -(-self.vocab // tp) * self.hidden * (1 if self.tied_embeddings else 2)
+        return float(linear * dtype_bytes + 2 * (local.layers * bias + norms + embed))
+
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
         """Bytes of K and V cache one token occupies over all layers."""
         return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
@@ -84,6 +118,16 @@ PRESETS: dict[str, ModelShape] = {s.name: s for s in [
                rope_theta=1e6, source=_hf("Qwen/Qwen3-4B")),
     ModelShape("qwen3-8b", 4096, 12288, 36, 32, 8, 128, 151936, False, qk_norm=True,
                rope_theta=1e6, source=_hf("Qwen/Qwen3-8B")),
+    ModelShape("qwen3-14b", 5120, 17408, 40, 40, 8, 128, 151936, False, qk_norm=True,
+               rope_theta=1e6, source=_hf("Qwen/Qwen3-14B")),
+    ModelShape("qwen3-32b", 5120, 25600, 64, 64, 8, 128, 151936, False, qk_norm=True,
+               rope_theta=1e6, source=_hf("Qwen/Qwen3-32B")),
+    ModelShape("qwen2.5-72b", 8192, 29568, 80, 64, 8, 128, 152064, False, qkv_bias=True,
+               rope_theta=1e6, source=_hf("Qwen/Qwen2.5-72B")),
+    ModelShape("llama-3.1-70b", 8192, 28672, 80, 64, 8, 128, 128256, False, rope_theta=500_000.0,
+               norm_eps=1e-5, source=_hf("meta-llama/Llama-3.1-70B")),
+    ModelShape("mistral-7b", 4096, 14336, 32, 32, 8, 128, 32768, False, rope_theta=1e6,
+               norm_eps=1e-5, source=_hf("mistralai/Mistral-7B-Instruct-v0.3")),
 ]}
 
 
