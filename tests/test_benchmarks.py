@@ -226,3 +226,20 @@ def test_autoscaling_quick_mode(capsys):
     speed = result["speed"]
     assert speed["x_simpy"] == pytest.approx(speed["prompts_per_s"] / speed["simpy_customers_per_s"])
     assert speed["calls"] > 0 and speed["gpu_hours"] > 0
+
+
+@pytest.mark.benchmark
+def test_public_validation_predicts_every_source_out_of_sample():
+    """At least 3 independent sources, 100 rows over 3 GPU types with TP > 1 and FP8 among them
+    out of sample; every reported error is the prediction's, recomputed here from the rows."""
+    bench = load("public_validation")
+    result = bench.run(bootstrap=3)
+    oos = result["out_of_sample"]
+    assert len(result["per_source"]) >= 3 and oos["rows"] >= 100
+    assert len(oos["gpus"]) >= 3 and max(oos["tp"]) > 1 and "fp8" in oos["dtypes"]
+    rows = [r for r in result["rows"] if not r["fitted"]]
+    assert all(r["tp"] > 1 for r in rows) and all(r["tp"] == 1 for r in result["rows"] if r["fitted"])
+    errors = sorted(abs(r["predicted_s"] / r["measured_s"] - 1) for r in rows)
+    assert oos["median"] == pytest.approx(float(__import__("numpy").median(errors)))
+    for family, p in result["host"].items():
+        assert p["step_s"] >= 0 and p["row_s"] >= 0, family

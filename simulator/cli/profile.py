@@ -290,28 +290,23 @@ def print_composed(data: dict, path: Path) -> None:
 
 
 def print_gpus() -> None:
-    """``simctl profile --list-gpus``: the shipped GPUs, their spec figures and what was measured."""
-    from rich.table import Table
-
+    """``simctl profile --list-gpus``: the shipped GPUs, their spec figures and what was measured,
+    one GPU a line (never cut to the terminal's width)."""
     from simulator.hardware import gpu_specs
 
-    table = Table(title="GPUs with measured per-op tables (NVIDIA aiconfigurator; simulator/hardware/data/README.md)",
-                  title_justify="left")
-    for col in ("--gpu", "device", "memory", "bandwidth", "bf16 / fp8 peak", "interconnect", "--backend (first: default)",
-                "dtypes", "--tp"):
-        table.add_column(col)
+    console.print("GPUs with measured per-op tables (NVIDIA aiconfigurator-core 0.12.0; "
+                  "simulator/hardware/data/README.md):", highlight=False)
     for name, spec in gpu_specs().items():
-        measured = spec.get("measured", {})
-        first = measured.get(spec["backends"][0], {})
+        first = spec.get("measured", {}).get(spec["backends"][0], {})
         fp8 = spec.get("fp8_flops_per_s")
-        table.add_row(name, spec.get("device", ""), f"{spec['memory_bytes'] / 2**30:.0f} GiB",
-                      f"{spec['memory_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s",
-                      f"{spec['bf16_flops_per_s'] / 1e12:.0f} / {fp8 / 1e12:.0f} TFLOPS" if fp8 else
-                      f"{spec['bf16_flops_per_s'] / 1e12:.0f} / – TFLOPS",
-                      f"{spec.get('interconnect_bytes_per_s', 0) / 1e9:.0f} GB/s",
-                      ", ".join(spec["backends"]), ", ".join(first.get("gemm", ["bf16"])),
-                      ", ".join(str(t) for t in [1, *first.get("allreduce_gpus", [])]))
-    console.print(table)
+        peaks = f"bf16 {spec['bf16_flops_per_s'] / 1e12:,.0f}" + (f" / fp8 {fp8 / 1e12:,.0f}" if fp8 else "")
+        console.print(
+            f"  {name:<20} {spec.get('device', '')}: {spec['memory_bytes'] / 2**30:.0f} GiB, "
+            f"{spec['memory_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s, {peaks} TFLOPS, "
+            f"{spec.get('interconnect_bytes_per_s', 0) / 1e9:.0f} GB/s between GPUs; --backend "
+            f"{', '.join(spec['backends'])} (first: default); --dtype {', '.join(first.get('gemm', ['bf16']))}; "
+            f"--tp {', '.join(str(t) for t in [1, *first.get('allreduce_gpus', [])])}",
+            highlight=False, soft_wrap=True)
 
 
 def measure_ops_cli(out: Path, gpu: str | None, device: str | None, model: str | None, draft: str | None,
