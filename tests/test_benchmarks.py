@@ -250,6 +250,7 @@ def test_gpu_run_rehearses_on_the_cpu_without_simpy(tmp_path):
     import csv
     import importlib.util
     import math
+    import re
     import subprocess
     import sys
     import tarfile
@@ -277,6 +278,11 @@ def test_gpu_run_rehearses_on_the_cpu_without_simpy(tmp_path):
     assert status["op tables"] == status["simctl decoder"] == status["profile"] == "done"
     if has_transformers:
         assert status["transformers"] == "done"
+        # the transformers classes are built to simctl's shapes: the same parameter counts
+        (hf,) = [s for s in manifest["stages"] if s["name"] == "transformers"]
+        counts = [re.search(r"of (\d+) parameters \(the preset: (\d+)\)", note) for note in hf["notes"]]
+        assert sum(c is not None for c in counts) == 2
+        assert all(c.group(1) == c.group(2) for c in counts if c is not None)
         assert "CUDA graphs need a GPU" in skipped["transformers", "the CUDA-graph variant"]
         assert set(skipped) == {("transformers", "the CUDA-graph variant")}
     else:
