@@ -69,15 +69,17 @@ def _filled_cache(model, batch: int, max_len: int):
 
 
 def measure_decode(model, batch: int, context: int, warmup: int, repeats: int) -> float:
-    """Median seconds of one ``plain_generate`` step at ``context`` cached tokens per row."""
+    """Median seconds of one ``plain_generate`` step at ``context`` cached tokens per row, on
+    the model's device (eager: no CUDA graphs)."""
     import torch
 
     from simulator.harness.specdec import sample
     from simulator.harness.timing import time_call
 
+    dev = model.device
     cache = _filled_cache(model, batch, context + 1)
-    gen = torch.Generator().manual_seed(0)
-    logits = torch.randn(batch, model.shape.vocab)
+    gen = torch.Generator(device=dev).manual_seed(0)
+    logits = torch.randn(batch, model.shape.vocab, device=dev, dtype=model.dtype)
 
     def step() -> None:
         probs = torch.softmax(logits.float(), -1)
@@ -85,38 +87,41 @@ def measure_decode(model, batch: int, context: int, warmup: int, repeats: int) -
         model(tok[:, None], cache)[:, -1]
         cache.pos.add_(1)
 
-    return time_call(step, torch.device("cpu"), warmup, repeats, setup=lambda: cache.pos.fill_(context)).median
+    return time_call(step, dev, warmup, repeats, setup=lambda: cache.pos.fill_(context)).median
 
 
 def measure_round(target, draft, batch: int, context: int, k: int, alpha: float, warmup: int, repeats: int) -> float:
-    """Median seconds of one speculative iteration at ``context`` cached tokens per row."""
+    """Median seconds of one speculative iteration at ``context`` cached tokens per row, on
+    the models' device (eager: no CUDA graphs)."""
     import torch
 
     from simulator.harness.specdec import Acceptance, RoundState, SpecDecoder, StepRunner
     from simulator.harness.timing import time_call
 
+    dev = target.device
     s_max = context + k + 2
     sd = SpecDecoder(target, draft, k, acceptance=Acceptance.inject(alpha), graphs=False, view_step=1, seed=0)
     t_step = StepRunner(target, _filled_cache(target, batch, s_max), graphs=False)
     d_step = StepRunner(draft, _filled_cache(draft, batch, s_max), graphs=False)
     view = context + k + 1              # SpecDecoder's view with view_step 1: the longest row + k + 1
     g = torch.Generator().manual_seed(1)
-    prev, cur = (torch.randint(0, target.shape.vocab, (batch,), generator=g) for _ in range(2))
+    prev, cur = (torch.randint(0, target.shape.vocab, (batch,), generator=g).to(dev) for _ in range(2))
     state: list[RoundState] = []
 
     def reset() -> None:
         sd.generator.manual_seed(0)
-        state[:] = [RoundState(pos=torch.full((batch,), context), prev=prev.clone(), cur=cur.clone(),
-                               out=torch.zeros(batch, 64, dtype=torch.long),
-                               generated=torch.ones(batch, dtype=torch.long),
-                               active=torch.ones(batch, dtype=torch.bool), finish=torch.full((batch,), -1),
-                               max_new=torch.full((batch,), 1000), rows=torch.arange(batch))]
+        state[:] = [RoundState(pos=torch.full((batch,), context, device=dev), prev=prev.clone(), cur=cur.clone(),
+                               out=torch.zeros(batch, 64, dtype=torch.long, device=dev),
+                               generated=torch.ones(batch, dtype=torch.long, device=dev),
+                               active=torch.ones(batch, dtype=torch.bool, device=dev),
+                               finish=torch.full((batch,), -1, device=dev),
+                               max_new=torch.full((batch,), 1000, device=dev), rows=torch.arange(batch, device=dev))]
 
     def one_iteration() -> None:
         sd.iteration(t_step, d_step, state[0], k, view)
         bool(state[0].active.any())   # generate's one sync per iteration
 
-    return time_call(one_iteration, torch.device("cpu"), warmup, repeats, setup=reset).median
+    return time_call(one_iteration, dev, warmup, repeats, setup=reset).median
 
 
 def run(setup: Setup, tables: Path | None = None) -> dict:

@@ -243,3 +243,89 @@ def test_public_validation_predicts_every_source_out_of_sample():
     assert oos["median"] == pytest.approx(float(__import__("numpy").median(errors)))
     for family, p in result["host"].items():
         assert p["step_s"] >= 0 and p["row_s"] >= 0, family
+
+
+#: Makes ``import simpy`` and ``import msgspec`` fail, as on the GPU machine (neither installed there)
+_WITHOUT_SIMPY = """
+import importlib.abc, runpy, sys
+class _Absent(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in ("simpy", "msgspec"):
+            raise ModuleNotFoundError(f"No module named {name!r} (absent on the GPU machine)")
+sys.meta_path.insert(0, _Absent())
+sys.argv = ["gpu_run.py"] + sys.argv[1:]
+runpy.run_path(SCRIPT, run_name="__main__")
+"""
+
+
+@pytest.mark.benchmark
+def test_gpu_run_rehearses_on_the_cpu_without_simpy(tmp_path):
+    """``gpu_run.py --device cpu --quick`` with simpy unimportable: every stage runs, the
+    folder is small and flat, every row is measured and composed, the error column is
+    measured ÷ composed − 1, and the manifest says what was skipped and why. Structure only
+    (the machine is shared: no timing is asserted)."""
+    import csv
+    import importlib.util
+    import math
+    import re
+    import subprocess
+    import sys
+    import tarfile
+
+    pytest.importorskip("torch", reason="the harness needs torch (pip install torch==2.13.0)")
+    from simulator.hardware import load_gpu
+    from simulator.profile import load_profile
+
+    out = tmp_path / "gpu-run"
+    code = _WITHOUT_SIMPY.replace("SCRIPT", repr(str(BENCHMARKS / "gpu_run.py")))
+    done = subprocess.run([sys.executable, "-c", code, "--device", "cpu", "--quick", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    manifest = json.loads((out / "manifest.json").read_text())
+    files = sorted(p.name for p in out.iterdir())
+    assert files == manifest["files"] and len(files) <= 8
+    assert all(p.is_file() and p.stat().st_size <= 16 << 20 for p in out.iterdir())
+    assert manifest["simpy_imported"] is False and manifest["device_type"] == "cpu" and manifest["quick"]
+    assert [s["name"] for s in manifest["stages"]] == ["op tables", "simctl decoder", "transformers", "profile"]
+    for s in manifest["stages"]:
+        assert s["elapsed_s"] >= 0 and s["name"] in done.stdout
+    has_transformers = importlib.util.find_spec("transformers") is not None
+    skipped = {(s["stage"], s["what"]): s["reason"] for s in manifest["skipped"]}
+    status = {s["name"]: s["status"] for s in manifest["stages"]}
+    assert status["op tables"] == status["simctl decoder"] == status["profile"] == "done"
+    if has_transformers:
+        assert status["transformers"] == "done"
+        # the transformers classes are built to simctl's shapes: the same parameter counts
+        (hf,) = [s for s in manifest["stages"] if s["name"] == "transformers"]
+        counts = [re.search(r"of (\d+) parameters \(the preset: (\d+)\)", note) for note in hf["notes"]]
+        assert sum(c is not None for c in counts) == 2
+        assert all(c.group(1) == c.group(2) for c in counts if c is not None)
+        assert "CUDA graphs need a GPU" in skipped["transformers", "the CUDA-graph variant"]
+        assert set(skipped) == {("transformers", "the CUDA-graph variant")}
+    else:
+        assert status["transformers"] == "skipped"
+        assert "transformers is not importable" in skipped["transformers", "the whole stage"]
+
+    rows = list(csv.DictReader((out / "comparison.csv").open()))
+    kinds = {(r["pass"], r["implementation"], r["graphs"]) for r in rows}
+    expected = {("decode step", "simctl", "False"), ("speculative round", "simctl", "False")}
+    assert kinds == expected | ({("decode step", "transformers", "False")} if has_transformers else set())
+    assert {r["model"] for r in rows if r["pass"] == "decode step"} == {"tiny", "llama-68m"}
+    for r in rows:
+        measured, composed, error = float(r["measured_s"]), float(r["composed_s"]), float(r["error"])
+        assert measured > 0 and composed > 0 and math.isfinite(error)
+        assert error == pytest.approx(measured / composed - 1, rel=1e-9, abs=1e-12)
+        assert r["style"] == ("harness" if r["implementation"] == "simctl" else "hf-eager")
+    assert manifest["rows"] == len(rows)
+    table = (out / "comparison.md").read_text()
+    assert sum(line.startswith("| decode step |") or line.startswith("| speculative round |")
+               for line in table.splitlines()) == len(rows) + len(manifest["summary"])
+
+    # the op tables come back loadable, and the profile is one simctl reads
+    with tarfile.open(out / "optable.tar") as tar:
+        tar.extractall(tmp_path, filter="data")
+    gpu = load_gpu(tmp_path / "optable")
+    assert gpu.spec["device"] == manifest["device"] and gpu.spec["dtype"] == manifest["dtype"] == "float32"
+    (profile_file,) = [f for f in files if f.endswith(".json") and f != "manifest.json"]
+    profile = load_profile(out / profile_file)
+    assert profile.name == profile_file.removesuffix(".json") == "cpu__tiny__tiny"

@@ -81,6 +81,21 @@ def test_cached_decoding_gives_the_logits_of_a_full_forward(shape):
         assert (got - ref[n: n + 6]).abs().max() < 1e-4
 
 
+def test_weights_drawn_on_the_device_have_the_shape_and_scale_of_host_drawn_ones():
+    """``init_on_device``: same parameters and buffers, weights of std 0.02, norms at one,
+    the same logits for the same seed, and a working cached forward."""
+    shape = dataclasses.replace(TINY, name="qwen3-like", qk_norm=True, qkv_bias=True)
+    host, dev = model(shape), Decoder(shape, seed=1, max_len=512, init_on_device=True)
+    assert {n: p.shape for n, p in host.named_parameters()} == {n: p.shape for n, p in dev.named_parameters()}
+    assert torch.equal(host.cos, dev.cos) and torch.equal(host.sin, dev.sin)
+    weights = torch.cat([p.flatten() for n, p in dev.named_parameters() if "norm" not in n])
+    assert float(weights.std()) == pytest.approx(0.02, rel=0.05)
+    assert all(torch.equal(p, torch.ones_like(p)) for n, p in dev.named_parameters() if "norm" in n)
+    again = Decoder(shape, seed=1, max_len=512, init_on_device=True)
+    tokens = torch.tensor([[3, 5, 7]])
+    assert torch.equal(dev(tokens, dev.new_cache(1, 8)), again(tokens, again.new_cache(1, 8)))
+
+
 # -- speculative decoding ------------------------------------------------------------
 
 

@@ -141,8 +141,10 @@ def run_profile(grid: Grid, dev: torch.device,
     tick = progress or (lambda _desc: None)
     s_needed = max(grid.prompt_tokens) + grid.max_tokens + 4 * (max(grid.lookahead) + 1)
     try:
-        target = Decoder(target_shape, dev, dtype, seed=grid.seed, max_len=s_needed)
-        draft = Decoder(draft_shape, dev, dtype, seed=grid.seed + 1, max_len=s_needed)
+        # on a GPU the weights are drawn there (seconds, not minutes of host sampling)
+        on_gpu = dev.type == "cuda"
+        target = Decoder(target_shape, dev, dtype, seed=grid.seed, max_len=s_needed, init_on_device=on_gpu)
+        draft = Decoder(draft_shape, dev, dtype, seed=grid.seed + 1, max_len=s_needed, init_on_device=on_gpu)
     except OOM_ERRORS:
         raise HarnessError(None, None, None, f"the models do not fit on {device_name(dev)}: out of memory loading "
                            f"{grid.target} and {grid.draft}") from None
