@@ -47,9 +47,13 @@ docs: $(STAMP)
 # costs on a real run: needs ../shared).
 profiles: $(STAMP)
 	$(BIN)/simctl profile --gpu h100-sxm --backend trtllm-1.3.0rc20 --model qwen3-8b --draft qwen3-0.6b \
-		--engine cuda-graph -o profiles/h100-sxm-qwen3-8b-qwen3-0.6b-cuda-graph.json --force
+		--engine cuda-graph -o profiles/h100-sxm-qwen3-8b-qwen3-0.6b-cuda-graph.json --force \
+		--describes 'Qwen3-8B with a Qwen3-0.6B draft (KV cache, lookahead 3, acceptance 0.7 assumed) on one H100-SXM under a vLLM / TensorRT-LLM-like engine, kernel times from NVIDIA'\''s TensorRT-LLM tables; a hypothetical upgrade of the users'\'' server, not measured' \
+		--answers 'What a modern engine with a cached speculative decoder would give the users'\'' tasks on an H100; compare against another GPU only with a profile of the same model'
 	$(BIN)/simctl profile --gpu h100-sxm --backend trtllm-1.3.0rc20 --model llama-3.1-8b \
-		--engine cuda-graph -o profiles/h100-sxm-llama-3.1-8b-cuda-graph.json --force
+		--engine cuda-graph -o profiles/h100-sxm-llama-3.1-8b-cuda-graph.json --force \
+		--describes 'Llama-3.1-8B on one H100-SXM under a vLLM / TensorRT-LLM-like engine (CUDA graphs), kernel times from NVIDIA'\''s TensorRT-LLM tables: the model of the 42 measured TensorRT-LLM serving runs the composition is checked against' \
+		--answers 'Capacity and cost of serving an 8B model on H100s (GPU counts, autoscaling, length buckets on production traces); not the users'\'' server'
 	$(BIN)/python benchmarks/grounded_calibration.py --write-profiles --write-docs
 
 clean:

@@ -55,6 +55,19 @@ STARTS = 8   # local fits from the best screened points (simctl calibrate --star
 FITTED_NAMES = {"4B_fw_5_b10": "qwen3-4b-specdec-fw5", "4B_4queues_nothinking": "qwen3-4b-nospec-4queues"}
 
 
+
+def keep_identity(data: dict, path: Path) -> None:
+    """Keep the shipped profile's own ``describes`` / ``answers`` (and ``meta.system``) when it
+    is rewritten: what it describes does not change with a refit."""
+    if not path.exists():
+        return
+    shipped = json.loads(path.read_text())
+    for key in ("describes", "answers"):
+        if key in shipped:
+            data[key] = shipped[key]
+    if "system" in shipped.get("meta", {}):
+        data.setdefault("meta", {})["system"] = shipped["meta"]["system"]
+
 def rows_of(errors, run: str, kind: str, fitted_on: str) -> list[dict]:
     out = []
     for _, r in errors.iterrows():
@@ -170,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
                               f"batch_results_{run} of ../shared/traces/real/lminference/ with scenarios/lminference-"
                               f"{RUNS[run][0]}.toml. {lengths}Started from: " + data.get("source", ""))
             data.setdefault("meta", {})["fit"] = {"run": run, "screen": args.screen, "starts": args.starts, **params[run]}
+            keep_identity(data, ROOT / "profiles" / f"{name}.json")
             (ROOT / "profiles" / f"{name}.json").write_text(json.dumps(data, indent=1) + "\n")
     if args.json:
         sys.stdout.write(json.dumps({"rows": rows, "parameters": params}, indent=2) + "\n")

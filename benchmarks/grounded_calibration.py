@@ -58,6 +58,19 @@ TARGET = 0.15
 FREE = ("launch_s",)
 
 
+
+def keep_identity(data: dict, path: Path) -> None:
+    """Keep the shipped profile's own ``describes`` / ``answers`` (and ``meta.system``) when it
+    is rewritten: what it describes does not change with a refit."""
+    if not path.exists():
+        return
+    shipped = json.loads(path.read_text())
+    for key in ("describes", "answers"):
+        if key in shipped:
+            data[key] = shipped[key]
+    if "system" in shipped.get("meta", {}):
+        data.setdefault("meta", {})["system"] = shipped["meta"]["system"]
+
 def family_profile(family: str, engine_values: dict[str, float] | None = None,
                    free: tuple[str, ...] = FREE, source: str = "calibrated") -> dict[str, Any]:
     """The composed profile of a server family (JSON data), with ``engine_values`` set on every
@@ -267,6 +280,7 @@ def write_profiles(result: dict[str, Any]) -> None:
                            f"costs not fitted; the other engine parameters keep their stated defaults. Replay it with "
                            f"the scenarios lminference-*.toml (one process drives both GPUs: host_lock).")
         data["meta"]["fit"] = {"run": run, **{k: f[k] for k in ("values", "relative_se", "ensemble", "cost")}}
+        keep_identity(data, ROOT / "profiles" / f"{name}.json")
         (ROOT / "profiles" / f"{name}.json").write_text(json.dumps(data, indent=1) + "\n")
 
 

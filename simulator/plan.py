@@ -41,6 +41,10 @@ first arrival to the last completion, times the price) meeting every SLO:
    figure). Configurations that miss an SLO are on it too when nothing cheaper does better:
    the front shows what a looser SLO would save.
 
+The profiles compared must serve one model (:func:`check_one_model`): the plan answers
+"which GPU type serves this model cheapest", and a cheaper plan with a smaller model would
+buy different answers. ``mixed_models=True`` (``--mixed-models``) compares them anyway.
+
 Prompts that do not finish count as failures: every latency statistic counts them as
 infinitely late (:mod:`simulator.metrics`), so an SLO on a percentile ``pX`` tolerates at
 most (100 − X) % of prompts unfinished (rejected, dropped, or not done by the deadline) and an
@@ -66,6 +70,7 @@ from typing import Any
 from simulator.cost import PriceTable, gpu_type, require_price
 from simulator.errors import PlanError
 from simulator.metrics import RUN_FIGURES, FigureError, figure_key
+from simulator.profile import Profile
 from simulator.sweep import AXES, Base, SweepSpec, _local_results, config_key, validate
 
 STAT_FIGURES = ("latency", "call_latency", "wait", "service", "ttft", "tpot")
@@ -395,19 +400,41 @@ def _fewest_replicas(base: Base, grid: Sequence[Mapping[str, Any]]) -> int:
     return 1 if fewest is None else fewest
 
 
+def check_one_model(profiles: Sequence[Profile]) -> None:
+    """:class:`PlanError` naming two profiles and their models when ``profiles`` do not all
+    serve the same target model (:func:`simulator.profile.identity.describe`): a plan across
+    GPU types compares the cost of one model; another model answers differently, so its cost
+    is not the price of the same answers. A profile that states no model is not compared."""
+    from simulator.profile.identity import NOT_STATED, describe
+
+    stated = [(p.name, describe(p).model) for p in profiles]
+    stated = [(name, model) for name, model in stated if model != NOT_STATED]
+    for name, model in stated[1:]:
+        first, first_model = stated[0]
+        if model != first_model:
+            raise PlanError(None, None, "--profile", f"{first} serves {first_model} and {name} serves {model}: a plan "
+                            "across GPU types compares one model (a different model gives different answers, so its "
+                            "cost is not the price of the same work); compose both for one model "
+                            "(simctl profile --gpu NAME --model M), or give --mixed-models to compare them anyway")
+
+
 def cheapest(bases: Sequence[Base], slos: Sequence[SLO], prices: PriceTable,
              axes: Mapping[str, Sequence[Any]] | None = None, *, max_gpus: int = 8, seeds: Sequence[int] = (0,),
              task: str | None = None, workers: int | None = None,
-             progress: Callable[[str], None] | None = None) -> CheapestResult:
+             progress: Callable[[str], None] | None = None, mixed_models: bool = False) -> CheapestResult:
     """The cheapest GPU type (one base per profile), GPU count and configuration meeting every
     SLO, and the Pareto front of cost against the SLO ratio (see the module docstring).
-    :class:`simulator.errors.PriceError` when a profile has no GPU type or no price."""
+    :class:`simulator.errors.PriceError` when a profile has no GPU type or no price;
+    :class:`PlanError` when two profiles serve different models (:func:`check_one_model`)
+    unless ``mixed_models``."""
     from dataclasses import replace as with_field
 
     if not bases:
         raise PlanError(None, None, None, "give at least one --profile")
     if not slos:
         raise PlanError(None, None, None, "give at least one --slo")
+    if not mixed_models:
+        check_one_model([b.profile for b in bases])
     say = progress or (lambda _m: None)
     types = [gpu_type(b.profile) for b in bases]
     price_of = [require_price(b.profile, prices) for b in bases]
@@ -483,4 +510,5 @@ def cheapest(bases: Sequence[Base], slos: Sequence[SLO], prices: PriceTable,
 
 
 __all__ = ["AXES", "COST_FIGURES", "OBJECTIVES", "CheapestResult", "PlanError", "PlanResult", "SLO", "cheapest",
+           "check_one_model",
            "load_points", "pareto_front", "parse_slo", "plan", "worst_ratio"]

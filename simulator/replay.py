@@ -12,6 +12,8 @@ from simulator.cost import PriceTable, cost_summary, load_prices
 from simulator.metrics import summarize
 from simulator.model import simulate
 from simulator.profile import DEFAULT_PROFILE, Profile, load_profile
+from simulator.profile.grid import outside_grid
+from simulator.profile.identity import describe
 from simulator.scenario import Scenario, build_scenario
 from simulator.trace.model import Trace
 
@@ -38,7 +40,8 @@ def resolved_config(trace: Trace, scenario: Scenario, profile: Profile, seed: in
                     resource=scenario.for_task(t).resource or profile.task(t).resource)
             for t in tasks
         },
-        "profile": {"name": profile.name, "path": profile.path, "source": profile.source},
+        "profile": {"name": profile.name, "path": profile.path, "source": profile.source,
+                    "identity": describe(profile).to_dict()},
         "trace": {"source": trace.source, "calls": len(trace), "prompts": trace.n_prompts},
         "seed": seed,
     }
@@ -57,7 +60,10 @@ def replay(
     bundled profile. The scenario's ``rate_scale`` scales inter-arrival times by 1/x and its
     ``deadline`` marks prompts not done by then as timed out. ``prices`` (a table, a file or
     a bundled name; default the bundled default) prices the summary's ``cost``
-    (:mod:`simulator.cost`). Same inputs and seed give the same event log.
+    (:mod:`simulator.cost`). The summary's ``config.profile`` carries the profile's
+    ``identity`` (:func:`simulator.profile.identity.describe`) and ``outside_grid``: where the
+    run's batches or contexts left the grid a composed profile was fitted on
+    (:func:`simulator.profile.grid.outside_grid`). Same inputs and seed give the same event log.
     """
     if not isinstance(trace, Trace):
         from simulator.trace.formats import load_trace
@@ -71,6 +77,8 @@ def replay(
         prices = load_prices(prices)
     log, summary = simulate_and_summarize(trace, scenario, profile, seed,
                                           resolved_config(trace, scenario, profile, seed), prices=prices)
+    # where the run left the grid a composed profile was fitted on (simulator.profile.grid)
+    summary["config"]["profile"]["outside_grid"] = [o.to_dict() for o in outside_grid(profile, log)]
     return ReplayResult(log=log, summary=summary, scenario=scenario, profile=profile, seed=seed)
 
 

@@ -19,7 +19,7 @@ from simulator.cost import (
     price_table,
     provisioned_gpu_seconds,
 )
-from simulator.plan import cheapest, pareto_front, parse_slo
+from simulator.plan import PlanError, cheapest, pareto_front, parse_slo
 from simulator.profile import load_profile, profile_from_dict
 from simulator.replay import replay
 from simulator.scenario import build_scenario
@@ -158,7 +158,14 @@ def test_the_pareto_front_is_the_set_of_non_dominated_points(pts):
 
 
 def test_plan_cli_searches_gpu_types_for_the_cheapest_and_plots_the_front(tmp_path):
-    args = ["plan", str(TRACE), "-p", "a100-sxm-qwen3-4b-hf-eager", "-p", "h100-sxm-qwen3-8b-qwen3-0.6b-cuda-graph",
+    """One model (Qwen3-8B with a Qwen3-0.6B draft) composed for two GPU types."""
+    composed = []
+    for gpu in ("a100-sxm", "h100-sxm"):
+        composed.append(tmp_path / f"{gpu}-qwen3-8b.json")
+        made = runner.invoke(app, ["profile", "--gpu", gpu, "--model", "qwen3-8b", "--draft", "qwen3-0.6b",
+                                   "--engine", "cuda-graph", "-o", str(composed[-1])])
+        assert made.exit_code == 0, made.output
+    args = ["plan", str(TRACE), "-p", str(composed[0]), "-p", str(composed[1]),
             "--slo", "infobench.latency.p95<=170", "--flush", "0", "--topology", "shared", "--max-batch", "10",
             "--max-gpus", "2", "-j", "1"]
     out, plot = tmp_path / "plan.json", tmp_path / "front.png"
@@ -234,3 +241,38 @@ def test_the_cheapest_plan_scales_a_pool_to_zero_between_bursts():
     pool = again.summary["replicas"]
     assert result.figures["cost.usd"] == pytest.approx(pool["replica_seconds"] / 3600 * 3.0)
     assert pool["cold_starts"] == 2
+
+
+# -- one model across GPU types ---------------------------------------------------------
+
+
+def serving(name: str, gpu: str, model: str, seconds: float):
+    """A fixed-time profile of ``model`` on ``gpu``, stated as ``simctl profile --gpu`` states it."""
+    data = fixed(name, None, seconds).to_dict()
+    data["meta"] = {"grounded": {"gpu": gpu, "backend": "b", "model": model, "draft": None, "engine": "e",
+                                 "tasks": {}}}
+    return profile_from_dict(data)
+
+
+def test_a_cheapest_plan_refuses_profiles_of_different_models_unless_told():
+    bases = [Base(STEADY, serving("small-on-slow", "slow-gpu", "qwen3-4b", 2.5), build_scenario()),
+             Base(STEADY, serving("large-on-fast", "fast-gpu", "qwen3-8b", 1.0), build_scenario())]
+    slos = [parse_slo("x.latency.max<=3", ["x"])]
+    with pytest.raises(PlanError, match="small-on-slow serves qwen3-4b and large-on-fast serves qwen3-8b"):
+        cheapest(bases, slos, PRICES, NO_BATCHING, max_gpus=4, workers=1)
+    result = cheapest(bases, slos, PRICES, NO_BATCHING, max_gpus=4, workers=1, mixed_models=True)
+    assert result.met and result.gpu_type == "fast-gpu"
+    # one model on two GPU types is what a plan compares
+    same = [Base(STEADY, serving("on-slow", "slow-gpu", "qwen3-8b", 2.5), build_scenario()), bases[1]]
+    assert cheapest(same, slos, PRICES, NO_BATCHING, max_gpus=4, workers=1).gpu_type == "fast-gpu"
+
+
+def test_plan_cli_refuses_mixed_models_in_one_line_and_the_flag_allows_them():
+    args = ["plan", "example", "-p", "a100-sxm-qwen3-4b-hf-eager", "-p", "h100-sxm-qwen3-8b-qwen3-0.6b-cuda-graph",
+            "--slo", "infobench.latency.p95<=170", "--flush", "0", "--topology", "shared", "--max-batch", "10",
+            "--max-gpus", "2", "-j", "1"]
+    assert_one_line_error(runner.invoke(app, args), "a100-sxm-qwen3-4b-hf-eager serves qwen3-4b",
+                          "h100-sxm-qwen3-8b-qwen3-0.6b-cuda-graph serves qwen3-8b", "--mixed-models")
+    result = runner.invoke(app, [*args, "--mixed-models", "--json", "-"])
+    assert result.exit_code in (0, 1), result.output
+    assert {p["model"] for p in json.loads(result.stdout)["profiles"]} == {"qwen3-4b", "qwen3-8b"}

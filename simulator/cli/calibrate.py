@@ -82,6 +82,9 @@ def calibrate_cli(
         fitted["source"] = (f"Calibrated by `simctl calibrate` on the observed run {observed.path} with scenario "
                             f"{scenario} from {start_path.name} ({result.evaluations} evaluations, {seeds} seeds). "
                             f"Started from: {start_data.get('source', '')}")
+        # the same system as the start (its describes), now answering for the run it was fitted to
+        fitted["answers"] = (f"What the system it describes does with traffic like the observed run {observed.name}: "
+                             f"its costs fitted to that run's latencies (scenario {Path(scenario).name})")
         fitted.setdefault("meta", {})["fit"] = {
             "run": observed.name, "scenario": str(scenario), "also": [str(d) for d in also],
             "objective": objective, "screen": screen, "starts": starts, "values": result.values,

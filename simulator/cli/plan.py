@@ -16,6 +16,7 @@ from simulator.metrics import json_ready
 from simulator.outputs import check_figure, check_writable
 from simulator.plan import DEFAULT_AXES, OBJECTIVES, Evaluator, cheapest, group_of, load_points, parse_slo, plan
 from simulator.profile import DEFAULT_PROFILE, load_profile
+from simulator.profile.identity import ProfileIdentity, describe
 from simulator.scenario import build_scenario, parse_set
 from simulator.settings import LARGEST_GPUS, LARGEST_JOBS, LARGEST_SEEDS, Setting
 from simulator.sweep import Base
@@ -53,6 +54,8 @@ def plan_cli(
     json_out: str | None = typer.Option(None, "--json", help="Write the recommendation as JSON (FILE or '-')."),
     plot: Path | None = typer.Option(None, "--plot", help="Draw the Pareto front of cost against the SLOs (cheapest), "
                                      "or the SLO figures against load (fewest-gpus) (PNG)."),
+    mixed_models: bool = typer.Option(False, "--mixed-models", help="Let --objective cheapest compare profiles of "
+                                      "different models (refused by default: a plan across GPU types compares one model)."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
 ) -> None:
     """Find the cheapest configuration (GPU type, count, settings) meeting every SLO, or the fewest GPUs.
@@ -75,6 +78,7 @@ def plan_cli(
         table = load_prices(prices)
         profiles = [load_profile(p) for p in dict.fromkeys(profile)]
         scenario = build_scenario(path=config, run=flags.values("run"), overrides=parse_set(set_values))
+        identities = {"profiles": [describe(p).to_dict() for p in profiles]}
         if objective == "auto":
             priced = all(table.get(gpu_type(p)) is not None for p in profiles)
             objective = "cheapest" if priced else "fewest-gpus"
@@ -82,13 +86,14 @@ def plan_cli(
             bases = [Base(loaded, p, scenario, table) for p in profiles]
             with console.status("planning") as status:
                 found = cheapest(bases, slos, table, axes, max_gpus=max_gpus, seeds=tuple(range(max(1, seeds))),
-                                 task=task, workers=jobs, progress=lambda m: status.update(f"planning: {m}"))
+                                 task=task, workers=jobs, progress=lambda m: status.update(f"planning: {m}"),
+                                 mixed_models=mixed_models)
             if plot:
                 from simulator import plots
 
                 plots.pareto(found.points, found.front, f"{Path(trace).name}: cost against "
                              + ", ".join(s.text for s in slos), path=plot)
-            _finish(json_ready(found.to_dict()), json_out, plot, force)
+            _finish(json_ready(found.to_dict() | identities), json_out, plot, force)
             if not found.met:
                 raise typer.Exit(1)
             return
@@ -107,7 +112,7 @@ def plan_cli(
                 points = load_points(ev, result.config, slos, top=1.25 * result.max_rate_scale)
                 plots.load_curve(points, slos, f"{result.gpus} GPU(s): " + ", ".join(
                     f"{k}={v}" for k, v in result.config.items() if k != "gpus"), path=plot)
-        _finish(json_ready(result.to_dict()), json_out, plot if result.met else None, force)
+        _finish(json_ready(result.to_dict() | identities), json_out, plot if result.met else None, force)
         if not result.met:
             raise typer.Exit(1)
 
@@ -122,7 +127,10 @@ def _finish(doc: dict, json_out: str | None, plot: Path | None, force: bool) -> 
 
 
 def print_plan(doc: dict) -> None:
+    """The plan: each profile's identity, the recommendation, its SLOs, cost and search."""
     cheapest = doc.get("objective") == "cheapest"
+    for identity in doc.get("profiles", []):
+        console.print("profile " + ProfileIdentity(**identity).line(), highlight=False)
     what = f"{doc['gpus']} {doc['gpu_type']} GPU(s)" if cheapest else f"{doc['gpus']} GPU(s)"
     head = ("[bold green]cheapest meeting every SLO:[/bold green]" if cheapest else
             "[bold green]meets every SLO[/bold green]") if doc["met"] else \

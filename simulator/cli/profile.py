@@ -76,6 +76,10 @@ def profile_cli(
     threads: int = typer.Option(1, "--threads", min=1, max=LARGEST_JOBS, help="Intra-op threads torch may use while measuring (pinned, so other work on the machine moves the timings less)."),
     strict: bool = typer.Option(False, "--strict", help="Exit with status 1 when the fitted costs miss the held-out generations (the profile is still written)."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing profile."),
+    describes: str | None = typer.Option(None, "--describes", help="Which real system the profile stands for "
+                                         "(default: a sentence said of the measurement or composition)."),
+    answers: str | None = typer.Option(None, "--answers", help="Which question the profile answers "
+                                       "(default: a sentence said of the measurement or composition)."),
     measure_ops: Path | None = typer.Option(
         None, "--measure-ops", metavar="DIR",
         help="Instead of a profile, measure this device's per-op tables (GEMMs, decode/verify/prefill attention, "
@@ -101,8 +105,8 @@ def profile_cli(
     if gpu is not None and not gpu.isdigit():
         with user_errors():
             composed_profile(gpu, target, draft, engine, backend, like, spec_task, no_kv_cache, max_rows,
-                             lookahead, acceptance, output, force, tp=tp, dtype=dtype, kv_dtype=kv_dtype,
-                             memory_utilization=memory_utilization)
+                             lookahead, acceptance, output, force, describes, answers, tp=tp, dtype=dtype,
+                             kv_dtype=kv_dtype, memory_utilization=memory_utilization)
         return
     gpu_index = int(gpu) if gpu is not None else None
     with user_errors():
@@ -136,6 +140,13 @@ def profile_cli(
                 bar.update(job, advance=1, description=description)
             profile = run_profile(grid, dev, tick)
         profile["meta"]["threads"] = threads
+        meta = profile["meta"]
+        profile["describes"] = describes or (
+            f"{grid.target} with a {grid.draft} draft, batched speculative decoding by simctl's torch decoder on "
+            f"{meta.get('device')} ({meta.get('dtype')}, torch {meta.get('torch')}), timed on that device")
+        profile["answers"] = answers or (
+            f"How long batches of {grid.target} with a {grid.draft} draft take on {meta.get('device')} over the "
+            f"measured grid (batch sizes, lookaheads, acceptance rates, prompt lengths)")
         out.parent.mkdir(parents=True, exist_ok=True)
         with open_output(out, force=force) as fh:
             json.dump(profile, fh, indent=1)
@@ -203,7 +214,8 @@ def print_profile(profile: dict, path: Path) -> None:
 
 def composed_profile(gpu: str, target: str | None, draft: str | None, engine: str, backend: str | None,
                      like: str, spec_tasks: list[str] | None, no_kv_cache: bool, max_rows: int,
-                     lookahead: str | None, acceptance: str | None, output: Path | None, force: bool, *,
+                     lookahead: str | None, acceptance: str | None, output: Path | None, force: bool,
+                     describes: str | None = None, answers: str | None = None, *,
                      tp: int = 1, dtype: str = "bf16", kv_dtype: str | None = None,
                      memory_utilization: float = 0.9) -> None:
     """``simctl profile --gpu NAME``: compose a profile from the GPU's tables (no torch)."""
@@ -245,7 +257,7 @@ def composed_profile(gpu: str, target: str | None, draft: str | None, engine: st
              for n in gpu_tasks]
     data = grounded_profile(base.to_dict() | {"name": base.name}, tables, spec, target_shape, draft_shape,
                             tasks=tasks, kv_cache=not no_kv_cache, lookahead=ks[0], acceptance=alphas[0],
-                            memory=memory)
+                            memory=memory, describes=describes, answers=answers)
     out = output or default_profile_path(data["name"])
     data["name"] = out.stem   # found by this name with -p
     profile_from_dict(data)   # what is written must load

@@ -12,13 +12,23 @@ from rich import box
 from rich.table import Table
 
 from simulator.cli import app
-from simulator.cli._common import GENERATED, Flags, console, print_table, setting_options, user_errors, write_json
+from simulator.cli._common import (
+    GENERATED,
+    Flags,
+    console,
+    print_table,
+    setting_options,
+    user_errors,
+    warn,
+    write_json,
+)
 from simulator.cost import load_prices
 from simulator.errors import ScenarioError
 from simulator.events import event_log_suffix, write_event_log
 from simulator.metrics import json_ready
 from simulator.outputs import check_output_folder, check_writable
 from simulator.profile import DEFAULT_PROFILE, load_profile
+from simulator.profile.identity import describe
 from simulator.replay import ReplayResult, replay
 from simulator.scenario import build_scenario, parse_set
 from simulator.settings import LARGEST_SEED, TASK
@@ -88,6 +98,8 @@ def replay_cli(
             scenario = build_scenario(path=config, run=run_flags, tasks={t: task_flags for t in gpu_tasks},
                                       overrides=overrides)
         result = replay(loaded, scenario, prof, seed=seed, prices=load_prices(prices))
+        for outside in result.summary["config"]["profile"]["outside_grid"]:
+            warn(outside["message"])
         if events:
             write_event_log(result.log, events, force=force)
         if plot:
@@ -133,11 +145,20 @@ def _knobs(task: str, cfg: dict[str, Any], profile) -> list[str]:
         "kv_blocks": "profile's" if cfg["kv_blocks"] is None else cfg["kv_blocks"],
     }
     for key in ("lookahead", "acceptance", "discipline"):
-        shown[key] = "profile's" if cfg[key] is None else cfg[key]
+        shown[key] = f"profile's ({_profile_value(task, key, profile)})" if cfg[key] is None else cfg[key]
     for key in ("max_queue", "queue_timeout", "cpu_workers"):
         if cfg.get(key) is not None:
             shown[key] = cfg[key]
     return [f"{k}={v}" for k, v in shown.items() if k not in ignored]
+
+
+def _profile_value(task: str, key: str, profile) -> str:
+    """The value the profile's service of ``task`` uses for ``key`` (lookahead, acceptance,
+    discipline), or ``none`` where its kind has no such setting."""
+    value = getattr(getattr(profile.tasks.get(task), "service", None), key, None)
+    if value is None:
+        return "none"
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
 def print_pool(r: dict[str, Any], sc: Any) -> None:
@@ -170,6 +191,7 @@ def print_summary(result: ReplayResult, source: str | None = None) -> None:
         run.append(f"autoscaler={sc.autoscaler}")
     console.print(f"[bold]replay[/bold] {source or ''}", highlight=False)
     console.print("  " + "  ".join(run), highlight=False)
+    console.print("  profile " + describe(result.profile).line(), highlight=False)
     settings = Table(title="Settings per task", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     for col in ("task", "resource", "topology", "settings"):
         settings.add_column(col)

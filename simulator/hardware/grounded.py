@@ -183,7 +183,8 @@ def grounded_profile(base: dict[str, Any], gpu: GpuTables, engine: EngineSpec, t
                      kv_cache: bool = True, lookahead: int = 3, acceptance: float = 0.7,
                      finished_rows: str | None = None, name: str | None = None,
                      overrides: dict[str, float] | None = None, overrides_source: str = "given",
-                     free: Sequence[str] | None = None, memory: Any = None) -> dict[str, Any]:
+                     free: Sequence[str] | None = None, memory: Any = None, describes: str | None = None,
+                     answers: str | None = None) -> dict[str, Any]:
     """A profile (JSON data) with ``base``'s tasks, every GPU task's service composed for
     ``target`` (and ``draft``, for tasks marked speculative) on ``gpu`` under ``engine``.
 
@@ -194,7 +195,9 @@ def grounded_profile(base: dict[str, Any], gpu: GpuTables, engine: EngineSpec, t
     parameters listed in ``meta.calibrate`` (tied across the GPU tasks: one engine; default:
     the engine's own choice, :attr:`EngineSpec.calibrated`). ``memory`` (a
     :class:`~simulator.hardware.memory.MemoryPlan`) gives every GPU task the KV cache that is
-    left, so continuous batching preempts where the engine would."""
+    left, so continuous batching preempts where the engine would. ``describes`` and ``answers``
+    (which real system the profile stands for, which question it answers) default to texts
+    said of the composition itself."""
     out = copy.deepcopy(base)
     if tasks is None:
         tasks = [GpuTask(n, int(t.get("prompt_tokens", 256)), int(t.get("max_tokens", 256)), speculative=draft is not None)
@@ -226,6 +229,7 @@ def grounded_profile(base: dict[str, Any], gpu: GpuTables, engine: EngineSpec, t
     gpu_tasks = [t.name for t in tasks]
     meta_out = out.setdefault("meta", {})
     meta_out.pop("fit", None)
+    meta_out.pop("system", None)   # meta.grounded says what the composed profile describes
     meta_out["grounded"] = grounded
     meta_out["calibrate"] = [
         {"name": f"engine.{param}", "task": gpu_tasks[0], "path": f"service.engine.{param}", "min": low, "max": high,
@@ -233,8 +237,9 @@ def grounded_profile(base: dict[str, Any], gpu: GpuTables, engine: EngineSpec, t
         for param, (low, high) in ((p, BOUNDS[p]) for p in (engine.calibrated if free is None else free))]
     deployment = f"{gpu.gpu}" + (f" × {gpu.tp} (tensor parallel)" if getattr(gpu, "tp", 1) > 1 else "") + \
         f", {getattr(gpu, 'dtype', 'bf16')} weights"
-    spec = f" + {draft.name} draft ({'KV cache' if kv_cache else 'no KV cache'}, lookahead {lookahead}, " \
-           f"acceptance {acceptance:g})" if draft is not None and any(t.speculative for t in tasks) else ""
+    decoding = f"{'KV cache' if kv_cache else 'no KV cache'}, lookahead {lookahead}, acceptance {acceptance:g}"
+    speculative = draft is not None and any(t.speculative for t in tasks)
+    spec = f" + {draft.name} draft ({decoding})" if speculative and draft is not None else ""
     tp, dtype = int(getattr(gpu, "tp", 1)), getattr(gpu, "dtype", "bf16")
     suffix = (f"-tp{tp}" if tp > 1 else "") + (f"-{dtype}" if dtype != "bf16" else "")
     out["name"] = name or f"{gpu.gpu}{suffix}__{target.name}{'__' + draft.name if draft else ''}__{engine.name}"
@@ -246,4 +251,13 @@ def grounded_profile(base: dict[str, Any], gpu: GpuTables, engine: EngineSpec, t
         f"(meta.grounded: the fit's error and the share of exact / interpolated / extrapolated / assumed seconds); "
         f"the engine block's host costs say where each value comes from. Other tasks as in the base profile "
         f"({base.get('name', 'unnamed')}).")
+    model = target.name + (f" with a {draft.name} draft ({decoding})" if speculative and draft is not None else "")
+    out["describes"] = describes or (
+        f"{model} on {'one ' + gpu.gpu if tp == 1 else f'{tp} × {gpu.gpu} (tensor parallel)'} in {dtype} under a "
+        f"{engine.name} engine, kernel times from NVIDIA's {gpu.backend} "
+        f"per-op tables of that GPU (composed, not measured end to end)")
+    out["answers"] = answers or (
+        f"What {target.name} costs in latency and GPU-hours on {gpu.gpu} GPUs at the task lengths of "
+        f"{base.get('name', 'the base profile')}; compare it with the same model composed for another GPU type "
+        f"(simctl plan --objective cheapest)")
     return out

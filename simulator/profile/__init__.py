@@ -3,6 +3,7 @@
 A profile is JSON (``simctl-profile/1``)::
 
     {"format": "simctl-profile/1", "name": str, "source": str,
+     "describes": str, "answers": str,                                  # optional
      "tasks": {TASK: {"resource": "gpu" | "cpu", "prompt_tokens": int, "max_tokens": int,
                       "service": {"kind": KIND, ...},
                       "tokens_per_iteration": 1.0,                     # optional
@@ -10,6 +11,9 @@ A profile is JSON (``simctl-profile/1``)::
                       "kv_cache": {"blocks": int} | {"memory_gib": float,  # optional
                                    "bytes_per_token": int}}}}
 
+``describes`` says which real system the profile stands for and ``answers`` which question it
+is fit to answer (short texts; :mod:`simulator.profile.identity` reads them with the rest of
+the profile's identity). ``source`` says where its numbers come from.
 ``prompt_tokens``/``max_tokens`` are the task's defaults for prompts whose trace gives none.
 ``tokens_per_iteration`` (for kinds that price whole batches, ``distribution`` and ``table``)
 says how many tokens a row gains per decoding iteration, so that continuous batching can
@@ -84,13 +88,16 @@ class TaskProfile:
 
 @dataclass(frozen=True)
 class Profile:
-    """A named set of task profiles, with the provenance of its numbers in ``source``."""
+    """A named set of task profiles, with the provenance of its numbers in ``source``, the
+    real system it stands for in ``describes`` and the question it answers in ``answers``."""
 
     name: str
     source: str
     tasks: Mapping[str, TaskProfile]
     path: str | None = None
     meta: Mapping[str, Any] = field(default_factory=dict)
+    describes: str = ""
+    answers: str = ""
 
     def task(self, name: str) -> TaskProfile:
         """The profile of task ``name``; :class:`ProfileError` if the profile lacks it."""
@@ -113,6 +120,10 @@ class Profile:
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"format": FORMAT, "name": self.name, "source": self.source}
+        if self.describes:
+            out["describes"] = self.describes
+        if self.answers:
+            out["answers"] = self.answers
         if self.meta:
             out["meta"] = dict(self.meta)
         out["tasks"] = {k: v.to_dict() for k, v in self.tasks.items()}
@@ -188,13 +199,16 @@ def profile_from_dict(data: Any, path: str | None = None) -> Profile:
             host_fraction=host_fraction,
         )
     name = data.get("name") or (Path(path).stem if path else "unnamed")
-    source = data.get("source", "")
-    if not isinstance(source, str):
-        raise ProfileError(where_path, None, "source", "must be a string")
+    texts = {}
+    for key in ("source", "describes", "answers"):
+        texts[key] = data.get(key, "")
+        if not isinstance(texts[key], str):
+            raise ProfileError(where_path, None, key, f"must be a string, got {type(texts[key]).__name__}")
     meta = data.get("meta", {})
     if not isinstance(meta, dict):
         raise ProfileError(where_path, None, "meta", f"must be an object, got {type(meta).__name__}")
-    return Profile(name=str(name), source=source, tasks=tasks, path=path, meta=meta)
+    return Profile(name=str(name), source=texts["source"], tasks=tasks, path=path, meta=meta,
+                   describes=texts["describes"], answers=texts["answers"])
 
 
 def resolve_profile_path(name_or_path: str | Path) -> Path:
