@@ -117,7 +117,8 @@ def _kv_cache(profile: Profile) -> str:
         elif task.kv_cache and "blocks" in task.kv_cache:
             values[name] = f"{int(task.kv_cache['blocks']):,} blocks"
         elif task.kv_cache:
-            values[name] = f"{task.kv_cache['memory_gib']:g} GiB"
+            tokens = task.kv_cache["memory_gib"] * 2**30 / task.kv_cache["bytes_per_token"]
+            values[name] = f"{task.kv_cache['memory_gib']:.1f} GiB ({tokens:,.0f} tokens)"
         elif kind in ("iteration", "spec_decode"):
             values[name] = "yes"
         else:
