@@ -139,3 +139,48 @@ def test_list_gpus_shows_every_shipped_gpu():
     assert result.exit_code == 0
     for gpu, spec in gpu_specs().items():
         assert gpu in result.output and spec["backends"][0] in result.output
+
+
+def test_a_mixture_of_experts_is_priced_from_its_measured_moe_op():
+    mixtral = get_preset("mixtral-8x7b")
+    assert mixtral.parameters() == pytest.approx(46.7e9, rel=0.01)   # the published sizes
+    assert get_preset("qwen3-30b-a3b").parameters() == pytest.approx(30.5e9, rel=0.01)
+    gpu = load_gpu("h100-sxm", "trtllm-1.3.0rc20", tp=2)
+    table = pd.read_parquet(DATA / "h100-sxm" / "trtllm-1.3.0rc20" / "moe.parquet")
+    row = table[(table.dtype == "bf16") & (table.hidden == 4096) & (table.inter == 14336) & (table.topk == 2)
+                & (table.experts == 8) & (table.tp == 2)].iloc[2]
+    est = gpu.moe(int(row.num_tokens), 4096, 14336, 2, 8)
+    assert est.tag == "exact" and est.seconds == row.seconds
+    step = decode_step(gpu, mixtral, [1000] * int(row.num_tokens))
+    # one measured MoE op a layer, at the step's tokens; the router's GEMM beside it
+    assert step.parts["moe"] == pytest.approx(mixtral.layers * row.seconds)
+    # every expert's weights are held, so Mixtral does not fit one H100 in bf16 ...
+    with pytest.raises(HardwareError, match="smallest tensor parallelism that fits: --tp 2"):
+        memory_plan(load_gpu("h100-sxm"), mixtral)
+
+
+def test_an_unmeasured_expert_layout_or_eager_engine_is_refused_naming_what_is_known():
+    odd = get_preset("mixtral-8x7b").__class__(**{**get_preset("mixtral-8x7b").to_dict(), "experts": 6})
+    with pytest.raises(HardwareError, match="measured: .*8 experts × 14336, top 2"):
+        decode_step(load_gpu("h100-sxm", "trtllm-1.3.0rc20"), odd, [100])
+    result = runner.invoke(app, ["profile", "--gpu", "h200-sxm", "--model", "qwen3-30b-a3b", "--engine", "hf-eager",
+                                 "-o", "unused.json"])
+    assert result.exit_code != 0 and "mixture of experts" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_a_moe_config_json_reads_its_experts(tmp_path):
+    from simulator.harness.presets import shape_from_config
+
+    config = {"model_type": "qwen3_moe", "hidden_size": 2048, "intermediate_size": 6144, "moe_intermediate_size": 768,
+              "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+              "vocab_size": 151936, "num_experts": 128, "num_experts_per_tok": 8}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    shape = shape_from_config(path)
+    assert (shape.intermediate, shape.experts, shape.experts_per_token) == (768, 128, 8)
+    assert shape.parameters() == get_preset("qwen3-30b-a3b").parameters()
+    del config["num_experts_per_tok"]
+    path.write_text(json.dumps(config))
+    with pytest.raises(Exception, match="num_experts_per_tok"):
+        shape_from_config(path)

@@ -127,7 +127,10 @@ def profile_cli(
             prompt_tokens=_ints(prompt_tokens, "--prompt-tokens"), max_tokens=max_tokens, repeats=repeats,
             graphs=False if no_graphs else None, compile=True if compile_ else None,
         )
-        get_preset(grid.target), get_preset(grid.draft)  # an unknown preset: UnknownPreset before measuring
+        for shape in (get_preset(grid.target), get_preset(grid.draft)):  # an unknown preset: UnknownPreset first
+            if shape.experts:
+                raise HarnessError(None, None, "--target", f"{shape.name} is a mixture of experts; the harness's "
+                                   "decoder is dense (compose it instead: --gpu NAME --engine cuda-graph)")
         dev = resolve_device(gpu_index, device)
         out = output or default_profile_path(Path(default_output(dev, grid)).stem)
         check_writable(out, force=force)

@@ -142,8 +142,15 @@ def _fused_layers(gpu: GpuTables, shape: ModelShape, cost: StepCost, p: Pass) ->
     q, kv, inter = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim, shape.intermediate
     cost.add("gemm", gpu.gemm(t, q + 2 * kv, h), L)
     cost.add("gemm", gpu.gemm(t, h, q), L)
-    cost.add("gemm", gpu.gemm(t, 2 * inter, h), L)
-    cost.add("gemm", gpu.gemm(t, h, inter), L)
+    if shape.experts:
+        # the router's GEMM, then the fused experts op as measured for this architecture
+        # (its width unsplit: the table is keyed by the model's and the group's sizes)
+        cost.add("gemm", gpu.gemm(t, shape.experts, h), L)
+        cost.add("moe", gpu.moe(t, h, inter * _tp(gpu), shape.experts_per_token, shape.experts), L)
+        inter = shape.active_intermediate
+    else:
+        cost.add("gemm", gpu.gemm(t, 2 * inter, h), L)
+        cost.add("gemm", gpu.gemm(t, h, inter), L)
     cost.add("attention", _attention(gpu, shape, p), L)
     # bytes read + written: 2 RMS norms (x in, x out), RoPE (q and k in and out), SiLU·mul
     # (gate and up in, one out), 2 residual adds (two in, one out); priced as one stream a
@@ -161,8 +168,17 @@ RMSNORM_EAGER = (8, BF16 + FP32 + 2 * FP32 + FP32 + 3 * FP32 + FP32 + BF16 + 3 *
 ROPE_EAGER = (5, 3 * BF16 + BF16 + 2 * BF16 + 3 * BF16 + 3 * BF16)
 
 
+def _dense_only(shape: ModelShape, style: str) -> None:
+    if shape.experts:
+        from simulator.errors import HardwareError
+
+        raise HardwareError(None, None, "--engine", f"{shape.name} is a mixture of experts: composed in the fused "
+                            f"style only (--engine cuda-graph), not {style}")
+
+
 def _eager_layers(gpu: GpuTables, shape: ModelShape, cost: StepCost, p: Pass) -> None:
     """Hugging Face eager modules (module docstring)."""
+    _dense_only(shape, "hf-eager")
     L, h, t = shape.layers, shape.hidden, p.tokens
     q, kv, inter = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim, shape.intermediate
     norm_kernels, norm_bytes = RMSNORM_EAGER
@@ -306,6 +322,7 @@ def _harness_layers(gpu: GpuTables, shape: ModelShape, cost: StepCost, p: Pass) 
     RMSNorms in fp32, RoPE with cat, attention as :func:`~simulator.harness.decoder.attend_cached`
     (cache writes, mask, SDPA: the decode-attention table times exactly this) or, for a fresh
     pass, :func:`~simulator.harness.decoder.attend_fresh`; SiLU, the gating mul, residual adds."""
+    _dense_only(shape, "harness")
     L, h, t, es = shape.layers, shape.hidden, p.tokens, _dtype_bytes(gpu)
     q, kv, inter = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim, shape.intermediate
     _harness_norm(gpu, cost, t, h, es, L)

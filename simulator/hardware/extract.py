@@ -14,9 +14,10 @@ it, the newest version of each framework (TensorRT-LLM, vLLM, SGLang) that measu
   ``decode_attention-fp8.parquet`` / ``prefill_attention-fp8.parquet`` with an FP8 one (the
   prefill's attention math in FP8 where the framework measured it so, else bf16): full
   attention only (``window_size`` 0), head dims 64 and 128;
-* ``allreduce.parquet``: ``num_gpus, bytes, seconds`` of one bf16 all-reduce, from the
-  framework's own custom all-reduce at that version (vLLM: its CUDA-graph path) or, where
-  it has none, its nearest measured version, else NCCL's.
+* ``allreduce.parquet``: ``num_gpus, bytes, seconds`` of one bf16 all-reduce: at each size the
+  faster of the framework's own custom all-reduce (vLLM: its CUDA-graph path; at that
+  version, else the nearest earlier one) and NCCL's;
+* ``moe.parquet``: the fused mixture-of-experts op per model architecture (:func:`_moe`).
 
 Duplicate keys (several kernels measured for one shape) keep their median. The GPUs' spec
 figures (bandwidth, peaks, memory, NVLink bandwidth, reserved memory) and what each backend
@@ -45,6 +46,8 @@ GPUS = {"a100_sxm": "a100-sxm", "h100_sxm": "h100-sxm", "h200_sxm": "h200-sxm", 
 FRAMEWORKS = ("vllm", "trtllm", "sglang")
 ATTENTION_KEYS = ["batch_size", "num_heads", "num_key_value_heads", "head_dim"]
 DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}
+#: how tokens are routed to experts in the MoE tables kept, most preferred first (:func:`_moe`)
+MOE_ROUTING = ["power_law_1.01", "balanced", "power_law_1.2"]
 SPEC_KEYS = {"mem_bw": "memory_bandwidth_bytes_per_s", "bfloat16_tc_flops": "bf16_flops_per_s",
              "fp8_tc_flops": "fp8_flops_per_s", "mem_capacity": "memory_bytes",
              "intra_node_bw": "interconnect_bytes_per_s", "num_gpus_per_node": "gpus_per_node",
@@ -111,6 +114,33 @@ def _allreduce(root: Path, framework: str, version: str) -> tuple[pd.DataFrame, 
     return both.sort_values(["num_gpus", "bytes"]).reset_index(drop=True), ", ".join(names) + " (the faster at each size)"
 
 
+def _moe(root: Path, framework: str, version: str) -> tuple[pd.DataFrame, str]:
+    """The fused mixture-of-experts op (routing, the experts' GEMMs, the combine) per model
+    architecture: ``dtype, hidden, inter, topk, experts, tp, num_tokens, seconds``, experts
+    split by tensor parallelism only (expert parallelism 1); at the framework's version, else
+    the newest before it. Tokens routed as :data:`MOE_ROUTING` prefers: a power law of exponent
+    1.01 over the experts (aiconfigurator's default workload, near what real routers do), else
+    evenly, else the steeper power law."""
+    versions = _versions(root, "moe", framework)
+    before = [v for v in versions if _version_key(v) <= _version_key(version)]
+    if not before or not (root / "moe" / framework / before[-1] / "moe_perf.parquet").is_file():
+        return pd.DataFrame(), "none"
+    chosen = before[-1]
+    frame = pd.read_parquet(root / "moe" / framework / chosen / "moe_perf.parquet")
+    frame = frame[frame["distribution"].isin(MOE_ROUTING) & (frame["moe_ep_size"] == 1)
+                  & frame["moe_dtype"].isin(list(DTYPES))]
+    frame = frame.assign(dtype=frame["moe_dtype"].map(DTYPES),
+                         rank=frame["distribution"].map(MOE_ROUTING.index)).rename(columns={
+        "hidden_size": "hidden", "inter_size": "inter", "num_experts": "experts", "moe_tp_size": "tp"})
+    group = ["dtype", "hidden", "inter", "topk", "experts", "tp"]
+    frame = frame[frame["rank"] == frame.groupby(group)["rank"].transform("min")]
+    keys = ["hidden", "inter", "topk", "experts", "tp", "num_tokens"]
+    out = frame.groupby(["dtype", *keys], as_index=False)["latency"].median()
+    out["seconds"] = out.pop("latency") / 1e3
+    return out.astype({k: "int64" for k in keys}).sort_values(["dtype", *keys]).reset_index(drop=True), \
+        f"{framework} {chosen}"
+
+
 def _spec(yaml_path: Path) -> dict:
     """The spec figures of a system file (plain ``key: value # comment`` lines)."""
     spec: dict = {}
@@ -159,11 +189,15 @@ def extract_gpu(systems: Path, system: str, out_root: Path) -> dict:
         allreduce, where = _allreduce(root, framework, version)
         if len(allreduce):
             allreduce.to_parquet(out / "allreduce.parquet", compression="zstd", index=False)
+        moe, moe_source = _moe(root, framework, version)
+        if len(moe):
+            moe.to_parquet(out / "moe.parquet", compression="zstd", index=False)
         device = str(gemm["device"].iloc[0]) if "device" in gemm else gpu
         entry["device"] = device
         entry["backends"].append(backend)
         entry["measured"][backend] = {"gemm": dtypes, "kv_cache": kv, "allreduce": where,
-                                      "allreduce_gpus": sorted(int(n) for n in allreduce["num_gpus"].unique())}
+                                      "allreduce_gpus": sorted(int(n) for n in allreduce["num_gpus"].unique()),
+                                      "moe": moe_source}
     return entry
 
 

@@ -73,7 +73,7 @@ def activation_bytes(shape: ModelShape, tp: int = 1, tokens: int = MAX_BATCHED_T
                      sequences: int = MAX_SEQUENCES) -> float:
     """Peak activations of one pass over ``tokens`` tokens on one of ``tp`` GPUs (module docstring)."""
     local = shape.sharded(tp)
-    per_token = 2 * local.hidden + local.head_dim * (local.heads + 2 * local.kv_heads) + 2 * local.intermediate
+    per_token = 2 * local.hidden + local.head_dim * (local.heads + 2 * local.kv_heads) + 2 * local.active_intermediate
     return float(BF16 * tokens * per_token + FP32 * sequences * shape.vocab)
 
 

@@ -180,6 +180,12 @@ def _prefill_features(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return BF16 * b * isl * (2 * heads + 2 * kv) * hd, 2 * b * isl * isl * heads * hd
 
 
+def _moe_features(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    # one architecture at a time: its cost grows with the tokens routed (a fixed cost of
+    # reading the experts' weights, then work per token)
+    return points[:, 0], np.zeros(len(points))
+
+
 def _allreduce_features(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     # a ring all-reduce moves 2·(n-1)/n of the message per GPU; no arithmetic to speak of
     gpus, nbytes = points[:, 0], points[:, 1]
@@ -290,6 +296,14 @@ class GpuTables:
         return self._table("gemm" + self._suffix(self.dtype), ("m", "n", "k"), _gemm_features)
 
     @cached_property
+    def _bf16_gemm_table(self) -> GridTable:
+        # elementwise kernels stream bf16 activations whatever the GEMMs' dtype: they are
+        # priced from the bf16 GEMMs' fit
+        if self.dtype == "bf16" or not (self.folder / "gemm.parquet").is_file():
+            return self.gemm_table
+        return self._table("gemm", ("m", "n", "k"), _gemm_features)
+
+    @cached_property
     def decode_table(self) -> GridTable:
         return self._table("decode_attention" + self._suffix(self.kv_dtype),
                            [a.format(length="step") for a in ATTENTION_AXES], _decode_features)
@@ -305,6 +319,41 @@ class GpuTables:
         if not path.is_file():
             raise HardwareError(path, None, None, f"{self.gpu} {self.backend}: no all-reduce table")
         return GridTable(pd.read_parquet(path), ("num_gpus", "bytes"), _allreduce_features)
+
+    @cached_property
+    def _moe_rows(self) -> pd.DataFrame:
+        path = self.folder / "moe.parquet"
+        if not path.is_file():
+            raise HardwareError(path, None, None, f"{self.gpu} {self.backend}: no mixture-of-experts table")
+        rows = pd.read_parquet(path)
+        return rows[rows["dtype"] == self.dtype]
+
+    @cached_property
+    def _moe_tables(self) -> dict[tuple[int, ...], GridTable]:
+        return {}
+
+    def moe(self, tokens: int, hidden: int, inter: int, topk: int, experts: int) -> Estimate:
+        """The fused mixture-of-experts op of one layer over ``tokens`` tokens (routing, each
+        token's ``topk`` experts of width ``inter``, the combine), the experts split over the
+        tensor-parallel group, in the GEMMs' dtype. Measured per architecture: one the tables
+        lack is a :class:`HardwareError` listing those they have (nothing borrowed from another
+        model's experts); along the token count, the usual tags."""
+        key = (hidden, inter, topk, experts, self.tp)
+        table = self._moe_tables.get(key)
+        if table is None:
+            rows = self._moe_rows
+            mine = rows[(rows["hidden"] == hidden) & (rows["inter"] == inter) & (rows["topk"] == topk)
+                        & (rows["experts"] == experts) & (rows["tp"] == self.tp)]
+            if mine.empty:
+                known = rows[rows["tp"] == self.tp].drop_duplicates(["hidden", "inter", "topk", "experts"])
+                listed = "; ".join(f"hidden {r.hidden}, {r.experts} experts × {r.inter}, top {r.topk}"
+                                   for r in known.itertuples()) or "none"
+                raise HardwareError(None, None, "model", f"{self.gpu} {self.backend} has no {self.dtype} measurement "
+                                    f"of a mixture of experts with hidden {hidden}, {experts} experts × {inter}, "
+                                    f"top {topk} at TP {self.tp}; measured: {listed}")
+            table = GridTable(mine[["num_tokens", "seconds"]], ("num_tokens",), _moe_features)
+            self._moe_tables[key] = table
+        return table.lookup((max(tokens, 1),))
 
     def allreduce(self, nbytes: float, gpus: int | None = None) -> Estimate:
         """One all-reduce of ``nbytes`` (bf16) across ``gpus`` GPUs (default: the tensor-parallel
@@ -367,7 +416,7 @@ class GpuTables:
         extrapolated in bytes); without ``op`` from the pooled streaming ops' timings, with
         those tags too; for an ``op`` it did not time, from the pooled ones, ``assumed``."""
         if not self.spec.get("elementwise"):
-            c0, beta, _ = self.gemm_table.fit
+            c0, beta, _ = self._bf16_gemm_table.fit
             return Estimate(float(c0 + nbytes * beta), "assumed")
         own = self._elementwise_tables.get(op) if op is not None else None
         if own is not None:

@@ -35,6 +35,10 @@ class ModelShape:
     rope_theta: float = 10_000.0
     norm_eps: float = 1e-6
     source: str = ""
+    #: a mixture-of-experts MLP: ``experts`` experts of width ``intermediate`` each, a token
+    #: routed to ``experts_per_token`` of them (0: a dense MLP of width ``intermediate``)
+    experts: int = 0
+    experts_per_token: int = 0
 
     def __post_init__(self) -> None:
         if self.heads % self.kv_heads:
@@ -45,7 +49,7 @@ class ModelShape:
         attn = self.hidden * self.head_dim * (self.heads * 2 + self.kv_heads * 2)
         if self.qkv_bias:
             attn += self.head_dim * (self.heads + 2 * self.kv_heads)
-        mlp = 3 * self.hidden * self.intermediate
+        mlp = 3 * self.hidden * self.intermediate * max(1, self.experts) + self.hidden * self.experts
         norms = 2 * self.hidden + (2 * self.head_dim if self.qk_norm else 0)
         embed = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
         return self.layers * (attn + mlp + norms) + embed + self.hidden
@@ -79,10 +83,17 @@ class ModelShape:
         local = self.sharded(tp)
         attn = local.hidden * local.head_dim * (local.heads * 2 + local.kv_heads * 2)
         bias = local.head_dim * (local.heads + 2 * local.kv_heads) if local.qkv_bias else 0
-        linear = local.layers * (attn + 3 * local.hidden * local.intermediate)
+        mlp = 3 * local.hidden * local.intermediate * max(1, local.experts) + local.hidden * local.experts
+        linear = local.layers * (attn + mlp)
         norms = local.layers * (2 * local.hidden + (2 * local.head_dim if local.qk_norm else 0)) + local.hidden
         embed = -(-self.vocab // tp) * self.hidden * (1 if self.tied_embeddings else 2)
         return float(linear * dtype_bytes + 2 * (local.layers * bias + norms + embed))
+
+    @property
+    def active_intermediate(self) -> int:
+        """MLP width a token's activations pass through: the dense width, or the width of
+        each of the experts it is routed to, times their number."""
+        return self.intermediate * max(1, self.experts_per_token)
 
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
         """Bytes of K and V cache one token occupies over all layers."""
@@ -134,6 +145,11 @@ PRESETS: dict[str, ModelShape] = {s.name: s for s in [
                norm_eps=1e-5, source=_hf("meta-llama/Llama-3.1-70B")),
     ModelShape("mistral-7b", 4096, 14336, 32, 32, 8, 128, 32768, False, rope_theta=1e6,
                norm_eps=1e-5, source=_hf("mistralai/Mistral-7B-Instruct-v0.3")),
+    # mixtures of experts: ``intermediate`` is each expert's width
+    ModelShape("mixtral-8x7b", 4096, 14336, 32, 32, 8, 128, 32000, False, rope_theta=1e6, norm_eps=1e-5,
+               experts=8, experts_per_token=2, source=_hf("mistralai/Mixtral-8x7B-v0.1")),
+    ModelShape("qwen3-30b-a3b", 2048, 768, 48, 32, 4, 128, 151936, False, qk_norm=True, rope_theta=1e6,
+               experts=128, experts_per_token=8, source=_hf("Qwen/Qwen3-30B-A3B")),
 ]}
 
 
@@ -146,18 +162,22 @@ def get_preset(name: str) -> ModelShape:
 
 
 #: model_type -> (q/k/v projections carry biases, queries and keys RMS-normalised per head)
-ARCHITECTURES = {"llama": (False, False), "mistral": (False, False), "qwen2": (True, False), "qwen3": (False, True)}
+ARCHITECTURES = {"llama": (False, False), "mistral": (False, False), "qwen2": (True, False), "qwen3": (False, True),
+                 "mixtral": (False, False), "qwen3_moe": (False, True)}
 
 
 def shape_from_config(path: str | Path) -> ModelShape:
-    """The shape a Hugging Face ``config.json`` describes (Llama, Mistral, Qwen2, Qwen3 decoders).
+    """The shape a Hugging Face ``config.json`` describes (Llama, Mistral, Qwen2, Qwen3 decoders,
+    and the Mixtral and Qwen3-MoE mixtures of experts).
 
     Reads ``hidden_size``, ``intermediate_size``, ``num_hidden_layers``,
     ``num_attention_heads``, ``num_key_value_heads`` (default: the attention heads),
     ``head_dim`` (default: hidden / heads), ``vocab_size``, ``tie_word_embeddings``,
     ``rope_theta``, ``rms_norm_eps``; the q/k/v biases and the q/k norms follow from
-    ``model_type`` (an explicit ``attention_bias`` wins). :class:`UnknownPreset` names the
-    file and the field that is missing or wrong."""
+    ``model_type`` (an explicit ``attention_bias`` wins). A mixture of experts also reads
+    ``num_local_experts`` (Mixtral) or ``num_experts`` (Qwen3-MoE), ``num_experts_per_tok`` and,
+    for Qwen3-MoE, ``moe_intermediate_size`` (each expert's width; every layer sparse).
+    :class:`UnknownPreset` names the file and the field that is missing or wrong."""
     from simulator import inputs
 
     where = str(path)
@@ -179,9 +199,17 @@ def shape_from_config(path: str | Path) -> ModelShape:
     hidden = need("hidden_size")
     bias, qk_norm = ARCHITECTURES[model_type]
     attention_bias = raw.get("attention_bias", bias)
+    experts = per_token = 0
+    intermediate_field = "intermediate_size"
+    if model_type == "mixtral":
+        experts, per_token = need("num_local_experts"), need("num_experts_per_tok")
+    elif model_type == "qwen3_moe":
+        experts, per_token = need("num_experts"), need("num_experts_per_tok")
+        intermediate_field = "moe_intermediate_size"
     try:
         return ModelShape(
-            name=Path(path).parent.name or Path(path).stem, hidden=hidden, intermediate=need("intermediate_size"),
+            name=Path(path).parent.name or Path(path).stem, hidden=hidden, intermediate=need(intermediate_field),
+            experts=experts, experts_per_token=per_token,
             layers=need("num_hidden_layers"), heads=heads, kv_heads=need("num_key_value_heads", heads),
             head_dim=need("head_dim", hidden // heads), vocab=need("vocab_size"),
             tied_embeddings=bool(raw.get("tie_word_embeddings", False)), qkv_bias=bool(attention_bias),
