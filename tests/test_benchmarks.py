@@ -241,8 +241,13 @@ def test_public_validation_predicts_every_source_out_of_sample():
     assert all(r["tp"] > 1 for r in rows) and all(r["tp"] == 1 for r in result["rows"] if r["fitted"])
     errors = sorted(abs(r["predicted_s"] / r["measured_s"] - 1) for r in rows)
     assert oos["median"] == pytest.approx(float(__import__("numpy").median(errors)))
+    from simulator.hardware.engines import ENGINES
+
     for family, p in result["host"].items():
         assert p["step_s"] >= 0 and p["row_s"] >= 0, family
+        # the named engines' host costs are this fit's (rounded to a tenth of a microsecond)
+        assert ENGINES[family].defaults["step_s"] == pytest.approx(p["step_s"], abs=1e-7)
+        assert ENGINES[family].defaults["row_s"] == pytest.approx(p["row_s"], abs=1e-7)
 
 
 #: Makes ``import simpy`` and ``import msgspec`` fail, as on the GPU machine (neither installed there)

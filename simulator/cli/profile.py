@@ -52,7 +52,7 @@ def profile_cli(
     target: str | None = typer.Option(None, "--target", "--model", help="Target model preset (default qwen2.5-7b; with a "
                                       "named GPU it is required, and may be the path of a Hugging Face config.json)."),
     draft: str | None = typer.Option(None, "--draft", help="Draft model preset (default qwen2.5-0.5b; with a named GPU, tasks are decoded speculatively only when given)."),
-    engine: str = typer.Option("cuda-graph", "--engine", help="With a named GPU: the serving engine, cuda-graph (vLLM / TensorRT-LLM-like) or hf-eager (Hugging Face generate without graphs)."),
+    engine: str = typer.Option("cuda-graph", "--engine", help="With a named GPU: the engine: vllm, trtllm, sglang (host time fitted on public runs), cuda-graph (none), hf-eager (HF generate)."),
     backend: str | None = typer.Option(None, "--backend", help="With a named GPU: which of its measured tables (engine and version: see --list-gpus; default the first listed)."),
     tp: int = typer.Option(1, "--tp", min=1, max=64, help="With a named GPU: tensor-parallel degree (weights, heads and GEMMs split; two all-reduces a layer from the measured tables)."),
     dtype: str = typer.Option("bf16", "--dtype", help="With a named GPU: weights and GEMMs in bf16 or fp8 (where the GPU's tables measured FP8)."),

@@ -13,6 +13,10 @@ the host's part of every pass (:mod:`simulator.profile.overhead` applies it at r
   step's end synchronises them (generate checks its stopping criteria every step), so a
   pass takes the longer of its host time and its kernel time.
 
+* ``vllm``, ``trtllm``, ``sglang`` — as ``cuda-graph``, with the per-pass host time
+  ``step_s + row_s · rows`` that ``benchmarks/public_validation.py`` fits for that engine on
+  public measured serving figures at TP 1 (its test fails if these defaults drift from the fit).
+
 Each engine's parameters (:class:`EngineSpec.defaults`) carry where their values come from
 (:attr:`EngineSpec.sources`); ``simctl calibrate`` can free exactly these, with the kernel
 costs fixed.
@@ -71,6 +75,23 @@ ENGINES: dict[str, EngineSpec] = {e.name: e for e in [
         },
         # no launch cost to fit under graphs: the host's part is per step
         calibrated=("step_s",)),
+    *(EngineSpec(
+        name, "fused", overlap=False,
+        description=f"{label}: fused kernels replayed from CUDA graphs, its host time per pass fitted on public "
+                    f"measured serving figures",
+        defaults={"launch_s": 0.0, "step_s": 0.0, "row_s": row_s, "interpreter_share": 0.0},
+        sources={
+            "launch_s": "zero by construction: a CUDA graph launches a step's kernels at once",
+            "step_s": f"fitted: 0 (5-95 % over bootstrap resamples {interval_step}) by benchmarks/public_validation.py "
+                      f"on public {label} serving rows at TP 1 (docs/hardware.md); calibrate it on a run of yours",
+            "row_s": f"fitted: {row_s * 1e6:.1f} us a row ({interval_row}), same fit",
+            "interpreter_share": "0: one engine process per GPU, so GPUs share no interpreter lock",
+        },
+        calibrated=("step_s", "row_s"))
+      for name, label, row_s, interval_step, interval_row in (
+          ("vllm", "vLLM", 0.0, "0-0 ms", "0-0 us"),
+          ("trtllm", "TensorRT-LLM", 2.0e-6, "0-0.28 ms", "0-7.0 us"),
+          ("sglang", "SGLang", 15.8e-6, "0-0 ms", "5.5-23.5 us"))),
     EngineSpec(
         "hf-eager", "hf-eager", overlap=True,
         description="Hugging Face generate without CUDA graphs: eager kernels launched from Python, "
