@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from calibration_table import REQUEST, ROOT, RUNS  # noqa: E402  (run -> (scenario, server family))
+from calibration_table import REQUEST, ROOT, RUNS, keep_identity  # noqa: E402  (run -> (scenario, server family))
 
 SHORT = {"4B_fw_5_b10": "fw5", "4B_fw_5_b10_updated": "fw5-upd", "4B_separate_queues_no_thinking": "sepq",
          "4B_4queues_nothinking": "4q-50", "4B_4queues_nothinking_longmmlu": "4q-256",
@@ -58,18 +58,6 @@ TARGET = 0.15
 FREE = ("launch_s",)
 
 
-
-def keep_identity(data: dict, path: Path) -> None:
-    """Keep the shipped profile's own ``describes`` / ``answers`` (and ``meta.system``) when it
-    is rewritten: what it describes does not change with a refit."""
-    if not path.exists():
-        return
-    shipped = json.loads(path.read_text())
-    for key in ("describes", "answers"):
-        if key in shipped:
-            data[key] = shipped[key]
-    if "system" in shipped.get("meta", {}):
-        data.setdefault("meta", {})["system"] = shipped["meta"]["system"]
 
 def family_profile(family: str, engine_values: dict[str, float] | None = None,
                    free: tuple[str, ...] = FREE, source: str = "calibrated") -> dict[str, Any]:
