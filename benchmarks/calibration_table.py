@@ -55,7 +55,6 @@ STARTS = 8   # local fits from the best screened points (simctl calibrate --star
 FITTED_NAMES = {"4B_fw_5_b10": "qwen3-4b-specdec-fw5", "4B_4queues_nothinking": "qwen3-4b-nospec-4queues"}
 
 
-
 def keep_identity(data: dict, path: Path) -> None:
     """Keep the shipped profile's own ``describes`` / ``answers`` (and ``meta.system``) when it
     is rewritten: what it describes does not change with a refit."""
@@ -67,6 +66,7 @@ def keep_identity(data: dict, path: Path) -> None:
             data[key] = shipped[key]
     if "system" in shipped.get("meta", {}):
         data.setdefault("meta", {})["system"] = shipped["meta"]["system"]
+
 
 def rows_of(errors, run: str, kind: str, fitted_on: str) -> list[dict]:
     out = []

@@ -58,7 +58,6 @@ TARGET = 0.15
 FREE = ("launch_s",)
 
 
-
 def family_profile(family: str, engine_values: dict[str, float] | None = None,
                    free: tuple[str, ...] = FREE, source: str = "calibrated") -> dict[str, Any]:
     """The composed profile of a server family (JSON data), with ``engine_values`` set on every
