@@ -184,3 +184,13 @@ def test_a_moe_config_json_reads_its_experts(tmp_path):
     path.write_text(json.dumps(config))
     with pytest.raises(Exception, match="num_experts_per_tok"):
         shape_from_config(path)
+
+
+def test_a_named_engine_composes_from_its_own_frameworks_tables(tmp_path):
+    for engine, backend in (("trtllm", "trtllm-1.3.0rc20"), ("sglang", "sglang-0.5.14"), ("cuda-graph", "vllm-0.24.0")):
+        out = tmp_path / f"{engine}.json"
+        result = runner.invoke(app, ["profile", "--gpu", "h200-sxm", "--model", "qwen3-8b", "--engine", engine,
+                                     "-o", str(out)])
+        assert result.exit_code == 0, result.output
+        grounded = json.loads(out.read_text())["meta"]["grounded"]
+        assert (grounded["engine"], grounded["backend"]) == (engine, backend)

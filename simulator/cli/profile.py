@@ -53,7 +53,7 @@ def profile_cli(
                                       "named GPU it is required, and may be the path of a Hugging Face config.json)."),
     draft: str | None = typer.Option(None, "--draft", help="Draft model preset (default qwen2.5-0.5b; with a named GPU, tasks are decoded speculatively only when given)."),
     engine: str = typer.Option("cuda-graph", "--engine", help="With a named GPU: the engine: vllm, trtllm, sglang (host time fitted on public runs), cuda-graph (none), hf-eager (HF generate)."),
-    backend: str | None = typer.Option(None, "--backend", help="With a named GPU: which of its measured tables (engine and version: see --list-gpus; default the first listed)."),
+    backend: str | None = typer.Option(None, "--backend", help="With a named GPU: which of its measured tables (see --list-gpus; default: the --engine framework's, else the first)."),
     tp: int = typer.Option(1, "--tp", min=1, max=64, help="With a named GPU: tensor-parallel degree (weights, heads and GEMMs split; two all-reduces a layer from the measured tables)."),
     dtype: str = typer.Option("bf16", "--dtype", help="With a named GPU: weights and GEMMs in bf16 or fp8 (where the GPU's tables measured FP8)."),
     kv_dtype: str | None = typer.Option(None, "--kv-dtype", help="With a named GPU: the KV cache's dtype, bf16 or fp8 (default: --dtype)."),
@@ -237,6 +237,12 @@ def composed_profile(gpu: str, target: str | None, draft: str | None, engine: st
         draft_shape = load_shape(draft) if draft else None
     except UnknownPreset as exc:
         raise HarnessError(None, None, "--model", str(exc)) from None
+    if backend is None and engine in ("vllm", "trtllm", "sglang"):
+        # a named engine prices its kernels from its own framework's tables where the GPU has them
+        from simulator.hardware import gpu_specs
+
+        own = [b for b in gpu_specs().get(gpu, {}).get("backends", []) if b.startswith(engine + "-")]
+        backend = own[0] if own else None
     tables = load_gpu(gpu, backend, dtype, kv_dtype, tp)
     # a model that does not fit is refused before anything is composed
     memory = memory_plan(tables, target_shape, draft_shape, memory_utilization)
