@@ -239,7 +239,7 @@ def test_profile_composes_for_a_named_gpu(tmp_path):
 @pytest.mark.parametrize("args, field", [
     (["--gpu", "b200", "--model", "qwen3-4b"], "gpu"),
     (["--gpu", "a100-sxm"], "--model"),
-    (["--gpu", "a100-sxm", "--model", "qwen3-4b", "--engine", "sglang"], "engine"),
+    (["--gpu", "a100-sxm", "--model", "qwen3-4b", "--engine", "lmdeploy"], "engine"),
     (["--gpu", "a100-sxm", "--model", "qwen3-4b", "--spec-task", "infobench"], "--spec-task"),
     (["--gpu", "a100-sxm", "--model", "qwen3-4b", "--draft", "qwen3-0.6b", "--spec-task", "graph"], "--spec-task"),
 ])
