@@ -146,7 +146,7 @@ def _fused_layers(gpu: GpuTables, shape: ModelShape, cost: StepCost, p: Pass) ->
         # the router's GEMM, then the fused experts op as measured for this architecture
         # (its width unsplit: the table is keyed by the model's and the group's sizes)
         cost.add("gemm", gpu.gemm(t, shape.experts, h), L)
-        cost.add("moe", gpu.moe(t, h, inter * _tp(gpu), shape.experts_per_token, shape.experts), L)
+        cost.add("moe", gpu.moe(t, h, inter * gpu.tp, shape.experts_per_token, shape.experts), L)
         inter = shape.active_intermediate
     else:
         cost.add("gemm", gpu.gemm(t, 2 * inter, h), L)
@@ -441,26 +441,21 @@ def style_of(name: str) -> Style:
         raise ValueError(f"unknown execution style {name!r}; valid: {', '.join(STYLES)}") from None
 
 
-def _tp(gpu: GpuTables) -> int:
-    return int(getattr(gpu, "tp", 1))
-
-
 def _head_width(gpu: GpuTables, shape: ModelShape) -> int:
     """The output head's columns on one GPU: the vocabulary split over the tensor-parallel group."""
-    return -(-shape.vocab // _tp(gpu))
+    return -(-shape.vocab // gpu.tp)
 
 
 def _weights_bytes(gpu: GpuTables, shape: ModelShape) -> float:
     """What one GPU of the group streams of the weights in a pass (the input embedding is
     gathered, not streamed)."""
-    tp = _tp(gpu)
-    return shape.weight_bytes(tp, getattr(gpu, "dtype_bytes", BF16)) \
-        - BF16 * -(-shape.vocab // tp) * shape.hidden * (0 if shape.tied_embeddings else 1)
+    return shape.weight_bytes(gpu.tp, gpu.dtype_bytes) \
+        - BF16 * _head_width(gpu, shape) * shape.hidden * (0 if shape.tied_embeddings else 1)
 
 
 def _kv_bytes(gpu: GpuTables, shape: ModelShape) -> int:
     """Bytes of K and V one cached token holds on one GPU of the group."""
-    return shape.sharded(_tp(gpu)).kv_bytes_per_token(getattr(gpu, "kv_dtype_bytes", BF16))
+    return shape.sharded(gpu.tp).kv_bytes_per_token(gpu.kv_dtype_bytes)
 
 
 def forward(gpu: GpuTables, shape: ModelShape, p: Pass, style: str = "fused") -> StepCost:
@@ -473,7 +468,7 @@ def forward(gpu: GpuTables, shape: ModelShape, p: Pass, style: str = "fused") ->
     from the backend's measured all-reduce; the output head's shards are gathered, priced as
     an all-reduce of the logits (an all-gather moves less: an upper bound on a small term)."""
     run = style_of(style)
-    tp = _tp(gpu)
+    tp = gpu.tp
     local = shape.sharded(tp)
     cost = StepCost(spec_bandwidth=gpu.spec["memory_bandwidth_bytes_per_s"])
     run.layers(gpu, local, cost, p)

@@ -205,8 +205,8 @@ def grounded_profile(base: dict[str, Any], gpu: GpuTables, engine: EngineSpec, t
     finished = finished_rows or ("stay" if engine.style == "hf-eager" else "leave")
     grounded: dict[str, Any] = {"gpu": gpu.gpu, "backend": gpu.backend, "model": target.name,
                                 "draft": draft.name if draft else None, "engine": engine.name,
-                                "style": engine.style, "tp": int(getattr(gpu, "tp", 1)),
-                                "dtype": getattr(gpu, "dtype", "bf16"), "kv_dtype": getattr(gpu, "kv_dtype", "bf16"),
+                                "style": engine.style, "tp": gpu.tp,
+                                "dtype": gpu.dtype, "kv_dtype": gpu.kv_dtype,
                                 "tasks": {}}
     if memory is not None:
         grounded["memory"] = memory.to_dict()
@@ -235,12 +235,11 @@ def grounded_profile(base: dict[str, Any], gpu: GpuTables, engine: EngineSpec, t
         {"name": f"engine.{param}", "task": gpu_tasks[0], "path": f"service.engine.{param}", "min": low, "max": high,
          "ties": [{"task": t, "path": f"service.engine.{param}", "factor": 1.0} for t in gpu_tasks[1:]]}
         for param, (low, high) in ((p, BOUNDS[p]) for p in (engine.calibrated if free is None else free))]
-    deployment = f"{gpu.gpu}" + (f" × {gpu.tp} (tensor parallel)" if getattr(gpu, "tp", 1) > 1 else "") + \
-        f", {getattr(gpu, 'dtype', 'bf16')} weights"
+    deployment = f"{gpu.gpu}" + (f" × {gpu.tp} (tensor parallel)" if gpu.tp > 1 else "") + f", {gpu.dtype} weights"
     decoding = f"{'KV cache' if kv_cache else 'no KV cache'}, lookahead {lookahead}, acceptance {acceptance:g}"
     speculative = draft is not None and any(t.speculative for t in tasks)
     spec = f" + {draft.name} draft ({decoding})" if speculative and draft is not None else ""
-    tp, dtype = int(getattr(gpu, "tp", 1)), getattr(gpu, "dtype", "bf16")
+    tp, dtype = gpu.tp, gpu.dtype
     suffix = (f"-tp{tp}" if tp > 1 else "") + (f"-{dtype}" if dtype != "bf16" else "")
     out["name"] = name or f"{gpu.gpu}{suffix}__{target.name}{'__' + draft.name if draft else ''}__{engine.name}"
     out["source"] = (

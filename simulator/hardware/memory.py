@@ -84,18 +84,15 @@ def memory_plan(gpu: GpuTables, target: ModelShape, draft: ModelShape | None = N
     nothing is left for a KV cache."""
     if not 0 < utilization <= 1:
         raise HardwareError(None, None, "gpu_memory_utilization", f"must be in (0, 1], got {utilization!r}")
-    for model in (target, draft):
-        try:
-            if model is not None:
-                model.sharded(gpu.tp)
-        except ValueError as exc:
-            raise HardwareError(None, None, "--tp", str(exc)) from None
+    why = _shard_error(target, draft, gpu.tp)
+    if why:
+        raise HardwareError(None, None, "--tp", why)
     plan = _plan(gpu, gpu.tp, target, draft, utilization)
     if plan.kv_bytes > 0:
         return plan
     models = target.name + (f" + {draft.name}" if draft else "")
     need = plan.weights_bytes + plan.activation_bytes + plan.runtime_bytes
-    fits = [tp for tp in _degrees(gpu) if tp > gpu.tp and _divides(target, draft, tp)
+    fits = [tp for tp in _degrees(gpu) if tp > gpu.tp and not _shard_error(target, draft, tp)
             and _plan(gpu, tp, target, draft, utilization).kv_bytes > 0]
     hint = f"the smallest tensor parallelism that fits: --tp {fits[0]}" if fits else \
         f"no tensor parallelism measured on {gpu.gpu} ({', '.join(str(t) for t in _degrees(gpu))}) fits it"
@@ -111,14 +108,15 @@ def _degrees(gpu: GpuTables) -> list[int]:
     return [1, *measured.get("allreduce_gpus", [])]
 
 
-def _divides(target: ModelShape, draft: ModelShape | None, tp: int) -> bool:
-    try:
-        target.sharded(tp)
-        if draft is not None:
-            draft.sharded(tp)
-    except ValueError:
-        return False
-    return True
+def _shard_error(target: ModelShape, draft: ModelShape | None, tp: int) -> str | None:
+    """Why ``tp`` GPUs cannot split ``target`` or ``draft`` (None when they can)."""
+    for model in (target, draft):
+        try:
+            if model is not None:
+                model.sharded(tp)
+        except ValueError as exc:
+            return str(exc)
+    return None
 
 
 def _plan(gpu: GpuTables, tp: int, target: ModelShape, draft: ModelShape | None, utilization: float) -> MemoryPlan:

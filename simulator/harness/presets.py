@@ -44,15 +44,20 @@ class ModelShape:
         if self.heads % self.kv_heads:
             raise ValueError(f"{self.name}: heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
 
+    def _layer_weights(self) -> tuple[int, int]:
+        """Weights of one layer: those of its linear layers (projections, experts, router),
+        and those of its biases and norms."""
+        linear = self.hidden * self.head_dim * 2 * (self.heads + self.kv_heads) \
+            + 3 * self.hidden * self.intermediate * max(1, self.experts) + self.hidden * self.experts
+        small = (self.head_dim * (self.heads + 2 * self.kv_heads) if self.qkv_bias else 0) \
+            + 2 * self.hidden + (2 * self.head_dim if self.qk_norm else 0)
+        return linear, small
+
     def parameters(self) -> int:
         """Number of weights (embedding counted once when tied)."""
-        attn = self.hidden * self.head_dim * (self.heads * 2 + self.kv_heads * 2)
-        if self.qkv_bias:
-            attn += self.head_dim * (self.heads + 2 * self.kv_heads)
-        mlp = 3 * self.hidden * self.intermediate * max(1, self.experts) + self.hidden * self.experts
-        norms = 2 * self.hidden + (2 * self.head_dim if self.qk_norm else 0)
+        linear, small = self._layer_weights()
         embed = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
-        return self.layers * (attn + mlp + norms) + embed + self.hidden
+        return self.layers * (linear + small) + embed + self.hidden
 
     def sharded(self, tp: int) -> ModelShape:
         """The part of the model one of ``tp`` tensor-parallel GPUs holds (Megatron-style, as
@@ -80,14 +85,9 @@ class ModelShape:
         """Bytes of weights one of ``tp`` GPUs holds: the linear layers in ``dtype_bytes`` per
         weight (fp8: 1), embeddings, output head and norms in bf16; embedding and output head
         split ``tp`` ways (vocabulary-parallel)."""
-        local = self.sharded(tp)
-        attn = local.hidden * local.head_dim * (local.heads * 2 + local.kv_heads * 2)
-        bias = local.head_dim * (local.heads + 2 * local.kv_heads) if local.qkv_bias else 0
-        mlp = 3 * local.hidden * local.intermediate * max(1, local.experts) + local.hidden * local.experts
-        linear = local.layers * (attn + mlp)
-        norms = local.layers * (2 * local.hidden + (2 * local.head_dim if local.qk_norm else 0)) + local.hidden
+        linear, small = self.sharded(tp)._layer_weights()
         embed = -(-self.vocab // tp) * self.hidden * (1 if self.tied_embeddings else 2)
-        return float(linear * dtype_bytes + 2 * (local.layers * bias + norms + embed))
+        return float(self.layers * linear * dtype_bytes + 2 * (self.layers * small + self.hidden + embed))
 
     @property
     def active_intermediate(self) -> int:
