@@ -15,13 +15,14 @@ fields are text, reported beside every cost.
 
 Cost of a run (:func:`cost_summary`)::
 
-    gpu_hours       = provisioned_gpu_seconds(summary, scenario) / 3600
+    gpu_hours       = provisioned_gpu_seconds(summary, scenario) * gpus_per_engine(profile) / 3600
     usd             = gpu_hours * usd_per_gpu_hour
     usd_per_1k      = 1000 * usd / completed prompts
 
 A fixed pool is provisioned for the whole run: :func:`provisioned_gpu_seconds` is the one
 place that says what was provisioned (a pool whose size changes replaces it by the integral
-of its size). A profile without a GPU type, or a type the table does not price, gives a cost
+of its size). Each modeled GPU of a profile composed with tensor parallelism is an engine of
+``tp`` GPUs, all of them paid for (:func:`gpus_per_engine`). A profile without a GPU type, or a type the table does not price, gives a cost
 of ``None`` with the reason, never an error: only cost-based planning needs a price.
 """
 
@@ -140,6 +141,18 @@ def gpu_type(profile: Profile) -> str | None:
     return str(gpu) if isinstance(gpu, str) and gpu else None
 
 
+def gpus_per_engine(profile: Profile) -> int:
+    """Physical GPUs behind each GPU of the modeled system: the tensor-parallel degree the
+    profile was composed for (``meta.grounded.tp``, or ``meta.system.tp``), else 1. A run's
+    ``gpus`` count engines; each engine of a TP-4 profile holds four GPUs, and pays for them."""
+    meta = profile.meta or {}
+    for key in ("grounded", "system"):
+        tp = meta.get(key, {}).get("tp") if isinstance(meta.get(key), Mapping) else None
+        if isinstance(tp, int) and not isinstance(tp, bool) and tp >= 1:
+            return tp
+    return 1
+
+
 def provisioned_gpu_seconds(summary: Mapping[str, Any], scenario: Scenario) -> float:
     """GPU-seconds provisioned for the run, busy or idle, read off its summary
     (:func:`simulator.metrics.summarize`). Without a replica pool: ``gpus × makespan_s``, a
@@ -155,11 +168,11 @@ def cost_summary(summary: Mapping[str, Any], scenario: Scenario, profile: Profil
                  prices: PriceTable | None) -> dict[str, Any]:
     """The ``cost`` group of ``summary`` (a run's figures, :func:`simulator.metrics.summarize`;
     formulas in the module docstring): ``gpu_type``,
-    ``gpu_hours``, ``usd_per_gpu_hour``, ``usd``, ``usd_per_1k_prompts`` (per 1,000 prompts
+    ``gpu_hours`` (every GPU of a tensor-parallel engine counted: :func:`gpus_per_engine`), ``usd_per_gpu_hour``, ``usd``, ``usd_per_1k_prompts`` (per 1,000 prompts
     completed), the price's ``offering``/``source``/``read_on``, the table's name, and
     ``unknown`` (``None``, or why the dollars are ``None``)."""
     gpu = gpu_type(profile)
-    gpu_hours = provisioned_gpu_seconds(summary, scenario) / 3600.0
+    gpu_hours = provisioned_gpu_seconds(summary, scenario) * gpus_per_engine(profile) / 3600.0
     completed = int(summary["overall"]["completed"])  # served by the deadline
     price = prices.get(gpu) if prices is not None else None
     out: dict[str, Any] = {"gpu_type": gpu, "gpu_hours": gpu_hours, "usd_per_gpu_hour": None, "usd": None,
@@ -204,5 +217,5 @@ def require_price(profile: Profile, prices: PriceTable) -> Price:
     return price
 
 
-__all__ = ["DEFAULT_PRICES", "Price", "PriceError", "PriceTable", "cost_summary", "gpu_type", "load_prices",
+__all__ = ["DEFAULT_PRICES", "Price", "PriceError", "PriceTable", "cost_summary", "gpu_type", "gpus_per_engine", "load_prices",
            "price_table", "prices_reference", "provisioned_gpu_seconds", "require_price"]

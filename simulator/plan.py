@@ -67,7 +67,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from simulator.cost import PriceTable, gpu_type, require_price
+from simulator.cost import PriceTable, gpu_type, gpus_per_engine, require_price
 from simulator.errors import PlanError
 from simulator.metrics import RUN_FIGURES, FigureError, figure_key
 from simulator.profile import Profile
@@ -469,7 +469,7 @@ def cheapest(bases: Sequence[Base], slos: Sequence[SLO], prices: PriceTable,
         while g <= max_gpus:
             found_costs = met_points()
             best = min(found_costs) if found_costs else math.inf
-            if price.usd_per_gpu_hour * g * span / 3600.0 >= best:
+            if price.usd_per_gpu_hour * g * gpus_per_engine(b.profile) * span / 3600.0 >= best:
                 break
             ev.evaluate([{**c, "gpus": g} for c in grid])
             search[k]["counts"].append(g)
@@ -482,7 +482,8 @@ def cheapest(bases: Sequence[Base], slos: Sequence[SLO], prices: PriceTable,
             config = json.loads(key)
             if "rate_scale" in config:
                 continue
-            points.append({"gpu_type": gpu, "profile": b.profile.name, "gpus": config.pop("gpus"), "config": config,
+            points.append({"gpu_type": gpu, "profile": b.profile.name, "gpus": config.pop("gpus"),
+                           "gpus_per_engine": gpus_per_engine(b.profile), "config": config,
                            "usd_per_gpu_hour": price.usd_per_gpu_hour, "usd": figs.get("cost.usd"),
                            "gpu_hours": figs.get("cost.gpu_hours"),
                            "usd_per_1k_prompts": figs.get("cost.usd_per_1k_prompts"),

@@ -276,3 +276,23 @@ def test_plan_cli_refuses_mixed_models_in_one_line_and_the_flag_allows_them():
     result = runner.invoke(app, [*args, "--mixed-models", "--json", "-"])
     assert result.exit_code in (0, 1), result.output
     assert {p["model"] for p in json.loads(result.stdout)["profiles"]} == {"qwen3-4b", "qwen3-8b"}
+
+
+def test_a_tensor_parallel_engine_pays_for_every_gpu_of_its_group(tmp_path):
+    """The same run priced from a TP-4 profile costs four times the GPU-hours of a TP-1 one."""
+    from simulator import load_profile
+    from simulator.cost import cost_summary, gpus_per_engine, load_prices
+
+    made = {}
+    for tp in (1, 4):
+        out = tmp_path / f"tp{tp}.json"
+        result = runner.invoke(app, ["profile", "--gpu", "h100-sxm", "--model", "qwen3-8b", "--tp", str(tp),
+                                     "-o", str(out)])
+        assert result.exit_code == 0, result.output
+        made[tp] = load_profile(str(out))
+    assert [gpus_per_engine(made[tp]) for tp in (1, 4)] == [1, 4]
+    summary = {"makespan_s": 3600.0, "overall": {"completed": 100}}
+    scenario = type("S", (), {"gpus": 2})()
+    one, four = (cost_summary(summary, scenario, made[tp], load_prices("modal-serverless")) for tp in (1, 4))
+    assert one["gpu_hours"] == pytest.approx(2.0) and four["gpu_hours"] == pytest.approx(8.0)
+    assert four["usd"] == pytest.approx(4 * one["usd"])

@@ -176,7 +176,8 @@ def print_cost(doc: dict) -> None:
         table.add_column(col, justify="left" if col in ("GPU type", "settings") else "right", no_wrap=col != "settings")
     for p in doc["pareto_front"]:
         ratio = "inf" if p["slo_ratio"] is None else f"{p['slo_ratio']:.3f}"
-        table.add_row(p["gpu_type"], str(p["gpus"]), ", ".join(f"{k}={v}" for k, v in p["config"].items()),
+        per = p.get("gpus_per_engine", 1)
+        table.add_row(p["gpu_type"], str(p["gpus"]) if per == 1 else f"{p['gpus']} × TP {per}", ", ".join(f"{k}={v}" for k, v in p["config"].items()),
                       _usd(p["usd"]), _usd(p["usd_per_1k_prompts"]), ratio, "yes" if p["met"] else "no")
     console.print(table)
     search = "; ".join(f"{s['gpu_type']}: fewest {s['fewest_gpus'] or '–'} GPU(s), counts replayed "
