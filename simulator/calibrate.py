@@ -46,6 +46,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.errors import ObservedError, ProfileError
+from simulator.interrupts import sigint_deferred
 from simulator.metrics import client_calls
 from simulator.model import simulate
 from simulator.observed import ObservedRun, compare_calls
@@ -176,7 +177,12 @@ def _screened_points(residuals: Callable[[np.ndarray], np.ndarray], x0: np.ndarr
     hi = np.minimum(high, x0 + math.log(10.0))
     out = [(_soft_l1_cost(residuals(x0)), x0)]
     if points > 0:
-        sample = qmc.Sobol(len(x0), scramble=True, seed=0).random_base2(max(0, math.ceil(math.log2(points))))
+        # scipy reads Sobol's direction numbers (an .npz) inside a Cython noexcept function
+        # that prints the traceback of a Ctrl-C landing there before it can be carried on:
+        # hold it until the sampler is built, then raise it here
+        with sigint_deferred():
+            sampler = qmc.Sobol(len(x0), scramble=True, seed=0)
+        sample = sampler.random_base2(max(0, math.ceil(math.log2(points))))
         out += [(_soft_l1_cost(residuals(x)), x) for x in (lo + u * (hi - lo) for u in sample)]
     return sorted(out, key=lambda item: item[0])
 
