@@ -19,6 +19,10 @@ Definitions (deadline D, if given; otherwise D = ∞):
   twice; utilisation = busy / makespan; ``gpu_seconds`` sums busy time over GPUs;
   ``mean_concurrency`` = prompt-seconds on the GPU / busy time (time-average rows served);
 * TTFT and TPOT as in :func:`simulator.events.with_durations`;
+* ``tokens``: the per-request token timings and throughputs that vLLM bench, GuideLLM and
+  AIPerf report, in their units (:func:`token_figures`, defined there): TTFT, ITL, TPOT and
+  end-to-end latency in milliseconds with the chosen percentiles, output and total tokens
+  per second over the run's span, and with a goodput SLO the requests per second meeting it;
 * ``padding``: padding waste of static batches, Σ(padded − actual) / Σ padded tokens and
   the mean per-batch waste, with padded = batch size × (longest prompt + longest max
   tokens) and actual = Σ (prompt + max tokens) per batch (:mod:`simulator.padding`;
@@ -38,7 +42,9 @@ over the calls that contain that task.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -129,6 +135,174 @@ def json_ready(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [json_ready(v) for v in value]
     return value
+
+
+# -- per-request token figures, as load-testing tools report them --------------------------
+
+#: The percentiles the token figures report unless told otherwise (vLLM bench's default
+#: ``--metric-percentiles`` is 99; GuideLLM and AIPerf show 50, 90 and 99).
+DEFAULT_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 99.0)
+#: The per-request timings of :func:`token_figures`, in the order the tables show them.
+TOKEN_TIMINGS = ("ttft", "itl", "tpot", "e2e")
+#: The unit of the timings in JSON: milliseconds, as the tools write them (``ttft_ms``).
+TOKEN_UNIT = "ms"
+_DURATION_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s)\s*$")
+
+
+@dataclass(frozen=True)
+class TokenOptions:
+    """What the token figures report: ``percentiles`` (each in (0, 100]) besides the mean,
+    and ``goodput``, the per-request SLO (timing name -> bound in seconds; ``None``: no
+    goodput figures)."""
+
+    percentiles: tuple[float, ...] = DEFAULT_PERCENTILES
+    goodput: tuple[tuple[str, float], ...] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"percentiles": list(self.percentiles),
+                "goodput": None if self.goodput is None else {f"{k}_ms": 1000.0 * v for k, v in self.goodput}}
+
+
+def stat_name(percentile: float) -> str:
+    """The key of a percentile: ``p50``, ``p99.9``."""
+    return f"p{percentile:g}"
+
+
+def parse_percentiles(text: str, option: str = "--percentiles") -> tuple[float, ...]:
+    """``"50,90,99"`` -> ``(50.0, 90.0, 99.0)`` (sorted, distinct, each in (0, 100]);
+    :class:`FigureError` naming ``option`` otherwise."""
+    values: list[float] = []
+    for part in text.split(","):
+        try:
+            value = float(part)
+        except ValueError:
+            raise FigureError(None, None, None, f"{option} {text!r}: {part.strip()!r} is not a number; "
+                              "give percentiles such as 50,90,99") from None
+        if not 0 < value <= 100:
+            raise FigureError(None, None, None, f"{option} {text!r}: {part.strip()} is not in (0, 100]")
+        values.append(value)
+    return tuple(sorted(set(values)))
+
+
+def parse_goodput(text: str, option: str = "--goodput") -> tuple[tuple[str, float], ...]:
+    """``"ttft:200ms,tpot:50ms,e2e:2s"`` -> ``(("ttft", 0.2), ("tpot", 0.05), ("e2e", 2.0))``
+    (bounds in seconds; each needs its unit, ``ms`` or ``s``); the timings are those of
+    :data:`TOKEN_TIMINGS`. :class:`FigureError` naming ``option`` otherwise."""
+    out: dict[str, float] = {}
+    for part in text.split(","):
+        name, sep, bound = part.partition(":")
+        name = name.strip().lower()
+        if not sep or name not in TOKEN_TIMINGS:
+            raise FigureError(None, None, None, f"{option} {text!r}: {part.strip()!r} is not TIMING:BOUND with "
+                              f"TIMING one of {', '.join(TOKEN_TIMINGS)}, e.g. ttft:200ms,tpot:50ms,e2e:2s")
+        m = _DURATION_RE.match(bound)
+        if not m:
+            raise FigureError(None, None, None, f"{option} {text!r}: bound {bound.strip()!r} of {name} is not a "
+                              "duration with its unit, e.g. 200ms or 2s")
+        if name in out:
+            raise FigureError(None, None, None, f"{option} {text!r}: {name} is given twice")
+        out[name] = float(m.group(1)) / (1000.0 if m.group(2) == "ms" else 1.0)
+    return tuple(out.items())
+
+
+def _stats(values: np.ndarray, percentiles: Sequence[float], scale: float) -> dict[str, float | None]:
+    """``{mean, pX...}`` of finite ``values`` times ``scale`` (linear interpolation); all
+    ``None`` without values."""
+    keys = ["mean", *(stat_name(p) for p in percentiles)]
+    if values.size == 0:
+        return {k: None for k in keys}
+    pct = np.percentile(values, list(percentiles)) if percentiles else []
+    return {"mean": float(values.mean()) * scale,
+            **{stat_name(p): float(v) * scale for p, v in zip(percentiles, pct, strict=True)}}
+
+
+def token_figures(requests: pd.DataFrame, options: TokenOptions | None = None,
+                  span: float | None = None) -> dict[str, Any]:
+    """The token figures of a per-request table, as vLLM bench, GuideLLM and AIPerf define
+    them. A request is one prompt; ``requests`` has ``sent_at``, ``first_token_at`` and
+    ``done_at`` (instants, seconds), ``ok`` (it completed), ``output_tokens`` and
+    ``prompt_tokens``, and optionally ``itl_s`` (the mean of its measured inter-token gaps).
+    Over the completed requests (failed ones have no timings; they count against goodput):
+
+    * ``ttft = first_token_at − sent_at`` (time to first token);
+    * ``tpot = (done_at − first_token_at) / (output_tokens − 1)`` (time per output token
+      after the first, vLLM's TPOT; requests of one token have none);
+    * ``itl``: the request's mean inter-token latency, the mean of its measured gaps where
+      they were recorded (``itl_s``), else ``tpot`` (a simulated prompt's tokens after the
+      first are evenly spaced, so the two are one). vLLM's ITL pools every gap of every
+      request instead, weighting long outputs more; the means agree when outputs are alike;
+    * ``e2e = done_at − sent_at`` (end-to-end request latency);
+
+    each reported in milliseconds (``ttft_ms`` ...) as its mean and ``options.percentiles``.
+    ``span_s`` is the run's span, first send to last completion (``span`` if given);
+    ``output_tokens_per_s = Σ output_tokens / span`` and ``total_tokens_per_s = Σ
+    (prompt_tokens + output_tokens) / span`` over completed requests; ``requests_per_s``
+    = completed / span. With ``options.goodput`` (timing -> bound in seconds): a request is
+    *good* if it completed and meets every bound given (a bound on ``tpot`` or ``itl`` is
+    met by a one-token request); ``goodput_per_s = good / span`` and ``goodput_fraction =
+    good / requests``.
+    """
+    options = options or TokenOptions()
+    pcts = options.percentiles
+    ok = requests["ok"].to_numpy(bool)
+    sent = requests["sent_at"].to_numpy(float)
+    first = requests["first_token_at"].to_numpy(float)
+    done = requests["done_at"].to_numpy(float)
+    out_tokens = pd.to_numeric(requests["output_tokens"], errors="coerce").to_numpy(float)
+    in_tokens = pd.to_numeric(requests["prompt_tokens"], errors="coerce").to_numpy(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        timings = {
+            "ttft": first - sent,
+            "tpot": np.where(out_tokens > 1, (done - first) / (out_tokens - 1), np.nan),
+            "e2e": done - sent,
+        }
+    itl = timings["tpot"].copy()
+    if "itl_s" in requests:
+        measured = pd.to_numeric(requests["itl_s"], errors="coerce").to_numpy(float)
+        itl = np.where(np.isfinite(measured), measured, itl)
+    timings["itl"] = itl
+    if span is None:
+        span = float(np.nanmax(done[ok]) - np.nanmin(sent)) if ok.any() else 0.0
+    figures: dict[str, Any] = {"requests": int(ok.size), "completed": int(ok.sum()),
+                               "percentiles": list(pcts)}
+    for name in TOKEN_TIMINGS:
+        x = timings[name][ok]
+        figures[f"{name}_{TOKEN_UNIT}"] = _stats(x[np.isfinite(x)], pcts, 1000.0)
+    produced = float(np.nansum(out_tokens[ok]))
+    figures["span_s"] = span
+    figures["output_tokens"] = int(produced)
+    figures["requests_per_s"] = ok.sum() / span if span > 0 else None
+    figures["output_tokens_per_s"] = produced / span if span > 0 else None
+    figures["total_tokens_per_s"] = (produced + float(np.nansum(in_tokens[ok]))) / span if span > 0 else None
+    if options.goodput is not None:
+        good = ok.copy()
+        for name, bound in options.goodput:
+            x = timings[name]
+            # (a one-token request has no gap after its first token: no TPOT or ITL to miss)
+            good &= (x <= bound) | (np.isnan(x) & (name in ("tpot", "itl")))
+        figures["goodput"] = {f"{k}_{TOKEN_UNIT}": 1000.0 * v for k, v in options.goodput}
+        figures["good"] = int(good.sum())
+        figures["goodput_per_s"] = good.sum() / span if span > 0 else None
+        figures["goodput_fraction"] = good.sum() / good.size if good.size else None
+    return figures
+
+
+def prompt_requests(log: pd.DataFrame, deadline: float | None = None) -> pd.DataFrame:
+    """The event log as a per-request table for :func:`token_figures`: each prompt a request
+    sent when its call arrived (``sent_at = arrived_at``), ``ok`` if served and done by the
+    deadline, its ``max_tokens`` its output tokens (the model generates to max tokens)."""
+    from simulator.events import SERVED
+
+    limit = math.inf if deadline is None else deadline
+    done = log["done_at"].to_numpy(float)
+    return pd.DataFrame({
+        "sent_at": log["arrived_at"].to_numpy(float),
+        "first_token_at": log["first_token_at"].to_numpy(float),
+        "done_at": done,
+        "ok": log["status"].isin(SERVED).to_numpy(bool) & (done <= limit),
+        "output_tokens": log["max_tokens"].to_numpy(),
+        "prompt_tokens": log["prompt_tokens"].to_numpy(),
+    })
 
 
 def call_table(log: pd.DataFrame, deadline: float | None = None) -> pd.DataFrame:
@@ -348,7 +522,8 @@ def _gpu_figures(gpu_column: pd.Series, served: np.ndarray, started: np.ndarray,
 
 def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
               deadline: float | None = None, gpus: int | None = None,
-              client_timeout: float | None = None, compositions: Compositions | None = None) -> dict[str, Any]:
+              client_timeout: float | None = None, compositions: Compositions | None = None,
+              tokens: TokenOptions | None = None) -> dict[str, Any]:
     """The summary JSON of one run (stable keys: ``overall``, ``tasks.<name>``,
     ``compositions``, ``gpus``, ``gpu_seconds``, ``makespan_s``, ``deadline_s``, ``config``;
     :func:`simulator.replay.simulate_and_summarize` adds ``cost``, :mod:`simulator.cost`).
@@ -356,7 +531,9 @@ def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
     ``client_timeout``: a call not done that long after it arrived failed (the client gave
     up; the system still served it). ``compositions`` holds the call figures per
     composition class of the scenario's ``[compositions]`` rules (:func:`call_figures`),
-    failed calls censored at the timeout; it is empty without rules.
+    failed calls censored at the timeout; it is empty without rules. ``tokens`` chooses the
+    percentiles and the goodput SLO of each group's ``tokens`` figures (:func:`token_figures`,
+    over the run's span ``makespan_s``).
 
     ``gpus`` is the number of GPUs in the system, so that idle GPUs are listed too. Computed
     with numpy on the log's columns (a sweep summarises thousands of runs); the definitions
@@ -447,6 +624,10 @@ def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
 
     tasks = {str(name): group(task_codes == i, i) for i, name in enumerate(task_names)}
     overall = group(None)
+    requests = prompt_requests(log, deadline)
+    overall["tokens"] = token_figures(requests, tokens, span=makespan)
+    for i, name in enumerate(task_names):
+        tasks[str(name)]["tokens"] = token_figures(requests[task_codes == i], tokens, span=makespan)
 
     gpu_rows, total_busy = _gpu_figures(log["gpu"], served, started, done, batch_ids, sizes, gpus, makespan)
     # compositions: the figures call_figures(client_calls(log)) gives (a test holds them equal),

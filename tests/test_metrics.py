@@ -115,7 +115,7 @@ def test_summary_keys_are_stable():
     assert set(s["overall"]) == {"prompts", "completed", "unfinished", "timed_out", "rejected", "dropped",
                                  "sent_after_timeout", "preemptions", "calls", "calls_completed",
                                  "latency", "call_latency", "wait", "service", "ttft", "tpot",
-                                 "mean_batch_size", "throughput_prompts_per_s", "padding"}
+                                 "mean_batch_size", "throughput_prompts_per_s", "padding", "tokens"}
     assert set(s["overall"]["padding"]) == {"batches", "padded_tokens", "actual_tokens", "waste", "mean_batch_waste"}
     assert set(s["gpus"][0]) == {"id", "utilization", "busy_s", "batches", "mean_batch_size", "mean_concurrency"}
 
@@ -168,3 +168,87 @@ def test_composition_figures_in_the_summary_match_the_per_call_table():
     # call 0 (graph + infobench, 5 s) and call 2 (infobench, 7 s) exceed 4 s: failed, censored
     assert s["compositions"]["any-infobench"]["failed"] == 2
     assert s["compositions"]["any-infobench"]["latency_censored"]["max"] == 4.0
+
+
+def token_log():
+    """Four prompts with known instants: TTFT 100, 300, 200 ms; TPOT 100, 200 ms and none
+    (one token); e2e 2000, 2300, 200 ms; the fourth turned away."""
+    log = make_log([
+        (0, 0, "a", 0.0, 0.0, 0.0, 2.0, 0, 0, 1),
+        (1, 0, "a", 1.0, 1.0, 1.0, 3.3, 0, 1, 1),
+        (2, 0, "b", 2.0, 2.0, 2.0, 2.2, 0, 2, 1),
+        (3, 0, "b", 3.0, 3.0, 3.0, 3.0, 0, -1, 1),
+    ])
+    log["first_token_at"] = [0.1, 1.3, 2.2, np.nan]
+    log["max_tokens"] = [20, 11, 1, 5]
+    log["status"] = ["served", "served", "served", "rejected"]
+    log.loc[3, ["batched_at", "started_at", "done_at"]] = np.nan
+    return log
+
+
+def test_token_figures_of_a_hand_computed_log():
+    from simulator.metrics import TokenOptions, parse_goodput
+
+    options = TokenOptions(percentiles=(50.0, 90.0, 99.0), goodput=parse_goodput("ttft:250ms,tpot:0.15s"))
+    tok = summarize(token_log(), tokens=options)["overall"]["tokens"]
+    approx = pytest.approx
+    assert (tok["requests"], tok["completed"]) == (4, 3)
+    assert tok["ttft_ms"] == approx({"mean": 200.0, "p50": 200.0, "p90": 280.0, "p99": 298.0})
+    assert tok["tpot_ms"] == approx({"mean": 150.0, "p50": 150.0, "p90": 190.0, "p99": 199.0})
+    assert tok["itl_ms"] == tok["tpot_ms"]  # evenly spaced simulated tokens: ITL is TPOT
+    assert tok["e2e_ms"] == approx({"mean": 1500.0, "p50": 2000.0, "p90": 2240.0, "p99": 2294.0})
+    assert tok["span_s"] == approx(3.3)  # first send (0) to last completion (3.3)
+    assert tok["output_tokens"] == 32
+    assert tok["output_tokens_per_s"] == approx(32 / 3.3)
+    assert tok["total_tokens_per_s"] == approx((32 + 30) / 3.3)
+    assert tok["requests_per_s"] == approx(3 / 3.3)
+    # good: prompt 0 (100 ms, 100 ms) and the one-token prompt 2 (200 ms, no TPOT to miss);
+    # prompt 1's TTFT is 300 ms; the turned-away prompt counts against the fraction
+    assert (tok["good"], tok["goodput_fraction"]) == (2, 0.5)
+    assert tok["goodput_per_s"] == approx(2 / 3.3)
+    assert tok["goodput"] == approx({"ttft_ms": 250.0, "tpot_ms": 150.0})
+
+
+def test_token_figures_per_task_share_the_run_span_and_choose_percentiles():
+    from simulator.metrics import TokenOptions
+
+    summary = summarize(token_log(), tokens=TokenOptions(percentiles=(25.0, 99.9)))
+    a = summary["tasks"]["a"]["tokens"]
+    assert list(a["ttft_ms"]) == ["mean", "p25", "p99.9"]
+    assert a["ttft_ms"] == pytest.approx({"mean": 200.0, "p25": 150.0, "p99.9": 299.8})
+    assert a["output_tokens_per_s"] == pytest.approx(31 / 3.3)
+    assert "goodput_per_s" not in a  # no SLO, no goodput
+
+
+def test_itl_reads_measured_gaps_where_there_are_some():
+    from simulator.metrics import token_figures
+
+    requests = pd.DataFrame({"sent_at": [0.0, 0.0], "first_token_at": [0.5, 0.5], "done_at": [1.5, 2.5],
+                             "ok": [True, True], "output_tokens": [11, 11], "prompt_tokens": [5, 5],
+                             "itl_s": [0.05, np.nan]})
+    tok = token_figures(requests)
+    assert tok["tpot_ms"]["mean"] == pytest.approx(150.0)  # (100 + 200) / 2
+    assert tok["itl_ms"]["mean"] == pytest.approx(125.0)  # measured 50, and 200 where none
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("ttft", "TIMING:BOUND"), ("ttft:200", "with its unit"), ("latency:2s", "TIMING:BOUND"),
+    ("ttft:1s,ttft:2s", "given twice"), ("ttft:-1ms", "with its unit"),
+])
+def test_goodput_slo_errors_name_the_fault(text, fragment):
+    from simulator.errors import FigureError
+    from simulator.metrics import parse_goodput
+
+    with pytest.raises(FigureError, match=fragment):
+        parse_goodput(text)
+
+
+def test_goodput_and_percentiles_parse():
+    from simulator.errors import FigureError
+    from simulator.metrics import parse_goodput, parse_percentiles
+
+    assert parse_goodput("TTFT:200ms, e2e:2s,itl:0.5ms") == (("ttft", 0.2), ("e2e", 2.0), ("itl", 0.0005))
+    assert parse_percentiles("99,50,90,50") == (50.0, 90.0, 99.0)
+    for bad in ("0", "101", "x", ""):
+        with pytest.raises(FigureError):
+            parse_percentiles(bad)
