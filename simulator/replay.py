@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 from simulator.cost import PriceTable, cost_summary, load_prices
-from simulator.metrics import summarize
+from simulator.metrics import TokenOptions, summarize
 from simulator.model import simulate
 from simulator.profile import DEFAULT_PROFILE, Profile, load_profile
 from simulator.profile.grid import outside_grid
@@ -53,6 +53,7 @@ def replay(
     profile: Profile | str | Path = DEFAULT_PROFILE,
     seed: int = 0,
     prices: PriceTable | str | Path | None = None,
+    tokens: TokenOptions | None = None,
 ) -> ReplayResult:
     """Replay ``trace`` through ``scenario`` with service times from ``profile``.
 
@@ -63,7 +64,8 @@ def replay(
     (:mod:`simulator.cost`). The summary's ``config.profile`` carries the profile's
     ``identity`` (:func:`simulator.profile.identity.describe`) and ``outside_grid``: where the
     run's batches or contexts left the grid a composed profile was fitted on
-    (:func:`simulator.profile.grid.outside_grid`). Same inputs and seed give the same event log.
+    (:func:`simulator.profile.grid.outside_grid`). ``tokens`` chooses the percentiles and
+    goodput SLO of the summary's token figures. Same inputs and seed give the same event log.
     """
     if not isinstance(trace, Trace):
         from simulator.trace.formats import load_trace
@@ -76,7 +78,8 @@ def replay(
     if not isinstance(prices, PriceTable):
         prices = load_prices(prices)
     log, summary = simulate_and_summarize(trace, scenario, profile, seed,
-                                          resolved_config(trace, scenario, profile, seed), prices=prices)
+                                          resolved_config(trace, scenario, profile, seed), prices=prices,
+                                          tokens=tokens)
     # where the run left the grid a composed profile was fitted on (simulator.profile.grid)
     summary["config"]["profile"]["outside_grid"] = [o.to_dict() for o in outside_grid(profile, log)]
     return ReplayResult(log=log, summary=summary, scenario=scenario, profile=profile, seed=seed)
@@ -84,17 +87,20 @@ def replay(
 
 def simulate_and_summarize(trace: Trace, scenario: Scenario, profile: Profile, seed: int,
                            config: dict[str, Any] | None = None,
-                           prices: PriceTable | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
+                           prices: PriceTable | None = None,
+                           tokens: TokenOptions | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The one way a run becomes figures (replay, every sweep row): ``trace`` scaled by the
     scenario's ``rate_scale``, simulated, and summarised with the scenario's deadline, GPU
     count, client timeout and composition classes; ``config`` goes into the summary as is.
-    The summary's ``cost`` is priced by ``prices`` (``None``: the default table)."""
+    The summary's ``cost`` is priced by ``prices`` (``None``: the default table); ``tokens``
+    chooses the token figures' percentiles and goodput SLO (:func:`simulator.metrics.token_figures`)."""
     scaled = trace.scaled(scenario.rate_scale)
     log = simulate(scaled, scenario, profile, seed)
     # with a replica pool the GPUs are those of every replica started (ids in the log)
     gpus = scenario.gpus if scenario.autoscaler is None else None
     summary = summarize(log, config, deadline=scenario.deadline, gpus=gpus,
-                        client_timeout=scenario.client_timeout, compositions=scenario.compositions)
+                        client_timeout=scenario.client_timeout, compositions=scenario.compositions,
+                        tokens=tokens)
     config_part = summary.pop("config")
     summary["cost"] = cost_summary(summary, scenario, profile, prices if prices is not None else load_prices())
     summary["config"] = config_part

@@ -44,7 +44,7 @@ from simulator import inputs
 from simulator.cost import PriceTable
 from simulator.errors import ScenarioError, SweepError
 from simulator.interrupts import release_inherited_sigint, sigint_deferred
-from simulator.metrics import FigureError, figure_key
+from simulator.metrics import FigureError, TokenOptions, figure_key
 from simulator.profile import Profile
 from simulator.replay import simulate_and_summarize
 from simulator.scenario import Scenario
@@ -123,13 +123,17 @@ class Base:
     profile: Profile
     scenario: Scenario
     prices: PriceTable | None = None
+    #: the token figures' percentiles and goodput SLO (``None``: the defaults, no goodput)
+    tokens: TokenOptions | None = None
 
     def hashes(self) -> dict[str, str]:
         from simulator.cost import load_prices
 
         prices = self.prices if self.prices is not None else load_prices()
         return {"trace": trace_hash(self.trace), "profile": content_hash(self.profile.to_dict()),
-                "scenario": content_hash(self.scenario.to_dict()), "prices": content_hash(prices.to_dict())}
+                "scenario": content_hash(self.scenario.to_dict()), "prices": content_hash(prices.to_dict()),
+                # (only when chosen: files written with the defaults keep their hashes)
+                **({"tokens": content_hash(self.tokens.to_dict())} if self.tokens is not None else {})}
 
     def swept_tasks(self, task: str | None) -> list[str]:
         if task is not None:
@@ -231,7 +235,8 @@ def run_job(job: tuple[str, dict[str, Any], int], task: str | None, base: Base |
         raise RuntimeError("run_job needs a base: pass one, or set the process's with _set_base")
     key, config, seed = job
     scenario = scenario_for(base, config, task)
-    _, summary = simulate_and_summarize(base.trace, scenario, base.profile, seed, prices=base.prices)
+    _, summary = simulate_and_summarize(base.trace, scenario, base.profile, seed, prices=base.prices,
+                                    tokens=base.tokens)
     return {"config_key": key, "seed": seed, **config, **flatten(summary)}
 
 

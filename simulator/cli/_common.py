@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -231,3 +232,72 @@ def _option_help(command: str, setting: settings.Setting, axis_help: Callable[[s
     if axis and axis_help is not None:
         return f"{text} {axis_help(setting)}"
     return f"{text} [default: {setting.default_text()}]"
+
+
+# -- the token figures: options and tables shared by the commands that show them -----------
+
+PERCENTILES_HELP = "Percentiles of TTFT, ITL, TPOT and end-to-end latency, comma-separated (mean too)."
+GOODPUT_HELP = ("Per-request SLO for goodput, e.g. ttft:200ms,tpot:50ms,e2e:2s (itl too; ms or s): a request is "
+                "good if it meets every bound given.")
+UNITS_HELP = "Unit of TTFT, ITL, TPOT and end-to-end latency in tables: ms or s (JSON is always ms, keys *_ms)."
+TIMING_LABELS = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "e2e": "E2E"}
+
+
+def token_options(percentiles: str, goodput: str | None, units: str):
+    """The :class:`~simulator.metrics.TokenOptions` of ``--percentiles`` and ``--goodput``,
+    ``--units`` checked; :class:`~simulator.errors.FigureError` naming the option."""
+    from simulator.errors import FigureError
+    from simulator.metrics import TokenOptions, parse_goodput, parse_percentiles
+
+    if units not in ("ms", "s"):
+        raise FigureError(None, None, None, f"--units {units!r}: must be ms or s")
+    return TokenOptions(parse_percentiles(percentiles), None if goodput is None else parse_goodput(goodput))
+
+
+def print_token_figures(groups: list[tuple[str, dict[str, Any]]], units: str, what: str = "requests") -> None:
+    """Two tables of the groups' token figures (:func:`simulator.metrics.token_figures`):
+    TTFT, ITL, TPOT and end-to-end latency (in ``units``) per group, then requests and token
+    throughputs and, with an SLO, goodput."""
+    from simulator.metrics import TOKEN_TIMINGS
+
+    if not groups:
+        return
+    scale = 1.0 if units == "ms" else 1e-3
+    digits = 1 if units == "ms" else 4
+    stats = list(groups[0][1][f"{TOKEN_TIMINGS[0]}_ms"])
+    timings = Table(title=f"Token timings per {what[:-1]} ({units}; over completed {what})", title_justify="left",
+                    box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    for col in ("group", "figure", *stats):
+        timings.add_column(col, justify="left" if col in ("group", "figure") else "right")
+    for label, tok in groups:
+        for i, name in enumerate(TOKEN_TIMINGS):
+            values = tok[f"{name}_ms"]
+            timings.add_row(label if i == 0 else "", TIMING_LABELS[name],
+                            *("–" if values[s] is None else f"{values[s] * scale:,.{digits}f}" for s in stats),
+                            end_section=i == len(TOKEN_TIMINGS) - 1)
+    print_table(timings)
+    slo = groups[0][1].get("goodput")
+    span = groups[0][1]["span_s"]
+    rates = Table(title=f"Throughput over the run's span ({span:,.1f} s, first send to last completion)",
+                  title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    cols = [what, "done", f"{what[:3]}/s", "output tok/s", "total tok/s"]
+    if slo is not None:
+        cols += ["good", "goodput/s"]
+    for col in ("group", *cols):
+        rates.add_column(col, justify="left" if col == "group" else "right")
+
+    def rate(x: float | None, d: int = 2) -> str:
+        return "–" if x is None else f"{x:,.{d}f}"
+
+    for label, tok in groups:
+        row = [str(tok["requests"]), str(tok["completed"]), rate(tok["requests_per_s"], 3),
+               rate(tok["output_tokens_per_s"], 1), rate(tok["total_tokens_per_s"], 1)]
+        if slo is not None:
+            fraction = tok["goodput_fraction"]
+            row += [f"{tok['good']} ({'–' if fraction is None else f'{100 * fraction:.1f} %'})",
+                    rate(tok["goodput_per_s"], 3)]
+        rates.add_row(label, *row)
+    print_table(rates)
+    if slo is not None:
+        bounds = ", ".join(f"{TIMING_LABELS[k.removesuffix('_ms')]} <= {v:g} ms" for k, v in slo.items())
+        console.print(f"good: completed with {bounds}", highlight=False)

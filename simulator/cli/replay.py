@@ -14,10 +14,15 @@ from rich.table import Table
 from simulator.cli import app
 from simulator.cli._common import (
     GENERATED,
+    GOODPUT_HELP,
+    PERCENTILES_HELP,
+    UNITS_HELP,
     Flags,
     console,
     print_table,
+    print_token_figures,
     setting_options,
+    token_options,
     user_errors,
     warn,
     write_json,
@@ -51,6 +56,9 @@ def replay_cli(
     seed: int = typer.Option(0, "--seed", min=0, max=LARGEST_SEED, help="Random seed, >= 0 (same seed, same result)."),
     prices: str | None = typer.Option(None, "--prices", help="Price table (GPU type -> $ per GPU-hour): JSON file "
                                       "or bundled name (default modal-serverless; lambda-on-demand)."),
+    percentiles: str = typer.Option("50,90,99", "--percentiles", help=PERCENTILES_HELP),
+    goodput: str | None = typer.Option(None, "--goodput", help=GOODPUT_HELP),
+    units: str = typer.Option("ms", "--units", help=UNITS_HELP),
     json_out: str | None = typer.Option(None, "--json", help="Write the summary JSON to FILE ('-' for stdout)."),
     events: str | None = typer.Option(None, "--events", help="Write the per-prompt event log (.parquet or .csv)."),
     plot: str | None = typer.Option(None, "--plot", help="Write the standard figures of this run into DIR."),
@@ -79,6 +87,7 @@ def replay_cli(
             check_output_folder(plot, STANDARD_SET, force=force, inputs=inputs)
         if events:
             event_log_suffix(events)
+        tokens = token_options(percentiles, goodput, units)
         task_flags, run_flags = flags.values("task"), flags.values("run")
         overrides = parse_set(set_values)
         mapping = parse_task_map(task_map)
@@ -97,7 +106,7 @@ def replay_cli(
             gpu_tasks = Base(loaded, prof, scenario).swept_tasks(None)
             scenario = build_scenario(path=config, run=run_flags, tasks={t: task_flags for t in gpu_tasks},
                                       overrides=overrides)
-        result = replay(loaded, scenario, prof, seed=seed, prices=load_prices(prices))
+        result = replay(loaded, scenario, prof, seed=seed, prices=load_prices(prices), tokens=tokens)
         for outside in result.summary["config"]["profile"]["outside_grid"]:
             warn(outside["message"])
         if events:
@@ -111,7 +120,7 @@ def replay_cli(
                 console.print(f"wrote {warn_paths}", highlight=False)
         if write_json(json.dumps(json_ready(result.summary), indent=2), json_out, force):
             return
-        print_summary(result, source=str(trace))
+        print_summary(result, source=str(trace), units=units)
 
 
 def _fmt(x: Any, digits: int = 2) -> str:
@@ -177,8 +186,9 @@ def print_pool(r: dict[str, Any], sc: Any) -> None:
     print_table(pool)
 
 
-def print_summary(result: ReplayResult, source: str | None = None) -> None:
-    """The run's settings, then rich tables: one row per task plus overall, then one per GPU."""
+def print_summary(result: ReplayResult, source: str | None = None, units: str = "ms") -> None:
+    """The run's settings, then rich tables: one row per task plus overall, then one per GPU;
+    the token figures' timings in ``units`` (ms or s)."""
     s = result.summary
     sc = result.scenario
     run = [f"profile={result.profile.name}", f"scenario={sc.name}", f"gpus={sc.gpus}",
@@ -229,6 +239,7 @@ def print_summary(result: ReplayResult, source: str | None = None) -> None:
             _fmt(r["ttft"]["p50"], 2),
         )
     print_table(latency)
+    print_token_figures([(_label(name), r["tokens"]) for name, r in rows], units, what="prompts")
     padding = Table(title="Padding waste per task (static batches pad every row to the longest prompt and output; "
                     "continuous batching pads nothing)", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1),
                     pad_edge=False)
