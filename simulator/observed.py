@@ -14,7 +14,12 @@ from the start of the run). Rules, as the client and server behave:
   ``choices`` (the server returns HTTP 200 with ``{"error": ...}`` on an exception); a call
   with no file (a timeout or a 500) or with an error body **failed**;
 * a successful call's latency is its ``request_duration``; a failed call's is censored at
-  the client's timeout (600 s for this client);
+  the client's timeout: the run's own (``simctl load`` writes its ``timeout_s`` in the
+  summary's ``load`` settings), else 600 s (the users' client);
+* a run of ``simctl load --time-scale X`` ran X times faster than the trace's clock (its
+  server compressed the same way), so every instant and duration it wrote, and its
+  timeout, is multiplied by X: the figures are in the trace's (model) seconds, comparable
+  with a replay of the trace; rates are divided by X. ``time_scale`` says what was done;
 * the arrival file (``batch_arrivals.json``, the client format) gives each call's tasks.
 
 A successful call's response also holds each prompt's generated text (``choices[i].text``,
@@ -29,6 +34,12 @@ servers that stop at end of sequence. Characters become tokens at
 :func:`call_figures` turns any per-call table (observed, or simulated via
 :func:`simulated_calls`) into the same figures: call latency statistics overall, per task
 (calls containing it) and per composition class, over successful calls and censored.
+
+Token figures (:func:`simulator.metrics.token_figures`: TTFT, ITL, TPOT, end-to-end latency,
+token throughputs, goodput) come from the per-request table where the run has one:
+``requests.parquet`` of ``simctl load`` (a request per prompt, its ``itls_s`` the streamed
+gaps), or another tool's per-request ``ttft_s`` (and ``itl_s`` where its reader gives one).
+The users' client records calls only: such a run has no token figures.
 """
 
 from __future__ import annotations
@@ -44,7 +55,13 @@ import numpy as np
 import pandas as pd
 
 from simulator.errors import ObservedError
-from simulator.metrics import call_figures, client_calls as simulated_calls, composition_labels
+from simulator.metrics import (
+    TokenOptions,
+    call_figures,
+    client_calls as simulated_calls,
+    composition_labels,
+    token_figures,
+)
 from simulator.scenario import Compositions
 from simulator.trace.model import Trace
 
@@ -69,9 +86,25 @@ class ObservedRun:
     #: the calls as the run sent them, where the results hold them (another load
     #: generator's results, which come with no arrival file); else ``None``
     trace: Trace | None = None
+    #: the run's ``--time-scale``: its instants and durations here are already multiplied by it
+    time_scale: float = 1.0
+    #: one row per request in :func:`simulator.metrics.token_figures`' terms (model seconds;
+    #: ``task`` too), where the run recorded requests; else ``None``
+    requests: pd.DataFrame | None = None
 
-    def figures(self) -> dict[str, Any]:
-        return call_figures(self.calls, self.timeout)
+    def figures(self, tokens: TokenOptions | None = None) -> dict[str, Any]:
+        """The call figures (:func:`simulator.metrics.call_figures`), the ``time_scale``, and
+        ``tokens``: the token figures overall and per task (``None`` without requests)."""
+        figures = call_figures(self.calls, self.timeout)
+        figures["time_scale"] = self.time_scale
+        figures["tokens"] = None
+        if self.requests is not None:
+            figures["tokens"] = {"overall": token_figures(self.requests, tokens)}
+            span = figures["tokens"]["overall"]["span_s"]
+            for task in sorted(self.requests["task"].unique()):
+                figures["tokens"][str(task)] = token_figures(self.requests[self.requests["task"] == task], tokens,
+                                                             span=span)
+        return figures
 
     def classified(self, compositions: Compositions) -> ObservedRun:
         """The same run with its calls classed by ``compositions`` (a scenario's rules)."""
@@ -113,21 +146,26 @@ def find_arrivals(folder: Path) -> Path | None:
 
 
 def read_observed(folder: str | Path, arrivals: str | Path | Trace | None = None,
-                  timeout: float = CLIENT_TIMEOUT, compositions: Compositions | None = None) -> ObservedRun:
+                  timeout: float | None = None, compositions: Compositions | None = None) -> ObservedRun:
     """Read a results folder of the users' client (or of ``simctl load``); ``arrivals`` (the
     trace the run replayed, default ``batch_arrivals.json`` in the folder or beside it) gives
     each call's tasks and arrival instant; ``compositions`` (a scenario's rules) classes the
     calls. ``folder`` may also be another load generator's results (vllm bench serve,
-    GuideLLM, AIPerf: :mod:`simulator.observed_formats`), which carry their own calls."""
+    GuideLLM, AIPerf: :mod:`simulator.observed_formats`), which carry their own calls.
+
+    ``timeout`` (seconds of the run's clock, as ``simctl load --timeout``) censors failed
+    calls; ``None``: the run's own timeout, else :data:`CLIENT_TIMEOUT`. A time-scaled run
+    is read in model seconds (module docstring)."""
     compositions = compositions or Compositions()
     from simulator.observed_formats import read_result_file
     from simulator.trace.formats import load_trace
 
     folder = Path(folder)
-    other = read_result_file(folder, timeout, compositions)  # another load generator's results
+    tool_timeout = CLIENT_TIMEOUT if timeout is None else timeout
+    other = read_result_file(folder, tool_timeout, compositions)  # another load generator's results
     if other is not None:
-        return ObservedRun(name=other.name, path=other.path, calls=other.calls, timeout=timeout,
-                           meta=other.meta, trace=other.trace)
+        return ObservedRun(name=other.name, path=other.path, calls=other.calls, timeout=tool_timeout,
+                           meta=other.meta, trace=other.trace, requests=_tool_requests(other.calls, other.trace))
     if not folder.is_dir():
         raise ObservedError(folder, None, None, "not a folder of observed results")
     has_results = (folder / SUMMARY_FILE).exists() or any(_BATCH_FILE.match(p.name) for p in folder.iterdir())
@@ -162,8 +200,10 @@ def read_observed(folder: str | Path, arrivals: str | Path | Trace | None = None
         files[call_id] = (path, record, None)
     summary_path = folder / SUMMARY_FILE
     summary: dict[str, tuple[Path, dict, int | None]] = {}
+    time_scale, own_timeout = 1.0, None
     if summary_path.exists():
         data = _read_json(summary_path)
+        time_scale, own_timeout = _load_settings(data, summary_path)
         results = data.get("results") if isinstance(data, dict) else None
         if not isinstance(results, list):
             raise ObservedError(summary_path, None, "results", "must be a list of per-call records")
@@ -227,12 +267,77 @@ def read_observed(folder: str | Path, arrivals: str | Path | Trace | None = None
             row["error"] = "no result"
         rows.append(row)
     calls = pd.DataFrame(rows)
+    # the run's clock in model seconds (module docstring), its timeout too
+    for col in ("arrived_at", "sent_at", "duration_s", "done_at"):
+        calls[col] = calls[col].astype(float) * time_scale
+    limit = (timeout if timeout is not None else own_timeout if own_timeout is not None else CLIENT_TIMEOUT) * time_scale
     calls["latency_s"] = np.where(calls["ok"], calls["duration_s"], np.nan)
-    calls["latency_censored_s"] = np.where(calls["ok"], np.minimum(calls["duration_s"], timeout), timeout)
+    calls["latency_censored_s"] = np.where(calls["ok"], np.minimum(calls["duration_s"], limit), limit)
     meta = {"files": len(files), "summary": summary_path.exists(), "arrivals": trace.source}
     prompts = pd.DataFrame(prompt_rows, columns=["call_id", "prompt_index", "task", "answer_chars"])
     return ObservedRun(name=folder.name.removeprefix("batch_results_"), path=str(folder), calls=calls,
-                       timeout=timeout, meta=meta, prompts=prompts)
+                       timeout=limit, meta=meta, prompts=prompts, time_scale=time_scale,
+                       requests=_load_requests(folder, time_scale))
+
+
+def _load_settings(data: Any, path: Path) -> tuple[float, float | None]:
+    """``(time_scale, timeout_s)`` of a ``simctl load`` summary's ``load`` settings (``(1,
+    None)`` for the users' client, which writes none)."""
+    load = data.get("load") if isinstance(data, dict) else None
+    if not isinstance(load, dict):
+        return 1.0, None
+    scale, timeout = load.get("time_scale", 1.0), load.get("timeout_s")
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
+        raise ObservedError(path, None, "load.time_scale", f"must be a positive number, got {scale!r}")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or not math.isfinite(timeout) or timeout <= 0):
+        raise ObservedError(path, None, "load.timeout_s", f"must be a positive number of seconds, got {timeout!r}")
+    return float(scale), None if timeout is None else float(timeout)
+
+
+def _load_requests(folder: Path, time_scale: float) -> pd.DataFrame | None:
+    """The per-request table of a ``simctl load`` run (``requests.parquet``) in
+    :func:`simulator.metrics.token_figures`' terms and model seconds; ``None`` without one."""
+    from simulator import inputs
+
+    path = folder / "requests.parquet"
+    if not path.exists():
+        return None
+    table = inputs.read_parquet(path, ObservedError, "request log").to_pandas()
+    needed = ("task", "sent_at", "first_token_at", "done_at", "status", "prompt_tokens", "output_tokens")
+    missing = [c for c in needed if c not in table.columns]
+    if missing:
+        raise ObservedError(path, None, missing[0], "not a request log of simctl load: no such column")
+    gaps = table["itls_s"] if "itls_s" in table else pd.Series([None] * len(table))
+    itl = [float(np.mean(g)) if g is not None and len(g) else np.nan for g in gaps]
+    return pd.DataFrame({
+        "task": table["task"].astype(str),
+        **{c: table[c].astype(float) * time_scale for c in ("sent_at", "first_token_at", "done_at")},
+        "ok": (table["status"] == "ok").to_numpy(bool),
+        "output_tokens": pd.to_numeric(table["output_tokens"], errors="coerce").astype(float),
+        "prompt_tokens": pd.to_numeric(table["prompt_tokens"], errors="coerce").astype(float),
+        "itl_s": np.asarray(itl, dtype=float) * time_scale,
+    })
+
+
+def _tool_requests(calls: pd.DataFrame, trace: Trace) -> pd.DataFrame | None:
+    """Another tool's per-request table (one prompt per call): its ``ttft_s`` (and ``itl_s``
+    where the reader gives one), tokens from the calls it sent; ``None`` without ``ttft_s``."""
+    if "ttft_s" not in calls:
+        return None
+    prompts = {c.id: c.prompts[0] for c in trace.calls}
+    sent = calls["sent_at"].to_numpy(float)
+    return pd.DataFrame({
+        "task": calls["tasks"].astype(str).to_numpy(),
+        "sent_at": sent,
+        "first_token_at": sent + pd.to_numeric(calls["ttft_s"], errors="coerce").to_numpy(float),
+        "done_at": calls["done_at"].to_numpy(float),
+        "ok": calls["ok"].to_numpy(bool),
+        "output_tokens": [np.nan if prompts[i].max_tokens is None else prompts[i].max_tokens for i in calls["call_id"]],
+        "prompt_tokens": [np.nan if prompts[i].prompt_tokens is None else prompts[i].prompt_tokens
+                          for i in calls["call_id"]],
+        "itl_s": pd.to_numeric(calls["itl_s"], errors="coerce").to_numpy(float) if "itl_s" in calls else np.nan,
+    })
 
 
 def answer_of(choice: Any) -> str | None:
@@ -287,20 +392,23 @@ def with_observed_lengths(trace: Trace, observed: ObservedRun, tasks: tuple[str,
     return Trace(calls=tuple(calls), meta=meta, source=trace.source)
 
 
-def observed_to_json(run: ObservedRun) -> dict[str, Any]:
-    """The run as JSON: its figures and its per-call table (what ``compare-runs`` reads)."""
+def observed_to_json(run: ObservedRun, tokens: TokenOptions | None = None) -> dict[str, Any]:
+    """The run as JSON: its figures (token figures by ``tokens``) and its per-call table
+    (what ``compare-runs`` reads), in model seconds; ``timeout_s`` is where failed calls
+    are censored, ``time_scale`` what the run's clock was multiplied by."""
     cols = ["call_id", "call_index", "arrived_at", "sent_at", "duration_s", "done_at", "status_code",
             "ok", "error", "latency_s", "latency_censored_s", "prompts", "tasks", "composition"]
     records = json.loads(run.calls[cols].to_json(orient="records"))
     return {"format": "simctl-observed/1", "name": run.name, "path": run.path, "timeout_s": run.timeout,
-            "meta": run.meta, "figures": run.figures(), "calls": records}
+            "time_scale": run.time_scale, "meta": run.meta, "figures": run.figures(tokens), "calls": records}
 
 
-def read_run(path: str | Path, timeout: float = CLIENT_TIMEOUT, arrivals: str | Path | None = None,
+def read_run(path: str | Path, timeout: float | None = None, arrivals: str | Path | None = None,
              compositions: Compositions | None = None) -> tuple[str, pd.DataFrame]:
     """A per-call table from any run: an observed results folder, an observed-run JSON
     (``simctl observed --json``) or a simulated event log (.parquet/.csv); its calls classed
-    by ``compositions``."""
+    by ``compositions``. ``timeout``: as in :func:`read_observed` (``None``: a folder's own,
+    else :data:`CLIENT_TIMEOUT`); a results folder is read in model seconds."""
     from simulator.observed_formats import read_result_file
 
     p = Path(path)
@@ -309,13 +417,14 @@ def read_run(path: str | Path, timeout: float = CLIENT_TIMEOUT, arrivals: str | 
         return run.name, run.calls
     if not p.exists():
         raise ObservedError(p, None, None, "no such file or folder")
-    other = read_result_file(p, timeout, compositions)
+    limit = CLIENT_TIMEOUT if timeout is None else timeout
+    other = read_result_file(p, limit, compositions)
     if other is not None:
         return other.name, other.calls
     if p.suffix.lower() in (".parquet", ".csv"):
         from simulator.events import read_event_log
 
-        return p.stem, simulated_calls(read_event_log(p), timeout, compositions)
+        return p.stem, simulated_calls(read_event_log(p), limit, compositions)
     data = _read_json(p)
     if not isinstance(data, dict) or data.get("format") != "simctl-observed/1" or not isinstance(data.get("calls"), list):
         raise ObservedError(p, None, "format", "expected a results folder, an event log (.parquet/.csv), "

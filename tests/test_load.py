@@ -93,8 +93,10 @@ def test_time_and_rate_scale_set_when_calls_are_due(tmp_path):
     assert [recs[i]["scheduled_arrival_time"] for i in range(3)] == pytest.approx([0.0, 0.1, 0.2])
     assert all(recs[i]["actual_send_time"] >= recs[i]["scheduled_arrival_time"] for i in range(3))
     assert elapsed >= 0.2
-    run = read_observed(tmp_path / "run")  # the arrival file holds the instants as run
-    assert list(run.calls["arrived_at"]) == pytest.approx([0.0, 0.1, 0.2])
+    run = read_observed(tmp_path / "run")  # the arrival file holds the instants as run,
+    # read back in model seconds (the run's clock × time_scale): the rate-scaled trace's instants
+    assert run.time_scale == 20
+    assert list(run.calls["arrived_at"]) == pytest.approx([0.0, 2.0, 4.0])
 
 
 def test_open_loop_never_waits_and_closed_loop_keeps_n_outstanding(tmp_path):

@@ -11,8 +11,18 @@ from rich import box
 from rich.table import Table
 
 from simulator.cli import app
-from simulator.cli._common import console, user_errors, write_json
+from simulator.cli._common import (
+    GOODPUT_HELP,
+    PERCENTILES_HELP,
+    UNITS_HELP,
+    console,
+    print_token_figures,
+    token_options,
+    user_errors,
+    write_json,
+)
 from simulator.errors import ObservedError
+from simulator.metrics import json_ready
 from simulator.observed import CLIENT_TIMEOUT, compare_calls, observed_to_json, read_observed, read_run
 from simulator.outputs import check_output_folder, check_writable
 
@@ -49,17 +59,24 @@ def _compositions(config: Path | None):
 def observed_cli(
     folder: Path = typer.Argument(..., help="Results folder of the load-testing client (batch_NNNN.json, simulation_summary.json)."),
     arrivals: Path | None = typer.Option(None, "--arrivals", help="The arrival file the run replayed (default: ../batch_arrivals.json)."),
-    timeout: float = typer.Option(CLIENT_TIMEOUT, "--timeout", help="Client timeout: failed calls are censored here (s)."),
+    timeout: float | None = typer.Option(None, "--timeout", help="Client timeout (s of the run's clock): failed calls are "
+                                         f"censored here [default: the run's own, else {CLIENT_TIMEOUT:g}]."),
     config: Path | None = typer.Option(None, "--config", "-c", help="Scenario (file or bundled name) whose [compositions] class the calls, e.g. lminference-fw5 [default: no classes]."),
     json_out: str | None = typer.Option(None, "--json", help="Write the figures and per-call table to FILE ('-' for stdout)."),
     lengths: str | None = typer.Option(None, "--lengths", help="Tasks (comma-separated) whose answers give each prompt's output length, for --write-trace."),
     write_trace: Path | None = typer.Option(None, "--write-trace", help="Write the arrival trace with the --lengths tasks' measured output tokens as max_tokens (simctl-trace/1)."),
+    percentiles: str = typer.Option("50,90,99", "--percentiles", help=PERCENTILES_HELP),
+    goodput: str | None = typer.Option(None, "--goodput", help=GOODPUT_HELP),
+    units: str = typer.Option("ms", "--units", help=UNITS_HELP),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing output file."),
 ) -> None:
     """Summarise an observed run per call composition and overall, as replay does.
 
     A call succeeded only if its result file exists and holds `choices`; failed calls are
-    censored at the client timeout. With --lengths and --write-trace, also write the
+    censored at the client timeout (the run's own unless given). A run of `simctl load
+    --time-scale X` is shown in model seconds (its clock times X). Where the run recorded
+    requests (simctl load's requests.parquet, another tool's per-request TTFT), also TTFT,
+    ITL, TPOT, end-to-end latency, token throughputs and --goodput. With --lengths and --write-trace, also write the
     workload as this run generated it: each answered prompt of those tasks gets its
     answer's length in tokens (about 4 characters each) as max_tokens, for replay and
     calibrate to simulate.
@@ -68,6 +85,7 @@ def observed_cli(
         if (lengths is None) != (write_trace is None):
             raise ObservedError(folder, None, "--lengths" if lengths is None else "--write-trace",
                                 "--lengths and --write-trace go together")
+        tokens = token_options(percentiles, goodput, units)
         if json_out is not None and json_out != "-":
             check_writable(json_out, force=force, inputs=(folder,))
         if write_trace is not None:
@@ -88,10 +106,19 @@ def observed_cli(
             save_trace(trace, write_trace, force=force)
             console.print(f"wrote {write_trace}: {trace.meta['output_lengths']['prompts']} prompts of "
                           f"{', '.join(tasks)} with their measured output tokens", highlight=False)
-        data = observed_to_json(run)
+        data = json_ready(observed_to_json(run, tokens))
         if write_json(json.dumps(data, indent=2), json_out, force):
             return
-        print_call_figures(data["figures"], f"observed {run.name}: call latency (s), failures censored at {timeout:g} s")
+        scaled = f" (the run's clock × {run.time_scale:g})" if run.time_scale != 1 else ""
+        print_call_figures(data["figures"], f"observed {run.name}: call latency (s{scaled}), failures censored at "
+                                            f"{run.timeout:g} s")
+        per_task = data["figures"]["tokens"]
+        if per_task is None:
+            console.print("no per-request records (TTFT, tokens) in this run: token figures need simctl load's "
+                          "requests.parquet or another tool's per-request results", highlight=False)
+        else:
+            groups = [(t, f) for t, f in per_task.items() if t != "overall"] + [("[bold]overall[/bold]", per_task["overall"])]
+            print_token_figures(groups, units)
 
 
 @app.command("compare-runs")
@@ -99,7 +126,8 @@ def compare_runs_cli(
     reference: Path = typer.Argument(..., help="The reference run: results folder, observed JSON or event log."),
     other: Path = typer.Argument(..., help="The run to compare with it (e.g. a simulated event log)."),
     arrivals: Path | None = typer.Option(None, "--arrivals", help="Arrival file for results folders (default: ../batch_arrivals.json)."),
-    timeout: float = typer.Option(CLIENT_TIMEOUT, "--timeout", help="Client timeout: calls over it failed, censored here (s)."),
+    timeout: float | None = typer.Option(None, "--timeout", help="Client timeout (s of the run's clock): calls over it "
+                                         f"failed, censored here [default: a run's own, else {CLIENT_TIMEOUT:g}]."),
     config: Path | None = typer.Option(None, "--config", "-c", help="Scenario (file or bundled name) whose [compositions] class the calls, e.g. lminference-fw5 [default: no classes]."),
     plot_dir: str | None = typer.Option(None, "--plot", help="Write cdf.png (overlaid CDFs) and scatter.png (per call) into DIR."),
     json_out: str | None = typer.Option(None, "--json", help="Write the error table to FILE ('-' for stdout)."),
@@ -129,7 +157,8 @@ def compare_runs_cli(
                           plot / "scatter.png")
         if json_out and write_json(table.to_json(orient="records", indent=2), json_out, force):
             return
-        out = Table(title=f"call latency (s), failures at {timeout:g} s: {name_b} against {name_a}",
+        shown = "each run's own timeout" if timeout is None else f"{timeout:g} s"
+        out = Table(title=f"call latency (s), failures at {shown}: {name_b} against {name_a}",
                     title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
         out.add_column("calls", justify="left")
         out.add_column("n", justify="right")

@@ -54,7 +54,7 @@ def predict_cli(
     with user_errors():
         from simulator import bundled
         from simulator.calibrate import predict, simulate_figures
-        from simulator.observed import CLIENT_TIMEOUT, find_arrivals, read_observed
+        from simulator.observed import find_arrivals, read_observed
         from simulator.profile import load_profile
         from simulator.scenario import build_scenario
         from simulator.trace.formats import load_trace
@@ -80,8 +80,9 @@ def predict_cli(
         if observed is not None:
             arrivals_path = arrivals or find_arrivals(observed)
             # (read_observed refuses a run without an arrival file, naming the file it looked for)
+            # (the run's own timeout; a time-scaled run in model seconds, as the trace's replay)
             run = read_observed(observed, load_trace(arrivals_path) if arrivals_path else None,
-                                CLIENT_TIMEOUT, scen.compositions)
+                                None, scen.compositions)
             _check_same_calls(loaded, run, trace)
         chosen = tuple(range(seeds))
         with Progress(SpinnerColumn(), TextColumn("simulating runs"), BarColumn(), MofNCompleteColumn(),
