@@ -47,7 +47,14 @@ import pandas as pd
 
 from simulator.errors import ObservedError, ProfileError
 from simulator.interrupts import sigint_deferred
-from simulator.metrics import client_calls
+from simulator.metrics import (
+    TOKEN_TIMINGS,
+    TOKEN_UNIT,
+    TokenOptions,
+    client_calls,
+    prompt_requests,
+    token_figures,
+)
 from simulator.model import simulate
 from simulator.observed import ObservedRun, compare_calls
 from simulator.profile import Profile, profile_from_dict
@@ -335,15 +342,20 @@ FIGURES = ("p50", "p90", "p99", "mean")
 
 
 def simulated_runs(trace: Trace, scenario: Scenario, profile: Profile, seeds: Sequence[int],
-                   progress: Callable[[int], None] | None = None) -> list[pd.DataFrame]:
+                   progress: Callable[[int], None] | None = None,
+                   logs: list[pd.DataFrame] | None = None) -> list[pd.DataFrame]:
     """One per-call table per seed, each a whole simulated run of ``trace`` in an observed
     run's terms (:func:`simulator.metrics.client_calls`: censored at the scenario's client
     timeout, classed by its ``compositions``, call ids as strings like an observed run's).
 
-    ``progress(i)`` is called after the ``i``-th run (1-based)."""
+    ``progress(i)`` is called after the ``i``-th run (1-based); each run's event log is
+    appended to ``logs`` if given."""
     runs = []
     for i, seed in enumerate(seeds, 1):
-        calls = client_calls(simulate(trace, scenario, profile, seed), scenario.client_timeout, scenario.compositions)
+        log = simulate(trace, scenario, profile, seed)
+        if logs is not None:
+            logs.append(log)
+        calls = client_calls(log, scenario.client_timeout, scenario.compositions)
         calls["call_id"] = calls["call_id"].astype(str)
         runs.append(calls)
         if progress:
@@ -400,7 +412,7 @@ def simulate_figures(trace: Trace, scenario: Scenario, profile: Profile,
 
 def predict(observed: ObservedRun, trace: Trace, scenario: Scenario, profile: Profile,
             seeds: tuple[int, ...] = tuple(range(10)),
-            progress: Callable[[int], None] | None = None) -> pd.DataFrame:
+            progress: Callable[[int], None] | None = None, tokens: TokenOptions | None = None) -> pd.DataFrame:
     """Errors of a profile's prediction of an observed run, figure by figure.
 
     Each seed is one possible run: its p50/p90/p99/mean per composition class (latency
@@ -408,10 +420,17 @@ def predict(observed: ObservedRun, trace: Trace, scenario: Scenario, profile: Pr
     over the seeds (``*_other``), with their standard deviation over seeds (``*_sd``, how
     much one simulated run scatters). Averaging per-call latencies over seeds first would
     narrow the distribution and bias the upper quantiles low. ``progress(i)`` is called
-    after the ``i``-th simulated run."""
+    after the ``i``-th simulated run.
+
+    Where the run recorded requests (:attr:`ObservedRun.requests`), ``attrs["tokens"]``
+    compares its token figures (:func:`simulator.metrics.token_figures`, percentiles by
+    ``tokens``) the same way: one row per timing and statistic both sides have, ``observed``,
+    ``predicted`` (mean over seeds), ``sd`` and ``err``; else it is ``None``."""
     reference = observed.classified(scenario.compositions).calls
+    # (each run's log is kept only when there are token figures to compare)
+    logs: list[pd.DataFrame] | None = [] if observed.requests is not None else None
     tables = [compare_calls(reference, calls).set_index("group")
-              for calls in simulated_runs(trace, scenario, profile, seeds, progress)]
+              for calls in simulated_runs(trace, scenario, profile, seeds, progress, logs)]
     out = tables[0].copy()
     for stat in FIGURES:
         values = np.array([t[f"{stat}_other"].reindex(out.index).to_numpy(float) for t in tables])
@@ -420,7 +439,33 @@ def predict(observed: ObservedRun, trace: Trace, scenario: Scenario, profile: Pr
         ref = out[f"{stat}_ref"].to_numpy(float)
         with np.errstate(invalid="ignore", divide="ignore"):
             out[f"{stat}_err"] = np.where(ref != 0, (out[f"{stat}_other"] - ref) / ref, np.nan)
-    return out.reset_index()
+    out = out.reset_index()
+    out.attrs["tokens"] = None if observed.requests is None or logs is None else token_comparison(
+        token_figures(observed.requests, tokens),
+        [token_figures(prompt_requests(log, scenario.deadline), tokens) for log in logs])
+    return out
+
+
+def token_comparison(observed: dict[str, Any], simulated: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """Observed token figures against simulated runs': per timing (TTFT, ITL, TPOT, e2e) and
+    statistic that the observed run has, ``observed``, ``predicted`` (mean over the runs of a
+    finite value), ``sd`` (``ddof=1``; 0 for one run) and ``err = (predicted − observed) /
+    observed`` (all in ms)."""
+    rows = []
+    for name in TOKEN_TIMINGS:
+        key = f"{name}_{TOKEN_UNIT}"
+        for stat, value in observed[key].items():
+            if value is None:
+                continue
+            runs = np.array([np.nan if r[key][stat] is None else r[key][stat] for r in simulated], dtype=float)
+            runs = runs[np.isfinite(runs)]
+            if not runs.size:
+                continue
+            mean = float(runs.mean())
+            rows.append({"figure": key, "stat": stat, "observed": value, "predicted": mean,
+                         "sd": float(runs.std(ddof=1)) if runs.size > 1 else 0.0,
+                         "err": (mean - value) / value if value else math.nan})
+    return pd.DataFrame(rows, columns=["figure", "stat", "observed", "predicted", "sd", "err"])
 
 
 #: a parameter counts as identified by the calls when its relative standard error is at most

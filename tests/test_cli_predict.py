@@ -139,3 +139,78 @@ def test_bad_input_is_one_error_line(tmp_path):
     shutil.copy(ROOT / "traces" / "batch_arrivals.json", trace)
     assert_one_line_error(_invoke(str(trace), *base, "--json", str(trace), "--force"), "input")
     assert_one_line_error(_invoke("example", *base, "--json", str(tmp_path / "no" / "f.json")), "does not exist")
+
+
+def write_scaled_run(folder: Path, time_scale: float, timeout: float = 100.0):
+    """A run folder as ``simctl load --time-scale X`` writes it, of a system that behaves
+    exactly as seed 0 of the example's replay: every instant on the run's clock is the
+    replay's divided by X. Returns the replay's event log."""
+    from simulator.metrics import call_table
+    from simulator.trace.formats import save_trace
+
+    trace, scenario, profile = load_trace("example"), build_scenario(path="design-notes"), load_profile("seed-calibrated")
+    log = simulate(trace, scenario, profile, 0)
+    calls = call_table(log)
+    folder.mkdir()
+    save_trace(trace.scaled(time_scale), folder / "batch_arrivals.json")
+    results = []
+    for i, call in enumerate(trace.calls):
+        row = calls.loc[i]
+        record = {"batch_id": call.id, "batch_size": len(call.prompts),
+                  "scheduled_arrival_time": call.t / time_scale, "actual_send_time": call.t / time_scale,
+                  "request_duration": row["latency_s"] / time_scale, "completion_time": row["done_at"] / time_scale,
+                  "status_code": 200, "prompt_idxs": list(range(len(call.prompts))),
+                  "response": {"choices": [{"index": j, "text": "x"} for j in range(len(call.prompts))]}, "error": None}
+        (folder / f"batch_{i:04d}.json").write_text(json.dumps(record))
+        results.append(record)
+    (folder / "simulation_summary.json").write_text(json.dumps({
+        "total_batches": len(trace.calls), "results": results,
+        "load": {"time_scale": time_scale, "rate_scale": 1.0, "timeout_s": timeout}}))
+    import pandas as pd
+
+    pd.DataFrame({
+        "call_id": log["call_id"].astype(str), "prompt_index": log["prompt_index"], "task": log["task"].astype(str),
+        "scheduled_at": log["arrived_at"] / time_scale, "sent_at": log["arrived_at"] / time_scale,
+        "first_token_at": log["first_token_at"] / time_scale, "done_at": log["done_at"] / time_scale,
+        "status": "ok", "http_status": 200, "error": "", "prompt_tokens": log["prompt_tokens"],
+        "output_tokens": log["max_tokens"], "itls_s": [[] for _ in range(len(log))],
+    }).to_parquet(folder / "requests.parquet", index=False)
+    return log
+
+
+def test_a_time_scaled_run_is_predicted_in_model_seconds(tmp_path):
+    """A run at --time-scale 20 of a system that behaves exactly as the replay: read in
+    model seconds, predicting it with the replay's seed is exact (wall seconds compared
+    with model seconds were +1,900 % off), censored at its own timeout × 20."""
+    log = write_scaled_run(tmp_path / "run", 20.0, timeout=100.0)
+    run = read_observed(tmp_path / "run")
+    assert run.time_scale == 20 and run.timeout == pytest.approx(2000.0)
+    errors = predict(run, load_trace("example"), build_scenario(path="design-notes"), load_profile("seed-calibrated"),
+                     seeds=(0,))
+    for stat in STATS:
+        assert errors[f"{stat}_err"].abs().max() < 1e-9, stat
+    # its token figures are the replay's own (the run's clock × 20 is the model's)
+    from simulator.metrics import summarize
+
+    expected = summarize(log)["overall"]["tokens"]
+    got = run.figures()["tokens"]["overall"]
+    for name in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"):
+        assert got[name] == pytest.approx(expected[name]), name
+    for name in ("span_s", "output_tokens_per_s", "total_tokens_per_s", "requests_per_s"):
+        assert got[name] == pytest.approx(expected[name]), name
+    tokens = errors.attrs["tokens"]
+    assert set(tokens["figure"]) == {"ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"}
+    assert tokens["err"].abs().max() < 1e-9
+    result = _invoke("example", "-s", "design-notes", "-p", "seed-calibrated", "--seeds", "1",
+                     "--observed", str(tmp_path / "run"))
+    assert result.exit_code == 0, result.output
+    assert "+0 %" in result.stdout and "+1,9" not in result.stdout
+    assert "Token timings per request observed" in result.stdout
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--percentiles", "50,abc"], "--percentiles"), (["--percentiles", "0"], "(0, 100]"),
+    (["--units", "us"], "--units"),
+])
+def test_token_option_errors_are_one_line(args, fragment):
+    assert_one_line_error(_invoke("example", "--seeds", "1", *args), fragment)

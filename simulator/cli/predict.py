@@ -21,7 +21,15 @@ from rich.progress import (
 from rich.table import Table
 
 from simulator.cli import app
-from simulator.cli._common import console, print_table, user_errors
+from simulator.cli._common import (
+    PERCENTILES_HELP,
+    TIMING_LABELS,
+    UNITS_HELP,
+    console,
+    print_table,
+    token_options,
+    user_errors,
+)
 from simulator.errors import ObservedError, ProfileError, ScenarioError, TraceError
 from simulator.outputs import check_writable, open_output
 from simulator.profile import DEFAULT_PROFILE
@@ -41,6 +49,8 @@ def predict_cli(
     observed: Path | None = typer.Option(None, "--observed", help="An observed results folder (batch_NNNN.json, simulation_summary.json) "
                                             "to compare with: prints observed, predicted and the relative error."),
     arrivals: Path | None = typer.Option(None, "--arrivals", help="The arrival file the --observed run replayed (default: ../batch_arrivals.json)."),
+    percentiles: str = typer.Option("50,90,99", "--percentiles", help=PERCENTILES_HELP),
+    units: str = typer.Option("ms", "--units", help=UNITS_HELP),
     json_out: Path | None = typer.Option(None, "--json", help="Write the figures to FILE (JSON)."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing output file."),
 ) -> None:
@@ -49,7 +59,10 @@ def predict_cli(
     Each seed is one whole simulated run of TRACE: p50, p90, p99 and mean call latency
     (censored at the scenario's client timeout) are computed per run, then averaged; ±
     is their standard deviation over the runs. With --observed, the same figures of the
-    real run beside them and the relative error of each.
+    real run beside them and the relative error of each, and where the run recorded requests
+    (simctl load's requests.parquet, another tool's per-request TTFT) its TTFT, ITL, TPOT
+    and end-to-end latency against the predicted. A time-scaled run is compared in model
+    seconds, censored at its own timeout.
     """
     with user_errors():
         from simulator import bundled
@@ -59,6 +72,7 @@ def predict_cli(
         from simulator.scenario import build_scenario
         from simulator.trace.formats import load_trace
 
+        tokens = token_options(percentiles, None, units)
         if arrivals is not None and observed is None:
             raise ObservedError(arrivals, None, "--arrivals", "is the arrival file of an --observed run; give --observed too")
         # Refuse a bad output before any work, and never write onto an input (a bundled name
@@ -95,7 +109,7 @@ def predict_cli(
             if run is None:
                 figures = simulate_figures(loaded, scen, prof, chosen, progress=advance)
             else:
-                figures = predict(run, loaded, scen, prof, chosen, progress=advance)
+                figures = predict(run, loaded, scen, prof, chosen, progress=advance, tokens=tokens)
         if json_out is not None:
             with open_output(json_out, force=force) as fh:
                 json.dump(_json(figures, trace, scen.name, prof.name, chosen, run), fh, indent=1)
@@ -106,6 +120,7 @@ def predict_cli(
             _print_prediction(figures, seeds)
         else:
             _print_comparison(figures, run.name, seeds)
+            _print_token_comparison(figures.attrs.get("tokens"), run.name, units)
         if json_out is not None:
             console.print(f"wrote {json_out}", highlight=False)
 
@@ -134,7 +149,16 @@ def _json(figures: Any, trace: Path, scenario: str, profile: str, seeds: tuple[i
                for row in figures.to_dict(orient="records")]
     return json_ready({"format": FORMAT, "trace": str(trace), "scenario": scenario, "profile": profile,
                        "seeds": list(seeds), "observed": None if run is None else {"run": run.name, "path": run.path},
-                       "figures": records})
+                       "figures": records, **_token_json(figures)})
+
+
+def _token_json(figures: Any) -> dict[str, Any]:
+    """The token comparison's records (``tokens``, values in ms), where there is one."""
+    table = figures.attrs.get("tokens")
+    if table is None:
+        return {}
+    return {"tokens": [{k: v.item() if hasattr(v, "item") else v for k, v in row.items()}
+                       for row in table.to_dict(orient="records")]}
 
 
 def _cell(value: float, sd: float | None = None) -> str:
@@ -179,3 +203,22 @@ def _print_comparison(errors: Any, run: str, seeds: int) -> None:
     print_table(table)
     console.print(f"predicted: mean ± sd over {seeds} whole simulated runs; error: (predicted − observed) / observed",
                   highlight=False)
+
+
+def _print_token_comparison(table: Any, run: str, units: str) -> None:
+    """TTFT, ITL, TPOT and end-to-end latency per request, observed and predicted, in ``units``."""
+    if table is None or table.empty:
+        return
+    scale, digits = (1.0, 1) if units == "ms" else (1e-3, 4)
+    out = Table(title=f"Token timings per request observed in {run} and predicted ({units})", title_justify="left",
+                box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    for col in ("figure", "stat", "observed", "predicted", "error"):
+        out.add_column(col, justify="left" if col in ("figure", "stat") else "right")
+    last = None
+    for _, r in table.iterrows():
+        name = TIMING_LABELS[r["figure"].rsplit("_", 1)[0]]
+        out.add_row(name if name != last else "", r["stat"], f"{r['observed'] * scale:,.{digits}f}",
+                    f"{r['predicted'] * scale:,.{digits}f} ± {r['sd'] * scale:,.{digits}f}",
+                    "–" if math.isnan(r["err"]) else f"{100 * r['err']:+.0f} %")
+        last = name
+    print_table(out)
