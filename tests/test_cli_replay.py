@@ -239,3 +239,29 @@ def test_an_output_may_not_be_the_input_trace(tmp_path):
     trace.write_text(TRACE.read_text())
     assert_one_line_error(invoke(trace, "--json", trace, "--force"), str(trace))
     assert trace.read_text() == TRACE.read_text()
+
+
+def test_token_figures_follow_percentiles_goodput_and_units():
+    result = invoke(TRACE, "--json", "-", "--percentiles", "99,50", "--goodput", "ttft:2s,e2e:60000ms")
+    assert result.exit_code == 0, result.output
+    tokens = json.loads(result.stdout)["overall"]["tokens"]
+    assert list(tokens["ttft_ms"]) == ["mean", "p50", "p99"]
+    assert tokens["goodput"] == {"ttft_ms": 2000.0, "e2e_ms": 60000.0}
+    assert 0 <= tokens["good"] <= tokens["requests"]
+    assert tokens["goodput_fraction"] == pytest.approx(tokens["good"] / tokens["requests"])
+    ms = invoke(TRACE, "--goodput", "ttft:2s")
+    s = invoke(TRACE, "--units", "s")
+    assert ms.exit_code == 0 and s.exit_code == 0
+    assert "Token timings per prompt (ms;" in ms.stdout and "goodput/s" in ms.stdout
+    assert "Token timings per prompt (s;" in s.stdout and "goodput/s" not in s.stdout
+    p50 = tokens["ttft_ms"]["p50"]
+    assert f"{p50:,.1f}" in ms.stdout and f"{p50 / 1000:,.4f}" in s.stdout
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--goodput", "ttft:200"], "--goodput"), (["--goodput", "speed:2s"], "ttft, itl, tpot, e2e"),
+    (["--percentiles", "50,x"], "--percentiles"), (["--percentiles", "150"], "(0, 100]"),
+    (["--units", "minutes"], "--units"),
+])
+def test_token_option_errors_are_one_line(args, fragment):
+    assert_one_line_error(invoke(TRACE, *args), fragment)

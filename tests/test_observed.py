@@ -192,3 +192,32 @@ def test_a_folder_with_arrivals_but_no_results_says_what_is_missing(tmp_path):
     result = CliRunner().invoke(app, ["observed", str(tmp_path)])
     assert_one_line_error(result, "no results of a run here", "simulation_summary.json", "batch_NNNN.json",
                           "the arrival file, not a run", "batch_results_a")
+
+
+def test_observed_shows_a_time_scaled_run_in_model_seconds_with_its_token_figures(tmp_path):
+    from test_cli_predict import write_scaled_run
+
+    write_scaled_run(tmp_path / "run", 20.0, timeout=30.0)
+    runner = CliRunner()
+    result = runner.invoke(app, ["observed", str(tmp_path / "run"), "--goodput", "ttft:1s", "--percentiles", "50,95"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    assert "clock × 20" in text and "censored at 600 s" in text  # its own 30 s × 20
+    assert "Token timings per request (ms;" in result.stdout and "goodput/s" in result.stdout
+    data = json.loads(runner.invoke(app, ["observed", str(tmp_path / "run"), "--json", "-", "--timeout", "5"]).stdout)
+    assert data["time_scale"] == 20 and data["timeout_s"] == 100.0  # --timeout is on the run's clock
+    overall = data["figures"]["tokens"]["overall"]
+    assert list(overall["ttft_ms"]) == ["mean", "p50", "p90", "p99"] and "goodput_per_s" not in overall
+    bad = runner.invoke(app, ["observed", str(tmp_path / "run"), "--goodput", "ttft=1s"])
+    assert_one_line_error(bad, "--goodput")
+
+
+def test_a_client_run_without_requests_has_no_token_figures(tmp_path):
+    from test_cli_predict import write_scaled_run
+
+    write_scaled_run(tmp_path / "run", 1.0)
+    (tmp_path / "run" / "requests.parquet").unlink()
+    run = read_observed(tmp_path / "run")
+    assert run.time_scale == 1 and run.figures()["tokens"] is None
+    result = CliRunner().invoke(app, ["observed", str(tmp_path / "run")])
+    assert result.exit_code == 0 and "no per-request records" in result.stdout

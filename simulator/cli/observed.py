@@ -109,7 +109,7 @@ def observed_cli(
         data = json_ready(observed_to_json(run, tokens))
         if write_json(json.dumps(data, indent=2), json_out, force):
             return
-        scaled = f" (the run's clock × {run.time_scale:g})" if run.time_scale != 1 else ""
+        scaled = f"; model s, the run's clock × {run.time_scale:g}" if run.time_scale != 1 else ""
         print_call_figures(data["figures"], f"observed {run.name}: call latency (s{scaled}), failures censored at "
                                             f"{run.timeout:g} s")
         per_task = data["figures"]["tokens"]
