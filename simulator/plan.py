@@ -2,7 +2,9 @@
 
 An SLO names a figure of the replay summary, ``TASK.FIGURE.STAT`` (``overall`` for all
 tasks; e.g. ``infobench.latency.p95``, ``mmlu.wait.mean``, ``overall.call_latency.p99``) or
-``TASK.COUNT`` (``infobench.timed_out``), with ``<=``, ``<``, ``>=`` or ``>`` and a number.
+``TASK.COUNT`` (``infobench.timed_out``), with ``<=``, ``<``, ``>=`` or ``>`` and a number;
+or a token figure (``overall.tokens.ttft_ms.p99``, ``mmlu.tokens.output_tokens_per_s``),
+and ``goodput>=0.9``: at least 90 % of prompts meet the per-request SLO of ``--goodput``.
 
 The search (every replay goes through the sweep machinery, in parallel, and is cached):
 
@@ -69,7 +71,16 @@ from typing import Any
 
 from simulator.cost import PriceTable, gpu_type, gpus_per_engine, require_price
 from simulator.errors import PlanError
-from simulator.metrics import RUN_FIGURES, FigureError, figure_key
+from simulator.metrics import (
+    DEFAULT_PERCENTILES,
+    RUN_FIGURES,
+    TOKEN_TIMINGS,
+    TOKEN_UNIT,
+    FigureError,
+    TokenOptions,
+    figure_key,
+    stat_name,
+)
 from simulator.profile import Profile
 from simulator.sweep import AXES, Base, SweepSpec, _local_results, config_key, validate
 
@@ -115,24 +126,43 @@ class SLO:
         return self.text
 
 
-def slo_figures(tasks: Iterable[str]) -> list[str]:
-    """Every flattened summary key an SLO may bound, for the groups ``overall`` and ``tasks``."""
+#: The token figures an SLO may bound (:func:`simulator.metrics.token_figures`): rates, and
+#: goodput (with ``--goodput``); ``TASK.tokens.ttft_ms.p99`` and the like too.
+TOKEN_RATES = ("requests_per_s", "output_tokens_per_s", "total_tokens_per_s", "goodput_per_s", "goodput_fraction")
+#: ``goodput`` alone names the share of all prompts that met the goodput SLO.
+GOODPUT = "overall.tokens.goodput_fraction"
+
+
+def slo_figures(tasks: Iterable[str], percentiles: Iterable[float] = DEFAULT_PERCENTILES) -> list[str]:
+    """Every flattened summary key an SLO may bound, for the groups ``overall`` and ``tasks``
+    (token timings with the statistics of ``percentiles``)."""
     groups = ["overall", *(f"tasks.{t}" for t in tasks)]
+    token_stats = ["mean", *(stat_name(p) for p in percentiles)]
     return ([f"{g}.{f}.{s}" for g in groups for f in STAT_FIGURES for s in STATS]
-            + [f"{g}.{c}" for g in groups for c in COUNT_FIGURES] + list(RUN_FIGURES) + list(COST_FIGURES))
+            + [f"{g}.{c}" for g in groups for c in COUNT_FIGURES]
+            + [f"{g}.tokens.{t}_{TOKEN_UNIT}.{s}" for g in groups for t in TOKEN_TIMINGS for s in token_stats]
+            + [f"{g}.tokens.{r}" for g in groups for r in TOKEN_RATES]
+            + list(RUN_FIGURES) + list(COST_FIGURES))
 
 
-def parse_slo(text: str, tasks: Iterable[str]) -> SLO:
+def parse_slo(text: str, tasks: Iterable[str], tokens: TokenOptions | None = None) -> SLO:
     """Parse ``"infobench.latency.p95<=60"`` (or ``tasks.infobench.latency.p95<=60``: the
-    figure grammar of :func:`simulator.metrics.figure_key`); :class:`PlanError` naming the
-    fault, with the closest valid figures."""
+    figure grammar of :func:`simulator.metrics.figure_key`); ``goodput>=0.9`` bounds
+    :data:`GOODPUT`, the share of prompts meeting ``tokens.goodput`` (``--goodput``), which
+    it needs. :class:`PlanError` naming the fault, with the closest valid figures."""
     m = _SLO_RE.match(text)
     if not m:
         raise PlanError(None, None, None, f"--slo {text!r}: expected FIGURE<=NUMBER (or <, >=, >), "
                         f"e.g. infobench.latency.p95<=60")
     name, op, number = m.groups()
+    if name == "goodput":
+        name = GOODPUT
+    if "goodput" in name and (tokens is None or tokens.goodput is None):
+        raise PlanError(None, None, None, f"--slo {text!r}: goodput needs its per-request SLO, "
+                        "e.g. --goodput ttft:200ms,tpot:50ms")
     try:
-        figure = figure_key(name, slo_figures(tasks), option=f"--slo {text!r}:")
+        percentiles = tokens.percentiles if tokens is not None else DEFAULT_PERCENTILES
+        figure = figure_key(name, slo_figures(tasks, percentiles), option=f"--slo {text!r}:")
     except FigureError as exc:
         raise PlanError(None, None, None, exc.message) from None
     try:

@@ -346,3 +346,33 @@ def test_welch_tie_rule():
     agg = pd.DataFrame({"x": [1, 2, 3], "mean": [10.0, 10.5, 30.0], "std": [2.0, 2.0, 1.0], "n": [3, 3, 3]})
     assert tied_with_best(agg, 0) == {0, 1}
     assert tied_with_best(agg.assign(std=[0.01, 0.01, 0.01]), 0) == {0}
+
+
+def test_slos_on_goodput_and_token_figures():
+    from simulator.metrics import TokenOptions, parse_goodput
+
+    tokens = TokenOptions(goodput=parse_goodput("ttft:200ms"))
+    assert parse_slo("goodput>=0.9", ["a"], tokens).figure == "overall.tokens.goodput_fraction"
+    assert parse_slo("a.tokens.ttft_ms.p99<=500", ["a"]).figure == "tasks.a.tokens.ttft_ms.p99"
+    assert parse_slo("a.tokens.ttft_ms.p99.9<=500", ["a"], TokenOptions(percentiles=(99.9,))).figure \
+        == "tasks.a.tokens.ttft_ms.p99.9"
+    with pytest.raises(PlanError, match="--goodput"):
+        parse_slo("goodput>=0.9", ["a"])
+
+
+def test_goodput_figures_reach_sweep_rows(tmp_path):
+    from simulator.metrics import TokenOptions, parse_goodput
+
+    trace, profile = load_trace("example"), load_profile("seed-calibrated")
+    base = Base(trace, profile, build_scenario(path="design-notes"),
+                tokens=TokenOptions(goodput=parse_goodput("e2e:10s")))
+    frame = run_sweep(SweepSpec({"flush": (0.1,)}, seeds=(0,), task="infobench"), base, tmp_path / "r.parquet",
+                      workers=1).frame
+    row = frame.iloc[0]
+    assert 0 <= row["overall.tokens.goodput_fraction"] <= 1
+    assert row["tasks.infobench.tokens.goodput_fraction"] < row["tasks.graph.tokens.goodput_fraction"]
+
+
+def test_plan_goodput_without_its_slo_is_a_one_line_error():
+    result = CliRunner().invoke(app, ["plan", "example", "--slo", "goodput>=0.9", "--max-gpus", "1"])
+    assert_one_line_error(result, "--goodput")

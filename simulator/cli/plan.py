@@ -9,7 +9,17 @@ import typer
 from rich.table import Table
 
 from simulator.cli import app
-from simulator.cli._common import GENERATED, Flags, console, setting_options, user_errors, write_json
+from simulator.cli._common import (
+    GENERATED,
+    GOODPUT_HELP,
+    PERCENTILES_HELP,
+    Flags,
+    console,
+    setting_options,
+    token_options,
+    user_errors,
+    write_json,
+)
 from simulator.cost import gpu_type, load_prices
 from simulator.errors import PlanError
 from simulator.metrics import json_ready
@@ -56,6 +66,9 @@ def plan_cli(
                                      "or the SLO figures against load (fewest-gpus) (PNG)."),
     mixed_models: bool = typer.Option(False, "--mixed-models", help="Let --objective cheapest compare profiles of "
                                       "different models (refused by default: a plan across GPU types compares one model)."),
+    goodput: str | None = typer.Option(None, "--goodput", help=GOODPUT_HELP + " Bound it with --slo goodput>=0.9 "
+                                       "(the share of prompts) or overall.tokens.goodput_per_s>=X."),
+    percentiles: str = typer.Option("50,90,99", "--percentiles", help=PERCENTILES_HELP),
     force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
 ) -> None:
     """Find the cheapest configuration (GPU type, count, settings) meeting every SLO, or the fewest GPUs.
@@ -73,7 +86,8 @@ def plan_cli(
         if objective not in OBJECTIVES:
             raise PlanError(None, None, None, f"--objective: must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
         loaded = load_trace(trace)
-        slos = [parse_slo(s, loaded.tasks) for s in slo]
+        tokens = token_options(percentiles, goodput, "ms")
+        slos = [parse_slo(s, loaded.tasks, tokens) for s in slo]
         axes = flags.axis_values()
         table = load_prices(prices)
         profiles = [load_profile(p) for p in dict.fromkeys(profile)]
@@ -83,7 +97,7 @@ def plan_cli(
             priced = all(table.get(gpu_type(p)) is not None for p in profiles)
             objective = "cheapest" if priced else "fewest-gpus"
         if objective == "cheapest":
-            bases = [Base(loaded, p, scenario, table) for p in profiles]
+            bases = [Base(loaded, p, scenario, table, tokens) for p in profiles]
             with console.status("planning") as status:
                 found = cheapest(bases, slos, table, axes, max_gpus=max_gpus, seeds=tuple(range(max(1, seeds))),
                                  task=task, workers=jobs, progress=lambda m: status.update(f"planning: {m}"),
@@ -100,7 +114,7 @@ def plan_cli(
         if len(profiles) > 1:
             raise PlanError(None, None, "--profile", "--objective fewest-gpus plans one profile; give one --profile, "
                             "or --objective cheapest to search GPU types")
-        base = Base(loaded, profiles[0], scenario, table)
+        base = Base(loaded, profiles[0], scenario, table, tokens)
         with console.status("planning") as status:
             result = plan(base, slos, axes, max_gpus=max_gpus, seeds=tuple(range(max(1, seeds))),
                           task=task, workers=jobs, progress=lambda m: status.update(f"planning: {m}"))
