@@ -9,9 +9,19 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from simulator.cli import app
-from simulator.cli._common import GENERATED, Flags, console, interrupted, setting_options, user_errors
+from simulator.cli._common import (
+    GENERATED,
+    GOODPUT_HELP,
+    PERCENTILES_HELP,
+    Flags,
+    console,
+    interrupted,
+    setting_options,
+    token_options,
+    user_errors,
+)
 from simulator.cost import load_prices
-from simulator.metrics import figure_key
+from simulator.metrics import TokenOptions, figure_key
 from simulator.plan import slo_figures
 from simulator.profile import DEFAULT_PROFILE, load_profile
 from simulator.scenario import build_scenario, parse_set
@@ -49,6 +59,9 @@ def sweep_cli(
     metric: str = typer.Option("overall.latency.p95", "--metric", help="Figure to rank configurations by at the end."),
     prices: str | None = typer.Option(None, "--prices", help="Price table of the cost figures (cost.usd ...): JSON "
                                       "file or bundled name (default modal-serverless)."),
+    percentiles: str = typer.Option("50,90,99", "--percentiles", help=PERCENTILES_HELP + " Columns tokens.ttft_ms.p50 ..."),
+    goodput: str | None = typer.Option(None, "--goodput", help=GOODPUT_HELP + " Columns tokens.goodput_per_s, "
+                                       "tokens.goodput_fraction."),
     force: bool = typer.Option(False, "--force", help="Start over: discard an existing results file."),
 ) -> None:
     """Replay TRACE under every combination of the given axes, in parallel.
@@ -61,9 +74,12 @@ def sweep_cli(
         run = flags.values("run")
         spec = SweepSpec(axes, seeds_from(seeds), task)
         loaded = load_trace(trace)
-        figure_key(metric, slo_figures(loaded.tasks), "--metric")
+        tokens = token_options(percentiles, goodput, "ms")
+        figure_key(metric, slo_figures(loaded.tasks, tokens.percentiles), "--metric")
+        # (default token options: None, so results files written before keep their hashes)
+        chosen = tokens if tokens != TokenOptions() else None
         base = Base(loaded, load_profile(profile),
-                    build_scenario(path=config, run=run, overrides=parse_set(set_values)), load_prices(prices))
+                    build_scenario(path=config, run=run, overrides=parse_set(set_values)), load_prices(prices), chosen)
         columns = [TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    TextColumn("eta"), TimeRemainingColumn()]
         with Progress(*columns, console=console, transient=True) as bar:
