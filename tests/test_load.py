@@ -257,7 +257,7 @@ def test_cli_errors(tmp_path, monkeypatch):
                           "nope.json")
     monkeypatch.setitem(sys.modules, "httpx", None)
     assert_one_line_error(runner.invoke(app, ["load", "http://127.0.0.1:1", str(trace_file), "-o", out]),
-                          "simctl[live]")
+                          "simctl-llm[live]")
 
 
 def test_ctrl_c_keeps_the_finished_calls(tmp_path):

@@ -23,7 +23,7 @@ def _live() -> Any:
         import simulator.live as live
     except ModuleNotFoundError as exc:
         raise LoadError(None, None, None, f"simctl load needs the Python package '{exc.name}': "
-                        "pip install 'simctl[live]'") from None
+                        "pip install 'simctl-llm[live]'") from None
     return live
 
 

@@ -113,7 +113,7 @@ def profile_cli(
         try:
             import torch
         except ModuleNotFoundError:
-            raise HarnessError(None, None, None, "simctl profile needs torch: pip install 'simctl[harness]' "
+            raise HarnessError(None, None, None, "simctl profile needs torch: pip install 'simctl-llm[harness]' "
                                "(for the CPU build: pip install torch==2.13.0)") from None
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -336,7 +336,7 @@ def measure_ops_cli(out: Path, gpu: str | None, device: str | None, model: str |
     try:
         import torch
     except ModuleNotFoundError:
-        raise HarnessError(None, None, None, "--measure-ops needs torch: pip install 'simctl[harness]' "
+        raise HarnessError(None, None, None, "--measure-ops needs torch: pip install 'simctl-llm[harness]' "
                            "(for the CPU build: pip install torch==2.13.0)") from None
     from rich.progress import (
         BarColumn,
