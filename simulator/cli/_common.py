@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import math
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -231,3 +232,71 @@ def _option_help(command: str, setting: settings.Setting, axis_help: Callable[[s
     if axis and axis_help is not None:
         return f"{text} {axis_help(setting)}"
     return f"{text} [default: {setting.default_text()}]"
+
+
+# -- the load flags of serving benchmarks -------------------------------------------------
+#
+# ``--request-rate``, ``--max-concurrency`` and ``--num-requests`` are the names serving
+# benchmarks (vLLM's, SGLang's) give these knobs. Each only translates into what the trace
+# and the settings already say (the first N calls; ``rate_scale``; ``client = closed:N``),
+# here, once, for every command that takes them.
+
+
+def request_rate_option() -> Any:
+    return typer.Option(None, "--request-rate", help="Send calls at this mean rate (calls/s): scales the trace's "
+                        "arrival rate (calls / last arrival instant, as validate reports it) to it. Instead of "
+                        "--rate-scale.")
+
+
+def max_concurrency_option() -> Any:
+    return typer.Option(None, "--max-concurrency", min=1, max=settings.LARGEST_COUNT,
+                        help="Keep N calls outstanding (closed loop): the same as --client closed:N.")
+
+
+def num_requests_option() -> Any:
+    return typer.Option(None, "--num-requests", min=1,
+                        help="Use the trace's first N calls only.")
+
+
+def load_flags(trace: Any, *, request_rate: float | None, max_concurrency: int | None,
+               num_requests: int | None, rate_scale_from: str | None = None,
+               client: str | None = None) -> tuple[Any, dict[str, Any]]:
+    """The trace to run and the settings that ``--request-rate``, ``--max-concurrency`` and
+    ``--num-requests`` stand for: ``(first N calls of trace, {"rate_scale": R / its call
+    rate, "client": "closed:N"})``, holding only what was given.
+
+    ``rate_scale_from`` names the option that already set the rate scale (``--rate-scale``),
+    if one did; ``client`` is the ``--client`` given, if any. Giving the rate twice, or a
+    client other than ``closed:N`` with ``--max-concurrency N``, is a :class:`ScenarioError`,
+    as are a rate that is not a positive number and more calls than the trace holds."""
+    from simulator.trace.stats import trace_stats
+
+    out: dict[str, Any] = {}
+    if num_requests is not None:
+        if num_requests > len(trace):
+            raise ScenarioError(trace.source, None, None, f"--num-requests: the trace has {len(trace):,} calls, "
+                                f"fewer than {num_requests:,}")
+        trace = trace.head(num_requests)
+    if max_concurrency is not None:
+        closed = f"closed:{max_concurrency}"
+        try:
+            same = client is None or settings.parse_client(client) == settings.parse_client(closed)
+        except ValueError as exc:
+            raise ScenarioError(None, None, None, f"--client: {exc}") from None
+        if not same:
+            raise ScenarioError(None, None, None, f"--max-concurrency {max_concurrency} means --client {closed}; "
+                                f"it contradicts --client {client}: give one of them")
+        out["client"] = closed
+    if request_rate is not None:
+        if rate_scale_from is not None:
+            raise ScenarioError(None, None, None, f"--request-rate and {rate_scale_from} both set the arrival rate; "
+                                "give one of them")
+        if not (math.isfinite(request_rate) and request_rate > 0):
+            raise ScenarioError(None, None, None, f"--request-rate: must be a number of calls per second > 0, "
+                                f"got {request_rate:g}")
+        rate = trace_stats(trace).call_rate
+        if rate is None:
+            raise ScenarioError(trace.source, None, None, "--request-rate: every call of the trace arrives at 0 s; "
+                                "it has no arrival rate to scale")
+        out["rate_scale"] = request_rate / rate
+    return trace, out

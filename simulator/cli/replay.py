@@ -16,7 +16,11 @@ from simulator.cli._common import (
     GENERATED,
     Flags,
     console,
+    load_flags,
+    max_concurrency_option,
+    num_requests_option,
     print_table,
+    request_rate_option,
     setting_options,
     user_errors,
     warn,
@@ -44,6 +48,9 @@ def replay_cli(
                                           "('design-notes'). Flags and --set override it."),
     profile: str = typer.Option(DEFAULT_PROFILE, "--profile", "-p", help="Profile JSON file or bundled profile name."),
     flags: Flags = GENERATED,  # one option per setting (simulator.settings)
+    request_rate: float | None = request_rate_option(),
+    max_concurrency: int | None = max_concurrency_option(),
+    num_requests: int | None = num_requests_option(),
     set_values: list[str] = typer.Option([], "--set", help="Override any scenario field: KEY=VALUE with a dotted KEY, "
                                          "e.g. tasks.infobench.flush=0.1 (repeatable; wins over flags and file)."),
     task_map: str | None = typer.Option(None, "--task-map", help="Rename the trace's tasks to the profile's: "
@@ -83,6 +90,12 @@ def replay_cli(
         overrides = parse_set(set_values)
         mapping = parse_task_map(task_map)
         loaded = load_trace(trace, options=ImportOptions(task_map=mapping)).renamed(mapping)
+        rate_from = ("--rate-scale" if flags.given.get("rate_scale") is not None
+                     else "--set run.rate_scale" if "run.rate_scale" in overrides else None)
+        loaded, implied = load_flags(loaded, request_rate=request_rate, max_concurrency=max_concurrency,
+                                     num_requests=num_requests, rate_scale_from=rate_from,
+                                     client=flags.given.get("client") or overrides.get("run.client"))
+        run_flags.update(implied)
         prof = load_profile(profile)
         load_prices(prices)  # a bad price table fails before the run
         missing = [t for t in loaded.tasks if t not in prof.tasks]
