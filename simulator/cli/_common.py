@@ -94,6 +94,20 @@ def write_json(text: str, json_out: str | None, force: bool) -> bool:
     return False
 
 
+def csv_option(what: str = "one row per task and overall") -> Any:
+    return typer.Option(None, "--csv", help=f"Write a CSV summary to FILE: {what}, flat columns.")
+
+
+def summary_csv_rows(summary: Mapping[str, Any], run: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A replay summary's CSV rows: one per task, one overall and one per call composition,
+    each starting with the ``run``'s columns (what names the run) and the run-wide figures
+    (makespan, GPU-seconds, cost). Settings stay in the JSON summary (``--json``)."""
+    from simulator.outputs import flat_record, task_rows
+
+    kept = {k: v for k, v in summary.items() if k not in ("config", "gpus")}
+    return task_rows({**run, **flat_record(kept)}, {"compositions": "composition"})
+
+
 def warn(message: str) -> None:
     """Print a one-line warning on stderr."""
     err_console.print(f"warning: {message}", markup=False)

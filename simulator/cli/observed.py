@@ -54,6 +54,8 @@ def observed_cli(
     json_out: str | None = typer.Option(None, "--json", help="Write the figures and per-call table to FILE ('-' for stdout)."),
     lengths: str | None = typer.Option(None, "--lengths", help="Tasks (comma-separated) whose answers give each prompt's output length, for --write-trace."),
     write_trace: Path | None = typer.Option(None, "--write-trace", help="Write the arrival trace with the --lengths tasks' measured output tokens as max_tokens (simctl-trace/1)."),
+    csv_out: str | None = typer.Option(None, "--csv", help="Write the figures to FILE as CSV: one row per task, "
+                                       "call composition and overall, flat columns."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing output file."),
 ) -> None:
     """Summarise an observed run per call composition and overall, as replay does.
@@ -72,6 +74,8 @@ def observed_cli(
             check_writable(json_out, force=force, inputs=(folder,))
         if write_trace is not None:
             check_writable(write_trace, force=force, inputs=(folder,) + ((arrivals,) if arrivals else ()))
+        if csv_out is not None:
+            check_writable(csv_out, force=force, inputs=(folder,))
         run = read_observed(folder, arrivals, timeout, _compositions(config))
         if write_trace is not None and lengths is not None:  # both or neither, as checked above
             from simulator.observed import find_arrivals, with_observed_lengths
@@ -89,6 +93,11 @@ def observed_cli(
             console.print(f"wrote {write_trace}: {trace.meta['output_lengths']['prompts']} prompts of "
                           f"{', '.join(tasks)} with their measured output tokens", highlight=False)
         data = observed_to_json(run)
+        if csv_out is not None:
+            from simulator.outputs import flat_record, task_rows, write_csv
+
+            write_csv(task_rows({"run": run.name, **flat_record(data["figures"])}, {"compositions": "composition"}),
+                      csv_out, force=force)
         if write_json(json.dumps(data, indent=2), json_out, force):
             return
         print_call_figures(data["figures"], f"observed {run.name}: call latency (s), failures censored at {timeout:g} s")

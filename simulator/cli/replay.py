@@ -16,12 +16,14 @@ from simulator.cli._common import (
     GENERATED,
     Flags,
     console,
+    csv_option,
     load_flags,
     max_concurrency_option,
     num_requests_option,
     print_table,
     request_rate_option,
     setting_options,
+    summary_csv_rows,
     user_errors,
     warn,
     write_json,
@@ -59,6 +61,7 @@ def replay_cli(
     prices: str | None = typer.Option(None, "--prices", help="Price table (GPU type -> $ per GPU-hour): JSON file "
                                       "or bundled name (default modal-serverless; lambda-on-demand)."),
     json_out: str | None = typer.Option(None, "--json", help="Write the summary JSON to FILE ('-' for stdout)."),
+    csv_out: str | None = csv_option(),
     events: str | None = typer.Option(None, "--events", help="Write the per-prompt event log (.parquet or .csv)."),
     plot: str | None = typer.Option(None, "--plot", help="Write the standard figures of this run into DIR."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
@@ -75,9 +78,12 @@ def replay_cli(
 
         # Refuse bad outputs before doing any work: never onto an input, never twice the same.
         inputs = tuple(Path(p) for p in (trace, config, profile) if p is not None and Path(p).exists())
-        outs = [o for o in (json_out, events) if o is not None and o != "-"]
-        if len(outs) == 2 and Path(outs[0]).resolve() == Path(outs[1]).resolve():
-            raise ScenarioError(None, None, None, "--json and --events name the same file")
+        named = {"--json": json_out, "--csv": csv_out, "--events": events}
+        outs = [o for o in named.values() if o is not None and o != "-"]
+        for i, (flag, o) in enumerate(named.items()):
+            for other, p in list(named.items())[i + 1:]:
+                if o and p and o != "-" and Path(o).resolve() == Path(p).resolve():
+                    raise ScenarioError(None, None, None, f"{flag} and {other} name the same file")
         for out in outs:
             check_writable(out, force=force, inputs=inputs)
         if plot is not None:
@@ -115,6 +121,12 @@ def replay_cli(
             warn(outside["message"])
         if events:
             write_event_log(result.log, events, force=force)
+        if csv_out:
+            from simulator.outputs import write_csv
+
+            write_csv(summary_csv_rows(json_ready(result.summary), {"trace": str(trace), "scenario": scenario.name,
+                                                                    "profile": prof.name, "seed": seed}),
+                      csv_out, force=force)
         if plot:
             from simulator.cli.plot import write_standard_set
 

@@ -9,7 +9,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from simulator.cli import app
-from simulator.cli._common import GENERATED, Flags, console, interrupted, setting_options, user_errors
+from simulator.cli._common import (
+    GENERATED,
+    Flags,
+    console,
+    csv_option,
+    interrupted,
+    setting_options,
+    user_errors,
+)
 from simulator.cost import load_prices
 from simulator.metrics import figure_key
 from simulator.plan import slo_figures
@@ -49,7 +57,9 @@ def sweep_cli(
     metric: str = typer.Option("overall.latency.p95", "--metric", help="Figure to rank configurations by at the end."),
     prices: str | None = typer.Option(None, "--prices", help="Price table of the cost figures (cost.usd ...): JSON "
                                       "file or bundled name (default modal-serverless)."),
-    force: bool = typer.Option(False, "--force", help="Start over: discard an existing results file."),
+    force: bool = typer.Option(False, "--force", help="Start over: discard an existing results file (and replace the "
+                               "--csv file)."),
+    csv_out: str | None = csv_option("one row per replay (configuration and seed) and task, and one overall"),
 ) -> None:
     """Replay TRACE under every combination of the given axes, in parallel.
 
@@ -57,6 +67,10 @@ def sweep_cli(
     same command again resumes it.
     """
     with user_errors():
+        if csv_out is not None:
+            from simulator.outputs import check_writable
+
+            check_writable(csv_out, force=force, inputs=(Path(trace), out))
         axes = flags.axis_values()
         run = flags.values("run")
         spec = SweepSpec(axes, seeds_from(seeds), task)
@@ -80,6 +94,12 @@ def sweep_cli(
                             "run the same command to resume")
         console.print(f"{out}: {result.ran} replays run, {result.skipped} already in the file skipped, "
                       f"{len(result.frame)} rows", highlight=False)
+        if csv_out is not None:
+            from simulator.outputs import task_rows, write_csv
+
+            write_csv([row for record in result.frame.to_dict("records") for row in task_rows(record)],
+                      csv_out, force=force)
+            console.print(f"wrote {csv_out}", highlight=False)
         print_best(result.frame, metric)
 
 
