@@ -14,7 +14,7 @@ import glob
 import json
 import os
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -204,7 +204,7 @@ def task_rows(record: Mapping[str, Any], groups: Mapping[str, str] | None = None
     return out
 
 
-def write_csv(rows: list[Mapping[str, Any]], path: str | Path, force: bool = False) -> None:
+def write_csv(rows: Sequence[Mapping[str, Any]], path: str | Path, force: bool = False) -> None:
     """Write ``rows`` as one CSV table (the union of their columns, in order of first
     appearance; a cell a row lacks is empty) through :func:`open_output`."""
     import csv
