@@ -268,7 +268,8 @@ def max_concurrency_option() -> Any:
 
 
 def num_requests_option() -> Any:
-    return typer.Option(None, "--num-requests", min=1,
+    # A trace's prompts are indexed in 32 bits, so no trace holds more calls than this.
+    return typer.Option(None, "--num-requests", min=1, max=settings.LARGEST_TOKENS,
                         help="Use the trace's first N calls only.")
 
 
