@@ -1,6 +1,6 @@
 """Writing result files safely: never overwrite what the user wrote, never leave half a file.
 
-Every output (trace, summary JSON, event log) goes through :func:`open_output`: the data
+Every output (trace, summary JSON or CSV, event log) goes through :func:`open_output`: the data
 is written to a temporary file beside the target (``.NAME.PID.XXXX.part``) and renamed into
 place only once it is complete, and an existing file is refused unless the caller passes
 ``force=True``. A temporary file a killed process left is removed by the next write of the
@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from simulator.errors import OutputError
 
@@ -150,3 +151,67 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+# -- CSV summaries: one row per (run, task) ------------------------------------------------
+
+
+def flat_record(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``data`` with nested mappings flattened into dotted keys (``{"a": {"b": 1}}`` ->
+    ``{"a.b": 1}``); a list becomes its JSON text, so that every value fits a CSV cell."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flat_record(value, f"{name}."))
+        elif isinstance(value, (list, tuple)):
+            out[name] = json.dumps(value, default=str)
+        else:
+            out[name] = value
+    return out
+
+
+def task_rows(record: Mapping[str, Any], groups: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """Split one run's flat record (dotted keys, as a sweep's results row or
+    :func:`flat_record` of a summary) into one row per task and one ``overall`` row, in
+    that order (then the rows of further ``groups``).
+
+    A key ``tasks.T.F`` goes to task ``T``'s row as column ``F``, ``overall.F`` to the
+    ``overall`` row; every other key is a column of the run, repeated on each of its rows.
+    ``groups`` names further per-group prefixes and the column that names their rows
+    (``{"compositions": "composition"}``: ``compositions.C.F`` goes to a row whose
+    ``composition`` is ``C``); the ``task`` prefix is always ``{"tasks": "task"}``."""
+    groups = {"tasks": "task", **(groups or {})}
+    run: dict[str, Any] = {}
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for key, value in record.items():
+        head, _, rest = key.partition(".")
+        if head in groups and "." in rest:
+            name, _, figure = rest.partition(".")
+            rows.setdefault((groups[head], name), {})[figure] = value
+        elif head == "overall" and rest:
+            rows.setdefault(("task", "overall"), {})[rest] = value
+        else:
+            run[key] = value
+    label_columns = list(dict.fromkeys(groups.values()))
+    out = []
+    # The tasks, then overall (as the printed tables), then the other groups.
+    order = sorted(rows, key=lambda row: (row[0] != "task", row == ("task", "overall")))
+    for column, name in order:
+        figures = rows[(column, name)]
+        labels = {c: (name if c == column else None) for c in label_columns}
+        out.append({**run, **labels, **figures})
+    return out
+
+
+def write_csv(rows: Sequence[Mapping[str, Any]], path: str | Path, force: bool = False) -> None:
+    """Write ``rows`` as one CSV table (the union of their columns, in order of first
+    appearance; a cell a row lacks is empty) through :func:`open_output`."""
+    import csv
+
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    with open_output(path, force=force) as fh:
+        writer = csv.DictWriter(fh, fieldnames=columns, lineterminator="\n")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: "" if v is None else v for k, v in row.items()})

@@ -461,7 +461,7 @@ def connect(cluster: str, timeout: float = CONNECT_TIMEOUT) -> Any:
         from distributed import Client
     except ModuleNotFoundError:
         raise SweepError(None, None, "cluster", "running on a cluster needs dask.distributed: "
-                         "pip install 'simctl[cluster]'") from None
+                         "pip install 'simctl-llm[cluster]'") from None
     where = cluster_address(cluster)
     if where is not None:
         try:

@@ -265,3 +265,39 @@ def test_token_figures_follow_percentiles_goodput_and_units():
 ])
 def test_token_option_errors_are_one_line(args, fragment):
     assert_one_line_error(invoke(TRACE, *args), fragment)
+# -- the load flags of serving benchmarks (translations of the trace and settings) ---------
+
+
+def _summary(*args: object) -> dict:
+    result = invoke(TRACE, "--json", "-", *args)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_num_requests_and_request_rate_replay_the_first_calls_at_that_rate():
+    from simulator.trace.formats import load_trace
+
+    first = load_trace(TRACE).head(20)
+    s = _summary("--num-requests", "20", "--request-rate", "0.1")
+    assert s["config"]["trace"]["calls"] == 20 and s["overall"]["prompts"] == first.n_prompts
+    # 20 calls, the last at t: 20 / t calls/s; scaled to 0.1 calls/s.
+    assert s["config"]["scenario"]["rate_scale"] == pytest.approx(0.1 / (20 / first.calls[-1].t))
+
+
+def test_max_concurrency_is_a_closed_loop_client():
+    by_flag = _summary("--max-concurrency", "3")
+    assert by_flag["config"]["scenario"]["client"] == "closed:3"
+    assert by_flag == _summary("--client", "closed:3") == _summary("--client", "closed:3", "--max-concurrency", "3")
+
+
+def test_benchmark_flags_refuse_what_contradicts_them():
+    assert_one_line_error(invoke(TRACE, "--request-rate", "2", "--rate-scale", "2"), "--request-rate", "--rate-scale")
+    assert_one_line_error(invoke(TRACE, "--request-rate", "2", "--set", "run.rate_scale=2"),
+                          "--request-rate", "--set run.rate_scale")
+    for bad in ("0", "-1", "inf", "nan"):
+        assert_one_line_error(invoke(TRACE, "--request-rate", bad), "--request-rate")
+    assert_one_line_error(invoke(TRACE, "--max-concurrency", "3", "--client", "closed:4"),
+                          "--max-concurrency 3", "--client closed:4")
+    assert_one_line_error(invoke(TRACE, "--max-concurrency", "3", "--client", "open"), "--client open")
+    assert_one_line_error(invoke(TRACE, "--num-requests", "119"), "--num-requests", "118 calls")
+    assert invoke(TRACE, "--num-requests", "0").exit_code == 2

@@ -90,3 +90,28 @@ def test_synth_bad_options_name_the_option(tmp_path, option, value):
     out = tmp_path / "t.json"
     assert_one_line_error(invoke("synth", "--duration", "100", "-o", out, option, value), option)
     assert not out.exists()
+
+
+def test_synth_request_rate_is_the_mean_gap_it_stands_for(tmp_path):
+    by_rate, by_mean = tmp_path / "rate.json", tmp_path / "mean.json"
+    assert invoke("synth", "-o", by_rate, "--duration", "50", "--request-rate", "4").exit_code == 0
+    assert invoke("synth", "-o", by_mean, "--duration", "50", "--mean", "0.25").exit_code == 0
+    assert load_trace(by_rate).calls == load_trace(by_mean).calls
+    fitted = tmp_path / "fitted.json"
+    done = invoke("synth", "-o", fitted, "--duration", "50", "--fit", TRACE, "--request-rate", "4")
+    assert done.exit_code == 0, done.output
+    assert load_trace(fitted).meta["spec"]["mean"] == 0.25
+
+
+@pytest.mark.parametrize("extra, needles", [
+    (["--mean", "3"], ("--request-rate", "--mean")),
+    (["--fit", "TRACE", "--rate-scale", "2"], ("--request-rate", "--rate-scale")),
+    (["--request-rate", "0"], ("--request-rate", "> 0")),
+])
+def test_synth_request_rate_conflicts(tmp_path, extra, needles):
+    extra = [str(TRACE) if x == "TRACE" else x for x in extra]
+    args = ["synth", "-o", tmp_path / "t.json", "--duration", "50", *extra]
+    if "--request-rate" not in extra:
+        args += ["--request-rate", "2"]
+    assert_one_line_error(invoke(*args), *needles)
+    assert not (tmp_path / "t.json").exists()

@@ -7,6 +7,7 @@ page whose written output differs from a fresh run fails here, and `make docs` r
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -44,3 +45,39 @@ def test_wildcards_match_lines_and_text():
     assert runner.matches("a\n...\nd\n", "a\nb\nc\nd\n")
     assert runner.matches("took ... s\n", "took 1.2 s\n")
     assert not runner.matches("a\nd\n", "a\nb\nd\n")
+
+
+#: A count of the suite's tests ("≈380 tests", "1,390 tests").
+TEST_COUNT = re.compile(r"\d[\d,.]*\s*(?:k\s+)?tests\b", re.IGNORECASE)
+#: A duration ("2 minutes", "3–4 min", "90 s").
+DURATION = re.compile(r"\b\d+(?:[.,]\d+)?(?:\s*[–-]\s*\d+)?\s*(?:minutes?|min|hours?|seconds?|s)\b")
+#: Words that say a sentence is about running the whole test suite (or its fast selection).
+SUITE = re.compile(r"\b(?:whole|full|entire|test) suite\b|\bsuite (?:takes|runs)\b|\bfast selection\b"
+                   r"|\bmake test\b|-m pytest\b", re.IGNORECASE)
+
+
+def stale_suite_figures(text: str) -> list[str]:
+    """The sentences of ``text`` that state how many tests the suite has or how long it runs:
+    figures that go stale with every test added or machine changed, so the pages never give
+    them (pytest prints both on every run)."""
+    found = []
+    for sentence in re.split(r"(?<=[.;:!?])\s+|\n\s*\n", text):
+        flat = " ".join(sentence.split())
+        if TEST_COUNT.search(flat) or (SUITE.search(flat) and DURATION.search(flat)):
+            found.append(flat)
+    return found
+
+
+def test_stale_suite_figures_are_found():
+    assert stale_suite_figures("The whole suite (≈380 tests) takes about 2 minutes on 2 cores.")
+    assert stale_suite_figures("Runs the fast selection (about 1 minute on two cores, against 3–4 for it).")
+    assert stale_suite_figures("There are 1,390 tests.")
+    assert not stale_suite_figures("`make test` runs the whole suite. A sweep takes 2.3 s on 2 cores.")
+    assert not stale_suite_figures("The benchmark takes about 5 minutes on 2 cores.")
+    assert not stale_suite_figures("Its quick mode (about 25 s) runs in the suite with looser bounds.")
+
+
+@pytest.mark.parametrize("page", [runner.ROOT / "README.md", *sorted((runner.ROOT / "docs").glob("*.md"))],
+                         ids=lambda p: p.name)
+def test_pages_state_no_test_counts_or_suite_run_times(page):
+    assert stale_suite_figures(page.read_text()) == []

@@ -314,6 +314,40 @@ def test_default_profile_path_is_per_user_and_never_a_bundled_name(tmp_path, mon
     assert default_profile_path("cpu__tiny__tiny") == tmp_path / "profiles" / "cpu__tiny__tiny-measured.json"
 
 
+def test_profile_makes_its_default_folder_on_first_use(tmp_path, monkeypatch):
+    """With a fresh home, the default profile folder does not exist yet: ``simctl profile``
+    makes it (``$XDG_DATA_HOME/simctl/profiles``) and writes there; a folder the user names
+    with ``-o`` is never made."""
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.delenv("SIMCTL_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_DATA_HOME", str(home / "data"))
+    runner = CliRunner()
+    missing = tmp_path / "not-made" / "p.json"
+    refused = runner.invoke(app, ["profile", "--device", "cpu", "--quick", "-o", str(missing)])
+    assert refused.exit_code == 2 and "does not exist" in refused.stderr
+    assert not missing.parent.exists()
+    result = runner.invoke(app, ["profile", "--device", "cpu", "--quick"])
+    assert result.exit_code == 0, result.stderr
+    written = home / "data" / "simctl" / "profiles" / "cpu__tiny__tiny-measured.json"
+    assert json.loads(written.read_text())["name"], result.stdout
+
+
+def test_default_profile_folder_without_xdg_is_under_home(tmp_path, monkeypatch):
+    from simulator.cli.profile import default_profile_path
+
+    monkeypatch.delenv("SIMCTL_HOME", raising=False)
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert default_profile_path("x") == tmp_path / ".local" / "share" / "simctl" / "profiles" / "x.json"
+    assert (tmp_path / ".local" / "share" / "simctl" / "profiles").is_dir()
+
+
 def test_quick_profile_replays(quick_profile):
     from typer.testing import CliRunner
 

@@ -66,6 +66,18 @@ def test_version():
     assert result.exit_code == 0 and result.stdout.startswith("simctl ")
 
 
+def test_version_reads_the_distribution_that_pyproject_names():
+    """``--version`` asks importlib.metadata for the distribution by name: the name it asks
+    for must be the one pyproject.toml builds (``simctl`` on PyPI is another project)."""
+    import tomllib
+
+    from simulator.cli import DISTRIBUTION
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["name"] == DISTRIBUTION == "simctl-llm"
+    assert project["scripts"]["simctl"].startswith("simulator.")
+
+
 def test_help_lists_every_command_without_importing_the_model():
     """The listing imports no command module, so none of the heavy libraries."""
     code = ("import sys\nfrom typer.testing import CliRunner\nfrom simulator.cli import app\n"
@@ -94,13 +106,13 @@ def test_wheel_installs_and_runs_from_a_temporary_folder(tmp_path):
     wheels = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(REPO)],
                    check=True, capture_output=True, text=True)
-    wheel = next(wheels.glob("simctl-*.whl"))
+    wheel = next(wheels.glob("simctl_llm-*.whl"))
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
-    # Nothing of the checkout on the path: pip would take its simctl.egg-info for an installed simctl.
+    # Nothing of the checkout on the path: pip would take its simctl_llm.egg-info for an installed simctl-llm.
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     pip = subprocess.run([str(_venv_bin(env_dir, "python")), "-m", "pip", "install", "-q",
-                          f"simctl[test] @ {wheel.as_uri()}"], env=env, capture_output=True, text=True)
+                          f"simctl-llm[test] @ {wheel.as_uri()}"], env=env, capture_output=True, text=True)
     assert pip.returncode == 0, f"installing the wheel and its dependencies from PyPI failed:\n{pip.stderr[-3000:]}"
 
     work = tmp_path / "elsewhere"
@@ -113,7 +125,7 @@ def test_wheel_installs_and_runs_from_a_temporary_folder(tmp_path):
         assert done.returncode == 0, (args, done.stdout, done.stderr)
         return done.stdout
 
-    assert simctl("--version").strip().startswith("simctl ")
+    assert simctl("--version").strip() == f"simctl {wheel.name.split('-')[1]}"  # found by its distribution name
     replayed = simctl("replay", "example", "--flush", "0.5")
     assert "Latency per task" in replayed
     assert "engine=fast" in replayed  # the compiled kernel compiles and caches in the installed package

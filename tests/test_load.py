@@ -223,6 +223,36 @@ def test_cli_writes_the_run_and_observed_reads_it(tmp_path):
     assert "overall" in shown.stdout
 
 
+def test_cli_benchmark_flags_are_the_trace_and_settings_they_stand_for(tmp_path):
+    """--num-requests sends the first N calls; --max-concurrency N is --client closed:N;
+    --request-rate R scales the rate to R calls/s (here 3 calls over 2 s: 1.5 calls/s)."""
+    trace_file = tmp_path / "trace.json"
+    save_trace(trace_of((0.5, ["mmlu"]), (1.0, ["infobench"]), (2.0, ["mmlu"]), (3.0, ["mmlu"])), trace_file)
+    with FakeServer() as server:
+        result = runner.invoke(app, ["load", server.url, str(trace_file), "-o", str(tmp_path / "run"), "-q",
+                                     "--time-scale", "100", "--num-requests", "3", "--max-concurrency", "2",
+                                     "--request-rate", "3"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "run" / "simulation_summary.json").read_text())
+    assert summary["total_batches"] == 3
+    settings = summary["load"]
+    assert settings["client"] == "closed:2" and settings["rate_scale"] == pytest.approx(2.0)
+
+
+def test_cli_benchmark_flag_conflicts(tmp_path):
+    trace_file = tmp_path / "trace.json"
+    save_trace(trace_of((0.0, ["mmlu"]), (1.0, ["mmlu"])), trace_file)
+    out = str(tmp_path / "run")
+    base = ["load", "http://127.0.0.1:1", str(trace_file), "-o", out]
+    assert_one_line_error(runner.invoke(app, [*base, "--request-rate", "2", "--rate-scale", "2"]),
+                          "--request-rate", "--rate-scale")
+    assert_one_line_error(runner.invoke(app, [*base, "--request-rate", "0"]), "--request-rate", "> 0")
+    assert_one_line_error(runner.invoke(app, [*base, "--max-concurrency", "2", "--client", "open"]),
+                          "--max-concurrency", "--client open")
+    assert_one_line_error(runner.invoke(app, [*base, "--num-requests", "3"]), "--num-requests", "2 calls")
+    assert not Path(out).exists()
+
+
 def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -259,7 +289,7 @@ def test_cli_errors(tmp_path, monkeypatch):
                           "nope.json")
     monkeypatch.setitem(sys.modules, "httpx", None)
     assert_one_line_error(runner.invoke(app, ["load", "http://127.0.0.1:1", str(trace_file), "-o", out]),
-                          "simctl[live]")
+                          "simctl-llm[live]")
 
 
 def test_ctrl_c_keeps_the_finished_calls(tmp_path):

@@ -622,7 +622,7 @@ def test_cli_says_when_the_serve_extra_is_missing(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "uvicorn" else real(name, *a))
     result = runner.invoke(cli_app, ["serve", "-s", "design-notes"])
-    assert result.exit_code == 2 and "pip install 'simctl[serve]'" in result.stderr and "uvicorn" in result.stderr
+    assert result.exit_code == 2 and "pip install 'simctl-llm[serve]'" in result.stderr and "uvicorn" in result.stderr
 
 
 def test_the_command_serves_and_shuts_down_on_sigint(tmp_path):

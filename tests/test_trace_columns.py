@@ -220,3 +220,16 @@ def test_a_trace_is_immutable_and_pickles_as_what_it_holds(pair):
     assert "calls" not in copy.__dict__ and copy == on_columns
     with pytest.raises(TypeError):
         Trace()
+
+
+def test_head_keeps_the_first_calls_and_only_their_tasks_from_calls_or_columns():
+    calls = (Call("a", 0.0, (Prompt("mmlu", 5, 7),)), Call("b", 1.0, (Prompt("graph", 3, None), Prompt("mmlu", None, 2))),
+             Call("c", 2.0, (Prompt("infobench", 9, 9, "text"),)))
+    of_calls = Trace(calls, meta={"format": "x"})
+    of_columns = Trace(columns=TraceColumns.of_calls(calls), meta={"format": "x"})
+    for trace in (of_calls, of_columns):
+        head = trace.head(2)
+        assert head.calls == calls[:2] and head.tasks == ["mmlu", "graph"] and head.n_prompts == 3
+        assert head.meta == {"format": "x", "first_calls": 2}
+        assert trace.head(3) is trace and trace.head(9) is trace and len(trace.head(0)) == 0
+    assert of_columns.head(1).columns.task_names == ("mmlu",)

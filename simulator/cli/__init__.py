@@ -18,6 +18,10 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
+#: The distribution on PyPI (``pip install simctl-llm``): its command is ``simctl``, its
+#: import package ``simulator`` (the name ``simctl`` there is an unrelated project's).
+DISTRIBUTION = "simctl-llm"
+
 #: Every command: its module under ``simulator.cli`` and its one-line help for the listing
 #: (a test holds each equal to the first line of the command's own help).
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -128,7 +132,7 @@ def _unavailable(name: str, missing: str) -> None:
     def _command() -> None:
         from simulator.cli._common import err_console
 
-        err_console.print(f"error: simctl {name} needs the Python package '{missing}': pip install simctl")
+        err_console.print(f"error: simctl {name} needs the Python package '{missing}': pip install simctl-llm")
         raise typer.Exit(2)
 
 
@@ -137,7 +141,7 @@ def _version(value: bool) -> None:
         from importlib.metadata import PackageNotFoundError, version
 
         try:
-            number = version("simctl")
+            number = version(DISTRIBUTION)
         except PackageNotFoundError:  # a bare checkout on sys.path, not installed
             number = "unknown (not installed)"
         typer.echo(f"simctl {number}")

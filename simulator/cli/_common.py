@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import math
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -92,6 +93,20 @@ def write_json(text: str, json_out: str | None, force: bool) -> bool:
         with open_output(json_out, force=force) as fh:
             fh.write(text)
     return False
+
+
+def csv_option(what: str = "one row per task and overall") -> Any:
+    return typer.Option(None, "--csv", help=f"Write a CSV summary to FILE: {what}, flat columns.")
+
+
+def summary_csv_rows(summary: Mapping[str, Any], run: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A replay summary's CSV rows: one per task, one overall and one per call composition,
+    each starting with the ``run``'s columns (what names the run) and the run-wide figures
+    (makespan, GPU-seconds, cost). Settings stay in the JSON summary (``--json``)."""
+    from simulator.outputs import flat_record, task_rows
+
+    kept = {k: v for k, v in summary.items() if k not in ("config", "gpus")}
+    return task_rows({**run, **flat_record(kept)}, {"compositions": "composition"})
 
 
 def warn(message: str) -> None:
@@ -301,3 +316,70 @@ def print_token_figures(groups: list[tuple[str, dict[str, Any]]], units: str, wh
     if slo is not None:
         bounds = ", ".join(f"{TIMING_LABELS[k.removesuffix('_ms')]} <= {v:g} ms" for k, v in slo.items())
         console.print(f"good: completed with {bounds}", highlight=False)
+# -- the load flags of serving benchmarks -------------------------------------------------
+#
+# ``--request-rate``, ``--max-concurrency`` and ``--num-requests`` are the names serving
+# benchmarks (vLLM's, SGLang's) give these knobs. Each only translates into what the trace
+# and the settings already say (the first N calls; ``rate_scale``; ``client = closed:N``),
+# here, once, for every command that takes them.
+
+
+def request_rate_option() -> Any:
+    return typer.Option(None, "--request-rate", help="Send calls at this mean rate (calls/s): scales the trace's "
+                        "arrival rate (calls / last arrival instant, as validate reports it) to it. Instead of "
+                        "--rate-scale.")
+
+
+def max_concurrency_option() -> Any:
+    return typer.Option(None, "--max-concurrency", min=1, max=settings.LARGEST_COUNT,
+                        help="Keep N calls outstanding (closed loop): the same as --client closed:N.")
+
+
+def num_requests_option() -> Any:
+    # A trace's prompts are indexed in 32 bits, so no trace holds more calls than this.
+    return typer.Option(None, "--num-requests", min=1, max=settings.LARGEST_TOKENS,
+                        help="Use the trace's first N calls only.")
+
+
+def load_flags(trace: Any, *, request_rate: float | None, max_concurrency: int | None,
+               num_requests: int | None, rate_scale_from: str | None = None,
+               client: str | None = None) -> tuple[Any, dict[str, Any]]:
+    """The trace to run and the settings that ``--request-rate``, ``--max-concurrency`` and
+    ``--num-requests`` stand for: ``(first N calls of trace, {"rate_scale": R / its call
+    rate, "client": "closed:N"})``, holding only what was given.
+
+    ``rate_scale_from`` names the option that already set the rate scale (``--rate-scale``),
+    if one did; ``client`` is the ``--client`` given, if any. Giving the rate twice, or a
+    client other than ``closed:N`` with ``--max-concurrency N``, is a :class:`ScenarioError`,
+    as are a rate that is not a positive number and more calls than the trace holds."""
+    from simulator.trace.stats import trace_stats
+
+    out: dict[str, Any] = {}
+    if num_requests is not None:
+        if num_requests > len(trace):
+            raise ScenarioError(trace.source, None, None, f"--num-requests: the trace has {len(trace):,} calls, "
+                                f"fewer than {num_requests:,}")
+        trace = trace.head(num_requests)
+    if max_concurrency is not None:
+        closed = f"closed:{max_concurrency}"
+        try:
+            same = client is None or settings.parse_client(client) == settings.parse_client(closed)
+        except ValueError as exc:
+            raise ScenarioError(None, None, None, f"--client: {exc}") from None
+        if not same:
+            raise ScenarioError(None, None, None, f"--max-concurrency {max_concurrency} means --client {closed}; "
+                                f"it contradicts --client {client}: give one of them")
+        out["client"] = closed
+    if request_rate is not None:
+        if rate_scale_from is not None:
+            raise ScenarioError(None, None, None, f"--request-rate and {rate_scale_from} both set the arrival rate; "
+                                "give one of them")
+        if not (math.isfinite(request_rate) and request_rate > 0):
+            raise ScenarioError(None, None, None, f"--request-rate: must be a number of calls per second > 0, "
+                                f"got {request_rate:g}")
+        rate = trace_stats(trace).call_rate
+        if rate is None:
+            raise ScenarioError(trace.source, None, None, "--request-rate: every call of the trace arrives at 0 s; "
+                                "it has no arrival rate to scale")
+        out["rate_scale"] = request_rate / rate
+    return trace, out

@@ -46,12 +46,18 @@ def compare_cli(
     where: list[str] = typer.Option([], "--where", help="Fix an axis: AXIS=VALUE (repeatable)."),
     higher_is_better: bool = typer.Option(False, "--higher-is-better", help="Best cell is the largest (e.g. throughput)."),
     plot: Path | None = typer.Option(None, "--plot", help="Write a heatmap (two axes) or lines with CI bands (one numeric axis)."),
-    force: bool = typer.Option(False, "--force", help="Overwrite an existing --plot file."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing --plot or --csv file."),
+    csv_out: str | None = typer.Option(None, "--csv", help="Write the cells to FILE as CSV: one row per cell, its "
+                                       "axes, the metric's mean, std, seeds (n) and 95 % CI."),
 ) -> None:
     """Pivot one figure of a sweep across its axes, mark the best cell, optionally plot it."""
     with user_errors():
         if plot is not None:
             check_figure(plot, force=force, inputs=(results,))
+        if csv_out is not None:
+            from simulator.outputs import check_writable
+
+            check_writable(csv_out, force=force, inputs=(results,))
         frame, meta = read_results(results)
         metric = metric_column(frame, metric)
         frame = parse_where(where, frame)
@@ -70,6 +76,10 @@ def compare_cli(
                              f"({', '.join(map(show_axis_value, values))}); "
                              f"add it to --by or fix it with --where {others[0]}=VALUE")
         agg = aggregate(frame, metric, axes)
+        if csv_out is not None:
+            from simulator.outputs import write_csv
+
+            write_csv([{"metric": metric, **row} for row in agg.to_dict("records")], csv_out, force=force)
         best_at = agg["mean"].idxmax() if higher_is_better else agg["mean"].idxmin()
         best = agg.astype(object).loc[best_at]
         tied = tied_with_best(agg, best_at)

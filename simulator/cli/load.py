@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,15 @@ from typing import Any
 import typer
 
 from simulator.cli import app
-from simulator.cli._common import console, interrupted, user_errors
+from simulator.cli._common import (
+    console,
+    interrupted,
+    load_flags,
+    max_concurrency_option,
+    num_requests_option,
+    request_rate_option,
+    user_errors,
+)
 from simulator.errors import LoadError
 from simulator.observed import CLIENT_TIMEOUT
 from simulator.settings import LARGEST_COUNT, LARGEST_TOKENS
@@ -23,7 +32,7 @@ def _live() -> Any:
         import simulator.live as live
     except ModuleNotFoundError as exc:
         raise LoadError(None, None, None, f"simctl load needs the Python package '{exc.name}': "
-                        "pip install 'simctl[live]'") from None
+                        "pip install 'simctl-llm[live]'") from None
     return live
 
 
@@ -41,10 +50,14 @@ def load_cli(
     api: str = typer.Option("batch", "--api", help="batch (the users' endpoint: one POST per call), completions or "
                             "chat (OpenAI-compatible, streamed, one request per prompt)."),
     model: str | None = typer.Option(None, "--model", help="The served model's name (needed by --api completions/chat)."),
-    client: str = typer.Option("open", "--client", help="open (every call at its instant) or closed:N[:THINK] "
-                               "(N calls outstanding)."),
+    client: str | None = typer.Option(None, "--client", help="open (every call at its instant) or closed:N[:THINK] "
+                                      "(N calls outstanding). [default: open]"),
     time_scale: float = typer.Option(1.0, "--time-scale", help="Compress time: a call at t is sent at t / X."),
-    rate_scale: float = typer.Option(1.0, "--rate-scale", help="Multiply the arrival rate (as in replay)."),
+    rate_scale: float | None = typer.Option(None, "--rate-scale", help="Multiply the arrival rate (as in replay). "
+                                            "[default: 1]"),
+    request_rate: float | None = request_rate_option(),
+    max_concurrency: int | None = max_concurrency_option(),
+    num_requests: int | None = num_requests_option(),
     timeout: float = typer.Option(CLIENT_TIMEOUT, "--timeout", help="Per-call timeout (s), as the users' client."),
     max_in_flight: int = typer.Option(300, "--max-in-flight", min=1, max=LARGEST_COUNT, help="Calls on the wire at once, at most "
                                       "(the users' client: 300)."),
@@ -67,12 +80,15 @@ def load_cli(
         from simulator.trace.formats import load_trace
 
         live = _live()
-        options = live.LoadOptions(url=url, api=api, model=model, client=client, time_scale=time_scale,
-                                   rate_scale=rate_scale, timeout=timeout, max_in_flight=max_in_flight,
-                                   max_tokens=max_tokens)
+        options = live.LoadOptions(url=url, api=api, model=model, client=client or "open", time_scale=time_scale,
+                                   rate_scale=1.0 if rate_scale is None else rate_scale, timeout=timeout,
+                                   max_in_flight=max_in_flight, max_tokens=max_tokens)
         options.checked()
         trace_path = trace if trace.exists() else None
-        loaded = load_trace(trace)
+        loaded, implied = load_flags(load_trace(trace), request_rate=request_rate, max_concurrency=max_concurrency,
+                                     num_requests=num_requests,
+                                     rate_scale_from=None if rate_scale is None else "--rate-scale", client=client)
+        options = dataclasses.replace(options, **implied)
 
         def line(p: Any) -> Text:
             return Text(f"calls sent {p.sent}/{p.total}  done {p.done}  failed {p.failed}  in flight {p.in_flight}"

@@ -68,6 +68,8 @@ def observed_cli(
     percentiles: str = typer.Option("50,90,99", "--percentiles", help=PERCENTILES_HELP),
     goodput: str | None = typer.Option(None, "--goodput", help=GOODPUT_HELP),
     units: str = typer.Option("ms", "--units", help=UNITS_HELP),
+    csv_out: str | None = typer.Option(None, "--csv", help="Write the figures to FILE as CSV: one row per task, "
+                                       "call composition and overall, flat columns."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing output file."),
 ) -> None:
     """Summarise an observed run per call composition and overall, as replay does.
@@ -90,6 +92,8 @@ def observed_cli(
             check_writable(json_out, force=force, inputs=(folder,))
         if write_trace is not None:
             check_writable(write_trace, force=force, inputs=(folder,) + ((arrivals,) if arrivals else ()))
+        if csv_out is not None:
+            check_writable(csv_out, force=force, inputs=(folder,))
         run = read_observed(folder, arrivals, timeout, _compositions(config))
         if write_trace is not None and lengths is not None:  # both or neither, as checked above
             from simulator.observed import find_arrivals, with_observed_lengths
@@ -107,6 +111,11 @@ def observed_cli(
             console.print(f"wrote {write_trace}: {trace.meta['output_lengths']['prompts']} prompts of "
                           f"{', '.join(tasks)} with their measured output tokens", highlight=False)
         data = json_ready(observed_to_json(run, tokens))
+        if csv_out is not None:
+            from simulator.outputs import flat_record, task_rows, write_csv
+
+            write_csv(task_rows({"run": run.name, **flat_record(data["figures"])}, {"compositions": "composition"}),
+                      csv_out, force=force)
         if write_json(json.dumps(data, indent=2), json_out, force):
             return
         scaled = f"; model s, the run's clock × {run.time_scale:g}" if run.time_scale != 1 else ""

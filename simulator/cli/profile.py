@@ -113,7 +113,7 @@ def profile_cli(
         try:
             import torch
         except ModuleNotFoundError:
-            raise HarnessError(None, None, None, "simctl profile needs torch: pip install 'simctl[harness]' "
+            raise HarnessError(None, None, None, "simctl profile needs torch: pip install 'simctl-llm[harness]' "
                                "(for the CPU build: pip install torch==2.13.0)") from None
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -150,7 +150,6 @@ def profile_cli(
         profile["answers"] = answers or (
             f"How long batches of {grid.target} with a {grid.draft} draft take on {meta.get('device')} over the "
             f"measured grid (batch sizes, lookaheads, acceptance rates, prompt lengths)")
-        out.parent.mkdir(parents=True, exist_ok=True)
         with open_output(out, force=force) as fh:
             json.dump(profile, fh, indent=1)
         print_profile(profile, out)
@@ -180,12 +179,17 @@ def held_out_missed(check: dict) -> str:
 
 def default_profile_path(stem: str) -> Path:
     """Where a measured profile goes by default: the per-user profile folder, under a name no
-    bundled profile has (so ``-p NAME`` finds it and nothing bundled is ever overwritten)."""
+    bundled profile has (so ``-p NAME`` finds it and nothing bundled is ever overwritten).
+
+    The folder is made here, on first use, as any program makes its own data folder; a
+    folder the user names with ``--output`` is never made (its absence is an error)."""
     from simulator.bundled import names, user_profiles_dir
 
     if stem in names("profiles"):
         stem = f"{stem}-measured"
-    return user_profiles_dir() / f"{stem}.json"
+    folder = user_profiles_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"{stem}.json"
 
 
 def print_profile(profile: dict, path: Path) -> None:
@@ -271,7 +275,6 @@ def composed_profile(gpu: str, target: str | None, draft: str | None, engine: st
     data["name"] = out.stem   # found by this name with -p
     profile_from_dict(data)   # what is written must load
     check_writable(out, force=force)
-    out.parent.mkdir(parents=True, exist_ok=True)
     with open_output(out, force=force) as fh:
         json.dump(data, fh, indent=1)
         fh.write("\n")
@@ -336,7 +339,7 @@ def measure_ops_cli(out: Path, gpu: str | None, device: str | None, model: str |
     try:
         import torch
     except ModuleNotFoundError:
-        raise HarnessError(None, None, None, "--measure-ops needs torch: pip install 'simctl[harness]' "
+        raise HarnessError(None, None, None, "--measure-ops needs torch: pip install 'simctl-llm[harness]' "
                            "(for the CPU build: pip install torch==2.13.0)") from None
     from rich.progress import (
         BarColumn,

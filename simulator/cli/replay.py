@@ -19,9 +19,15 @@ from simulator.cli._common import (
     UNITS_HELP,
     Flags,
     console,
+    csv_option,
+    load_flags,
+    max_concurrency_option,
+    num_requests_option,
     print_table,
     print_token_figures,
+    request_rate_option,
     setting_options,
+    summary_csv_rows,
     token_options,
     user_errors,
     warn,
@@ -49,6 +55,9 @@ def replay_cli(
                                           "('design-notes'). Flags and --set override it."),
     profile: str = typer.Option(DEFAULT_PROFILE, "--profile", "-p", help="Profile JSON file or bundled profile name."),
     flags: Flags = GENERATED,  # one option per setting (simulator.settings)
+    request_rate: float | None = request_rate_option(),
+    max_concurrency: int | None = max_concurrency_option(),
+    num_requests: int | None = num_requests_option(),
     set_values: list[str] = typer.Option([], "--set", help="Override any scenario field: KEY=VALUE with a dotted KEY, "
                                          "e.g. tasks.infobench.flush=0.1 (repeatable; wins over flags and file)."),
     task_map: str | None = typer.Option(None, "--task-map", help="Rename the trace's tasks to the profile's: "
@@ -60,6 +69,7 @@ def replay_cli(
     goodput: str | None = typer.Option(None, "--goodput", help=GOODPUT_HELP),
     units: str = typer.Option("ms", "--units", help=UNITS_HELP),
     json_out: str | None = typer.Option(None, "--json", help="Write the summary JSON to FILE ('-' for stdout)."),
+    csv_out: str | None = csv_option(),
     events: str | None = typer.Option(None, "--events", help="Write the per-prompt event log (.parquet or .csv)."),
     plot: str | None = typer.Option(None, "--plot", help="Write the standard figures of this run into DIR."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
@@ -76,9 +86,12 @@ def replay_cli(
 
         # Refuse bad outputs before doing any work: never onto an input, never twice the same.
         inputs = tuple(Path(p) for p in (trace, config, profile) if p is not None and Path(p).exists())
-        outs = [o for o in (json_out, events) if o is not None and o != "-"]
-        if len(outs) == 2 and Path(outs[0]).resolve() == Path(outs[1]).resolve():
-            raise ScenarioError(None, None, None, "--json and --events name the same file")
+        named = {"--json": json_out, "--csv": csv_out, "--events": events}
+        outs = [o for o in named.values() if o is not None and o != "-"]
+        for i, (flag, o) in enumerate(named.items()):
+            for other, p in list(named.items())[i + 1:]:
+                if o and p and o != "-" and Path(o).resolve() == Path(p).resolve():
+                    raise ScenarioError(None, None, None, f"{flag} and {other} name the same file")
         for out in outs:
             check_writable(out, force=force, inputs=inputs)
         if plot is not None:
@@ -92,6 +105,12 @@ def replay_cli(
         overrides = parse_set(set_values)
         mapping = parse_task_map(task_map)
         loaded = load_trace(trace, options=ImportOptions(task_map=mapping)).renamed(mapping)
+        rate_from = ("--rate-scale" if flags.given.get("rate_scale") is not None
+                     else "--set run.rate_scale" if "run.rate_scale" in overrides else None)
+        loaded, implied = load_flags(loaded, request_rate=request_rate, max_concurrency=max_concurrency,
+                                     num_requests=num_requests, rate_scale_from=rate_from,
+                                     client=flags.given.get("client") or overrides.get("run.client"))
+        run_flags.update(implied)
         prof = load_profile(profile)
         load_prices(prices)  # a bad price table fails before the run
         missing = [t for t in loaded.tasks if t not in prof.tasks]
@@ -111,6 +130,12 @@ def replay_cli(
             warn(outside["message"])
         if events:
             write_event_log(result.log, events, force=force)
+        if csv_out:
+            from simulator.outputs import write_csv
+
+            write_csv(summary_csv_rows(json_ready(result.summary), {"trace": str(trace), "scenario": scenario.name,
+                                                                    "profile": prof.name, "seed": seed}),
+                      csv_out, force=force)
         if plot:
             from simulator.cli.plot import write_standard_set
 

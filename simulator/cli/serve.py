@@ -59,7 +59,7 @@ def serve_cli(
         missing = missing_extra()
         if missing is not None:
             raise ServeError(None, None, None, f"simctl serve needs the serve extra (missing the Python package "
-                             f"{missing!r}): pip install 'simctl[serve]'")
+                             f"{missing!r}): pip install 'simctl-llm[serve]'")
         serve_app = make_server(scenario, profile, backend, time_scale, seed, set_values, batch_timeout, grace,
                                 harness_model, harness_draft, harness_device, engine_model, harness_threads)
         if not 0 <= port <= 65535:

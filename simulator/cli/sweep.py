@@ -15,6 +15,7 @@ from simulator.cli._common import (
     PERCENTILES_HELP,
     Flags,
     console,
+    csv_option,
     interrupted,
     setting_options,
     token_options,
@@ -62,7 +63,9 @@ def sweep_cli(
     percentiles: str = typer.Option("50,90,99", "--percentiles", help=PERCENTILES_HELP + " Columns tokens.ttft_ms.p50 ..."),
     goodput: str | None = typer.Option(None, "--goodput", help=GOODPUT_HELP + " Columns tokens.goodput_per_s, "
                                        "tokens.goodput_fraction."),
-    force: bool = typer.Option(False, "--force", help="Start over: discard an existing results file."),
+    force: bool = typer.Option(False, "--force", help="Start over: discard an existing results file (and replace the "
+                               "--csv file)."),
+    csv_out: str | None = csv_option("one row per replay (configuration and seed) and task, and one overall"),
 ) -> None:
     """Replay TRACE under every combination of the given axes, in parallel.
 
@@ -70,6 +73,10 @@ def sweep_cli(
     same command again resumes it.
     """
     with user_errors():
+        if csv_out is not None:
+            from simulator.outputs import check_writable
+
+            check_writable(csv_out, force=force, inputs=(Path(trace), out))
         axes = flags.axis_values()
         run = flags.values("run")
         spec = SweepSpec(axes, seeds_from(seeds), task)
@@ -96,6 +103,12 @@ def sweep_cli(
                             "run the same command to resume")
         console.print(f"{out}: {result.ran} replays run, {result.skipped} already in the file skipped, "
                       f"{len(result.frame)} rows", highlight=False)
+        if csv_out is not None:
+            from simulator.outputs import task_rows, write_csv
+
+            write_csv([row for record in result.frame.to_dict("records") for row in task_rows(record)],
+                      csv_out, force=force)
+            console.print(f"wrote {csv_out}", highlight=False)
         print_best(result.frame, metric)
 
 

@@ -205,7 +205,7 @@ class HarnessBackend(SleepBackend):
             import torch  # noqa: F401
         except ModuleNotFoundError:
             raise BackendError(None, None, "--backend", "the harness backend needs torch: pip install "
-                               "'simctl[harness]' (for the CPU build: pip install torch==2.13.0)") from None
+                               "'simctl-llm[harness]' (for the CPU build: pip install torch==2.13.0)") from None
         from simulator.errors import UnknownPreset
         from simulator.harness.presets import get_preset
 

@@ -241,6 +241,30 @@ class Trace:
         calls = tuple(replace(c, t=c.t / rate_scale) for c in self.calls)
         return Trace(calls=calls, meta=meta, source=self.source)
 
+    def head(self, n: int) -> Trace:
+        """The first ``n`` calls (all of them when the trace has no more), in a trace whose
+        ``meta`` records ``first_calls = n``. Its tasks are those of the calls kept."""
+        if n < 0:
+            raise ValueError(f"a trace's first n calls need n >= 0, got {n}")
+        if n >= len(self):
+            return self
+        meta = dict(self.meta, first_calls=n)
+        if "columns" not in self.__dict__:
+            return Trace(calls=self.calls[:n], meta=meta, source=self.source)
+        cols = self.columns
+        m = int(np.searchsorted(cols.call_of, n))  # prompts are in call order: the first m
+        task_of = cols.task_of[:m]
+        codes, first = np.unique(task_of, return_index=True)
+        kept = codes[np.argsort(first)]  # the kept tasks, in order of first appearance
+        remap = np.zeros(len(cols.task_names), dtype=task_of.dtype)
+        remap[kept] = np.arange(len(kept), dtype=task_of.dtype)
+        head = TraceColumns(
+            call_t=cols.call_t[:n], call_ids=cols.call_ids[:n], call_of=cols.call_of[:m],
+            prompt_index=cols.prompt_index[:m], task_names=tuple(cols.task_names[k] for k in kept.tolist()),
+            task_of=remap[task_of], prompt_tokens=cols.prompt_tokens[:m], max_tokens=cols.max_tokens[:m],
+            texts=None if cols.texts is None else cols.texts[:m])
+        return Trace(columns=head, meta=meta, source=self.source)
+
     def renamed(self, task_map: Mapping[str, str]) -> Trace:
         """The same calls with each task named by ``task_map`` (names it lacks are kept)."""
         if not any(t in task_map for t in self.tasks):
