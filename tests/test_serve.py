@@ -614,6 +614,9 @@ runner = CliRunner()
     (["-s", "design-notes", "--backend", "gpu"], "unknown backend 'gpu'"),
     (["-s", "no-such-scenario"], "no-such-scenario"),
     (["-s", "design-notes", "--set", "run.host_lock=true"], "host_lock"),
+    (["-s", "design-notes", "--default-task", "chat"],
+     "'--default-task': unknown task 'chat'; valid: infobench, mmlu, graph, none"),
+    (["-s", "design-notes", "--per-prompt"], "only the openai backend"),
 ])
 def test_cli_errors_are_one_line_and_exit_2(args, words):
     result = runner.invoke(cli_app, ["serve", *args])
@@ -750,3 +753,151 @@ def test_load_against_serve_with_a_failing_engine_records_failed_calls(tmp_path)
     assert recs[3]["response"]["failed"][0]["reason"] == "timeout"
     run = read_observed(tmp_path / "run")
     assert list(run.calls["ok"]) == [True, False, False, False, True]
+
+
+# -- what benchmark clients send -------------------------------------------------------------
+SYNTHETIC = "kept sand seven ocean ran quickly under the old bridge"  # no keyword rule matches it
+
+
+def _openai_shaped(reply: Any, status: int, error_type: str, param: str | None = None) -> dict:
+    """The reply is ``status`` with OpenAI's error body; returns the error object."""
+    assert reply.status_code == status, (reply.status_code, reply.text)
+    assert reply.headers["content-type"].startswith("application/json"), reply.headers
+    error = reply.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["message"], error
+    assert error["type"] == error_type and error["param"] == param and error["code"] == status, error
+    return error
+
+
+def test_a_prompt_no_rule_serves_goes_to_the_default_task():
+    """With a default task, a synthetic prompt is served as that task on every endpoint (and
+    the batch endpoint says so); without one (the library's default, --default-task none),
+    it is refused: 400 on the OpenAI endpoints, streamed or not, the legacy reply on POST /."""
+    served = make(scale=20, default_task="mmlu")
+    strict = make(scale=20)
+
+    async def main():
+        async with client(served) as c:
+            batch = await c.post("/", json={"prompt": [SYNTHETIC, INFOBENCH.format(0)], "max_tokens": 2})
+            plain = await c.post("/v1/completions", json={"prompt": SYNTHETIC, "max_tokens": 2})
+            stream = await c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": SYNTHETIC}],
+                                                                "max_tokens": 2, "stream": True})
+        async with client(strict) as c:
+            refused = [await c.post("/v1/completions", json={"prompt": SYNTHETIC, "stream": s}) for s in (False, True)]
+            legacy = await c.post("/", json={"prompt": [SYNTHETIC]})
+        return batch, plain, stream, refused, legacy
+    batch, plain, stream, refused, legacy = run_virtual(main())
+    assert [ch["task"] for ch in batch.json()["choices"]] == ["mmlu", "infobench"]
+    assert plain.status_code == 200 and plain.json()["choices"][0]["text"] == " the of"
+    assert stream.status_code == 200 and _events(stream.text)[-1] == "[DONE]"
+    assert sorted({r["task"] for r in served.runtime.log}) == ["infobench", "mmlu"]
+    assert [r["task"] for r in served.runtime.log].count("mmlu") == 3
+    for reply in refused:
+        assert "no task of this server matches" in _openai_shaped(reply, 400, "unknown-task")["message"]
+    assert legacy.status_code == 200 and legacy.json()["failed"][0]["reason"] == "unknown-task"
+
+
+def test_default_task_of_the_command():
+    """simctl serve's default is the profile's first task on a GPU (design-notes: infobench,
+    graph runs on the CPU); ``none`` keeps the strict routing; a task the profile lacks is an
+    error (test_cli_errors_are_one_line_and_exit_2)."""
+    from simulator.cli.serve import make_server
+
+    def default(name: str | None, scenario: str = "design-notes", sets: tuple[str, ...] = ()) -> str | None:
+        sa = make_server(scenario, "seed-calibrated", "sleep", 1.0, 0, list(sets), 600.0, 30.0, "tiny", "tiny",
+                         None, None, default_task=name)
+        return sa.runtime.default_task
+    assert default(None) == "infobench" and default("none") is None and default("graph") == "graph"
+    assert default(None, sets=("tasks.infobench.resource=cpu",)) == "mmlu"
+
+
+def test_request_errors_before_the_first_byte_are_4xx_with_the_openai_body():
+    """Each bad request, streamed or not, is a status code and OpenAI's error body: the body,
+    its fields, n > 1 (one choice per request), a model this server does not serve, a route
+    or method it does not have; a full queue refuses a stream with 429 before it starts."""
+    sa = make(defaults={"flush": 10.0, "max_batch": 8, "max_queue": 1}, scale=20)
+    chat = "/v1/chat/completions"
+    messages = [{"role": "user", "content": MMLU.format(0)}]
+
+    async def main():
+        async with client(sa) as c:
+            replies = {}
+            for stream in (False, True):
+                replies["json", stream] = await c.post(chat, content=b"{", headers={"content-type": "application/json"})
+                replies["messages", stream] = await c.post(chat, json={"messages": [], "stream": stream})
+                replies["prompt", stream] = await c.post("/v1/completions", json={"prompt": ["a", "b"], "stream": stream})
+                replies["max", stream] = await c.post(chat, json={"messages": messages, "max_completion_tokens": 0,
+                                                                  "stream": stream})
+                replies["n", stream] = await c.post(chat, json={"messages": messages, "n": 2, "stream": stream})
+                replies["model", stream] = await c.post(chat, json={"messages": messages, "model": "gpt-4o",
+                                                                    "stream": stream})
+            replies["route"] = await c.post("/v1/embeddings", json={"input": "x"})
+            replies["method"] = await c.get("/v1/completions")
+            waiting = asyncio.create_task(c.post("/v1/completions", json={"prompt": MMLU.format(1), "max_tokens": 1}))
+            await asyncio.sleep(0.1)
+            replies["full"] = await c.post("/v1/completions", json={"prompt": MMLU.format(2), "stream": True})
+            await waiting
+            return replies
+    replies = run_virtual(main())
+    for stream in (False, True):
+        _openai_shaped(replies["json", stream], 400, "invalid")
+        _openai_shaped(replies["messages", stream], 400, "invalid", "messages")
+        _openai_shaped(replies["prompt", stream], 400, "invalid", "prompt")
+        _openai_shaped(replies["max", stream], 400, "invalid", "max_completion_tokens")
+        assert "n must be 1" in _openai_shaped(replies["n", stream], 400, "invalid", "n")["message"]
+        assert "'simctl'" in _openai_shaped(replies["model", stream], 404, "unknown-model", "model")["message"]
+    _openai_shaped(replies["route"], 404, "not-found")
+    _openai_shaped(replies["method"], 405, "method-not-allowed")
+    assert "max_queue 1" in _openai_shaped(replies["full"], 429, "rejected")["message"]
+
+
+class FailsAfterStarting(SleepBackend):
+    """Starts each batch (its tokens due at once), then fails it."""
+
+    name = "fails-after-starting"
+
+    async def run(self, runtime: Runtime, batch: ServeBatch) -> list[str]:
+        batch.plan(runtime, 0.0, 1.0)
+        await asyncio.sleep(0)
+        raise RuntimeError("lost the GPU")
+
+
+def test_a_failure_after_the_stream_began_is_an_error_event():
+    sa = make(backend=FailsAfterStarting(), scale=20)
+
+    async def main():
+        async with client(sa) as c:
+            return await c.post("/v1/completions", json={"prompt": MMLU.format(0), "max_tokens": 3, "stream": True})
+    reply = run_virtual(main())
+    assert reply.status_code == 200
+    events = _events(reply.text)
+    assert events[-1] == "[DONE]"
+    error = json.loads(events[-2])["error"]
+    assert error["type"] == "backend" and "lost the GPU" in error["message"] and error["code"] == 500
+
+
+def test_the_sleep_backends_text_counts_as_its_tokens():
+    """A client that counts the reply's tokens itself gets what usage says: by whitespace
+    exactly, and by a byte-level BPE tokenizer trained offline on the docs' prose alone
+    (the word list left out of its corpus) within 10 %."""
+    sa = make(scale=20)
+
+    async def main():
+        async with client(sa) as c:
+            return [(await c.post("/v1/completions", json={"prompt": MMLU.format(n), "max_tokens": n})).json()
+                    for n in (1, 7, 64, 200)]
+    replies = run_virtual(main())
+    texts = [r["choices"][0]["text"] for r in replies]
+    assert [len(t.split()) for t in texts] == [r["usage"]["completion_tokens"] for r in replies] == [1, 7, 64, 200]
+    assert all(t.startswith(" ") and " tok" not in t for t in texts)
+    pytest.importorskip("tokenizers")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("offline_tokenizer", REPO / "benchmarks" / "offline_tokenizer.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    bpe = module.build_tokenizer(words=False)
+    for text, reply in zip(texts[1:], replies[1:], strict=True):
+        counted, claimed = len(bpe.encode(text).ids), reply["usage"]["completion_tokens"]
+        assert abs(counted - claimed) <= 0.1 * claimed, (counted, claimed, text)
