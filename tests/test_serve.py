@@ -901,3 +901,141 @@ def test_the_sleep_backends_text_counts_as_its_tokens():
     for text, reply in zip(texts[1:], replies[1:], strict=True):
         counted, claimed = len(bpe.encode(text).ids), reply["usage"]["completion_tokens"]
         assert abs(counted - claimed) <= 0.1 * claimed, (counted, claimed, text)
+
+
+# -- the openai backend and the engines behind it ----------------------------------------------
+async def _uvicorn(asgi: Any) -> tuple[Any, asyncio.Task, str]:
+    """``asgi`` served by uvicorn on a free loopback port in this loop: (server, task, URL)."""
+    uvicorn = pytest.importorskip("uvicorn")
+    server = uvicorn.Server(uvicorn.Config(asgi, host="127.0.0.1", port=0, log_level="error", lifespan="on"))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.02)
+    return server, task, f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+
+
+def _recording(app: Any, bodies: list[Any]) -> Any:
+    """``app`` recording the JSON body of every POST it is sent, in arrival order."""
+    async def asgi(scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return await app(scope, receive, send)
+        chunks: list[bytes] = []
+
+        async def recorded() -> dict:
+            message = await receive()
+            if message["type"] == "http.request":
+                chunks.append(message.get("body", b""))
+                if not message.get("more_body"):
+                    bodies.append(json.loads(b"".join(chunks) or b"null"))
+            return message
+        await app(scope, recorded, send)
+    return asgi
+
+
+def _front(url: str, per_prompt: bool = False) -> Any:
+    """A one-GPU server whose mmlu batches (3 prompts of a call at once) go to ``url``."""
+    from simulator.serve.backends import OpenAIBackend
+
+    return make(tasks={"mmlu": {"flush": 0.0, "max_batch": 8}}, backend=OpenAIBackend([url], per_prompt=per_prompt),
+                scale=1, default_task="mmlu")
+
+
+async def _three_calls(front: Any) -> list[Any]:
+    async with client(front) as c:
+        replies = [(await c.post("/", json={"prompt": [MMLU.format(f"{call}{i}") for i in range(3)],
+                                            "max_tokens": 2})).json() for call in range(2)]
+    await front.runtime.shutdown(grace=5)  # closes the backend's connections
+    return replies
+
+
+def test_openai_backend_finds_that_simctl_serve_takes_one_prompt_per_request():
+    """Behind the front, ``simctl serve`` itself (one prompt per OpenAI request, a list of 3
+    answers 400): the first batch's list is refused once, its prompts go one request each,
+    and from then on the front sends that engine one request per prompt; forced with
+    per_prompt, no list is ever sent."""
+    for forced in (False, True):
+        engine = make(scale=50)
+        bodies: list[Any] = []
+
+        async def main(engine=engine, bodies=bodies, forced=forced):
+            server, task, url = await _uvicorn(_recording(engine.app, bodies))
+            try:
+                front = _front(url, per_prompt=forced)
+                return await _three_calls(front), front.runtime.backend
+            finally:
+                server.should_exit = True
+                await task
+        replies, backend = asyncio.run(asyncio.wait_for(main(), 60))
+        assert all(len(r["choices"]) == 3 for r in replies), replies
+        assert [r["choices"][0]["text"] for r in replies] == [" the of", " the of"]
+        prompts = [b["prompt"] for b in bodies]
+        lists = [p for p in prompts if isinstance(p, list)]
+        assert lists == ([] if forced else [[MMLU.format(f"0{i}") for i in range(3)]]), prompts
+        assert sorted(p for p in prompts if isinstance(p, str)) == sorted(MMLU.format(f"{c}{i}") for c in range(2)
+                                                                           for i in range(3))
+        assert list(backend.per_prompt.values()) == [True]
+        assert len(engine.runtime.log) == 6 and {r["status"] for r in engine.runtime.log} == {"served"}
+
+
+def test_openai_backend_sends_lists_to_an_engine_that_takes_them():
+    """An engine that answers a list of prompts gets each batch as one list request (the
+    probe's success remembered); forced per prompt, the same engine gets one request each."""
+    from live_server import FakeServer
+
+    for forced, expect in ((False, [3, 3]), (True, [1] * 6)):
+        with FakeServer() as engine:
+            replies = asyncio.run(asyncio.wait_for(_three_calls(_front(engine.url, per_prompt=forced)), 60))
+            sizes = [len(b["prompt"]) if isinstance(b["prompt"], list) else 1 for _, _, b in engine.received
+                     if b.get("prompt") is not None]
+        assert all(len(r["choices"]) == 3 for r in replies), replies
+        assert sizes == expect
+
+
+def _guidellm() -> str:
+    """The ``guidellm`` executable: $SIMCTL_GUIDELLM, else on PATH (skips the test if none)."""
+    import shutil
+
+    exe = os.environ.get("SIMCTL_GUIDELLM") or shutil.which("guidellm")
+    if not exe:
+        pytest.skip("guidellm is not installed (pip install guidellm==0.8.1, or point SIMCTL_GUIDELLM at its "
+                    "executable)")
+    return exe
+
+
+def test_openai_backend_in_front_of_guidellms_mock_server(tmp_path):
+    """GuideLLM's mock server takes one prompt per request (a list answers HTTP 500): the
+    front falls back to one request per prompt and every call is answered."""
+    import socket
+
+    exe = _guidellm()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([exe, "mock-server", "--host", "127.0.0.1", "--port", str(port), "--ttft-ms", "1",
+                             "--itl-ms", "1", "--request-latency", "0.01", "--output-tokens", "2"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120  # a hang guard: the mock server imports for some seconds
+        while True:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            try:
+                if httpx.get(url + "/v1/models", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "guidellm mock-server did not start"
+            time.sleep(0.2)
+        front = _front(url)
+        replies = asyncio.run(asyncio.wait_for(_three_calls(front), 60))
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    assert all(len(r.get("choices", [])) == 3 for r in replies), replies
+    assert front.runtime.backend.per_prompt == {url: True}
