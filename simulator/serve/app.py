@@ -8,19 +8,25 @@ Endpoints:
   (:data:`simulator.trace.classify.DEFAULT_CLASSIFIER`) to its task, its max tokens capped by
   the task's ``max_tokens`` (else the profile's). The reply, when every prompt is done, is
   ``{"choices": [{"index", "text", "task", "finish_reason"}], "usage": {...}}`` in prompt
-  order. **Every failure is HTTP 200** with ``{"error": "...", "traceback": "...",
-  "failed": [{"index", "reason", "error"}]}``, as the users' server answers (a client tests
-  for ``choices``): a malformed body, a prompt no task matches, a full queue, a queue
-  timeout, a backend error, a stalled batch, shutdown.
+  order. A prompt's task is the runtime's (:meth:`~simulator.serve.runtime.Runtime.classify`:
+  the keyword rules, else the default task). **Every failure is HTTP 200** with
+  ``{"error": "...", "traceback": "...", "failed": [{"index", "reason", "error"}]}``, as
+  the users' server answers (a client tests for ``choices``): a malformed body, a prompt no
+  task matches, a full queue, a queue timeout, a backend error, a stalled batch, shutdown.
 * ``POST /v1/completions`` and ``POST /v1/chat/completions`` — one prompt per request
-  (``prompt`` a string or a list of one; ``messages`` joined), OpenAI's bodies; with
-  ``"stream": true`` server-sent events, one per token (a sleep backend spreads them from
-  the first-token instant to the batch's end; a real backend sends them when the batch
-  ends), then ``data: [DONE]``; ``stream_options.include_usage`` adds a usage event.
-  Failures have **proper status codes** and OpenAI's ``{"error": {"message", "type",
-  "code"}}``: 400 a malformed body or a prompt no task matches, 429 a full queue
-  (``max_queue``), 503 shutdown, 504 a queue timeout or a stalled batch, 500 a backend
-  error. A failure after a stream began is an ``{"error": ...}`` event, then ``[DONE]``.
+  (``prompt`` a string or a list of one; ``messages`` joined) and one choice (``n`` other than
+  1 is refused), OpenAI's bodies (ids ``cmpl-N`` and ``chatcmpl-N``); with ``"stream": true``
+  server-sent events, one per token (a sleep backend spreads them from the first-token
+  instant to the batch's end; a real backend sends them when the batch ends; the first chat
+  delta carries ``"role": "assistant"``), a last one with the finish reason, then
+  ``data: [DONE]``; ``stream_options.include_usage`` adds a chunk with no choices and the
+  usage before it. Failures have **proper status codes** and OpenAI's ``{"error": {"message",
+  "type", "param", "code"}}`` (``type`` the reason, ``code`` the status, as vLLM fills it):
+  400 a malformed body or field, ``n`` > 1, or a prompt no served task takes, 404 a model
+  other than the served one (or an unknown route), 429 a full queue (``max_queue``), 503
+  shutdown, 504 a queue timeout or a stalled batch, 500 a backend error. A stream's headers
+  go when its batch starts, so a failure before that is a status code too; one after it is
+  an ``{"error": ...}`` event, then ``[DONE]``.
 * ``GET /metrics`` — Prometheus: ``simctl_queue_depth{queue}``, ``simctl_calls_in_flight``,
   ``simctl_gpu_outstanding_prompts{gpu}``, ``simctl_gpu_running_batches{gpu}``,
   ``simctl_batch_size{task}`` (histogram), ``simctl_prompt_latency_seconds{task}`` and
