@@ -192,7 +192,7 @@ def test_groups_of_a_call_route_by_task_and_reply_in_prompt_order():
     body = run_virtual(main())
     assert [ch["index"] for ch in body["choices"]] == [0, 1, 2, 3]
     assert [ch["task"] for ch in body["choices"]] == ["infobench", "graph", "mmlu", "infobench"]
-    assert body["choices"][0]["text"] == " tok0 tok1 tok2"
+    assert body["choices"][0]["text"] == " the of and"
     by_prompt = {rec["prompt_index"]: rec for rec in sa.runtime.log}
     assert by_prompt[1]["gpu"] is None and by_prompt[1]["queue"] == "graph"
     assert by_prompt[0]["batch_id"] == by_prompt[3]["batch_id"]  # one infobench batch
@@ -271,17 +271,23 @@ def test_openai_endpoints_plain_and_streamed():
             models = await c.get("/v1/models")
             return plain, chat, stream, chat_stream, models
     plain, chat, stream, chat_stream, models = run_virtual(main())
-    assert plain.json()["choices"][0]["text"] == " tok0 tok1 tok2" and plain.json()["usage"]["completion_tokens"] == 3
-    assert chat.json()["choices"][0]["message"] == {"role": "assistant", "content": " tok0 tok1"}
+    assert plain.json()["choices"][0]["text"] == " the of and" and plain.json()["usage"]["completion_tokens"] == 3
+    assert plain.json()["id"].startswith("cmpl-") and chat.json()["id"].startswith("chatcmpl-")
+    assert chat.json()["choices"][0]["message"] == {"role": "assistant", "content": " the of"}
     assert stream.headers["content-type"].startswith("text/event-stream")
     events = _events(stream.text)
     assert events[-1] == "[DONE]"
     parsed = [json.loads(e) for e in events[:-1]]
     pieces = [p["choices"][0]["text"] for p in parsed if p["choices"] and p["choices"][0]["text"]]
-    assert pieces == [" tok0", " tok1", " tok2", " tok3"]
-    assert parsed[-2]["choices"][0]["finish_reason"] == "length" and parsed[-1]["usage"]["completion_tokens"] == 4
+    assert pieces == [" the", " of", " and", " to"]
+    assert parsed[-2]["choices"][0]["finish_reason"] == "length"
+    assert parsed[-1]["choices"] == [] and parsed[-1]["usage"]["completion_tokens"] == 4
+    assert {p["id"] for p in parsed} == {parsed[0]["id"]} and parsed[0]["id"].startswith("cmpl-")
     chat_events = [json.loads(e) for e in _events(chat_stream.text)[:-1]]
-    assert [e["choices"][0]["delta"].get("content") for e in chat_events] == [" tok0", " tok1", None]
+    assert [e["choices"][0]["delta"] for e in chat_events] == [{"role": "assistant", "content": " the"},
+                                                               {"content": " of"}, {}]
+    assert {e["id"] for e in chat_events} == {chat_events[0]["id"]} and chat_events[0]["id"].startswith("chatcmpl-")
+    assert all(e["object"] == "chat.completion.chunk" for e in chat_events)  # no usage: the client did not ask
     assert models.json()["data"][0]["id"] == "simctl"
 
 
@@ -294,7 +300,7 @@ def test_streamed_tokens_spread_from_the_first_token_to_the_end():
 
     async def timed(scope: dict, receive: Any, send: Any) -> None:
         async def timed_send(message: dict) -> None:
-            if message["type"] == "http.response.body" and b'"text": " tok' in message.get("body", b""):
+            if message["type"] == "http.response.body" and b'"text": " ' in message.get("body", b""):
                 sent.append((sa.runtime.clock.now(), message["body"]))
             await send(message)
         await sa.app(scope, receive, timed_send)
@@ -304,11 +310,12 @@ def test_streamed_tokens_spread_from_the_first_token_to_the_end():
             return await c.post("/v1/completions", json={"prompt": MMLU.format(0), "max_tokens": 4, "stream": True})
     reply = run_virtual(main())
     pieces = [json.loads(e)["choices"][0]["text"] for e in _events(reply.text)[:-1] if json.loads(e)["choices"]]
-    assert pieces[:4] == [" tok0", " tok1", " tok2", " tok3"]
+    assert pieces[:4] == [" the", " of", " and", " to"]
     (rec,) = sa.runtime.log
     started, first, done = rec["started_at"], rec["first_token_at"], rec["done_at"]
     assert close(started, 0.0) and close(done, 3.0) and started < first < done
-    assert [b" tok%d" % i in body for i, (_, body) in enumerate(sent)] == [True] * 4
+    assert [b'"text": " %s"' % w in body for w, (_, body) in zip((b"the", b"of", b"and", b"to"), sent,
+                                                                     strict=True)] == [True] * 4
     assert all(close(at, first + (done - first) * i / 3) for i, (at, _) in enumerate(sent)), (sent, first, done)
 
 
@@ -356,7 +363,7 @@ def test_streamed_tokens_reach_a_real_socket_before_the_batch_ends():
         await task
         return before, after
     before, after = asyncio.run(asyncio.wait_for(main(), 60))
-    assert [json.loads(e)["choices"][0]["text"] for e in before] == [" tok0", " tok1", " tok2", " tok3"]
+    assert [json.loads(e)["choices"][0]["text"] for e in before] == [" the", " of", " and", " to"]
     assert after[-1] == "[DONE]" and json.loads(after[0])["choices"][0]["finish_reason"] == "length"
     assert [r["status"] for r in sa.runtime.log] == ["served"]
 
@@ -453,8 +460,8 @@ def test_a_backend_that_errors_or_stalls_gets_error_replies_not_hangs():
     assert batch.status_code == 200 and "CUBLAS_STATUS_EXECUTION_FAILED" in body["error"]
     assert "Traceback" in body["traceback"] and body["failed"][0]["reason"] == "backend"
     assert openai.status_code == 500 and openai.json()["error"]["type"] == "backend"
-    events = _events(streamed.text)
-    assert json.loads(events[0])["error"]["type"] == "backend" and events[-1] == "[DONE]"
+    # the backend failed before the batch started: no byte of the stream was sent, a status tells
+    assert streamed.status_code == 500 and streamed.json()["error"]["type"] == "backend"
     assert stalled.json()["failed"][0]["reason"] == "timeout"
     assert stalled_openai.status_code == 504
 
@@ -607,6 +614,9 @@ runner = CliRunner()
     (["-s", "design-notes", "--backend", "gpu"], "unknown backend 'gpu'"),
     (["-s", "no-such-scenario"], "no-such-scenario"),
     (["-s", "design-notes", "--set", "run.host_lock=true"], "host_lock"),
+    (["-s", "design-notes", "--default-task", "chat"],
+     "'--default-task': unknown task 'chat'; valid: infobench, mmlu, graph, none"),
+    (["-s", "design-notes", "--per-prompt"], "only the openai backend"),
 ])
 def test_cli_errors_are_one_line_and_exit_2(args, words):
     result = runner.invoke(cli_app, ["serve", *args])
@@ -743,3 +753,289 @@ def test_load_against_serve_with_a_failing_engine_records_failed_calls(tmp_path)
     assert recs[3]["response"]["failed"][0]["reason"] == "timeout"
     run = read_observed(tmp_path / "run")
     assert list(run.calls["ok"]) == [True, False, False, False, True]
+
+
+# -- what benchmark clients send -------------------------------------------------------------
+SYNTHETIC = "kept sand seven ocean ran quickly under the old bridge"  # no keyword rule matches it
+
+
+def _openai_shaped(reply: Any, status: int, error_type: str, param: str | None = None) -> dict:
+    """The reply is ``status`` with OpenAI's error body; returns the error object."""
+    assert reply.status_code == status, (reply.status_code, reply.text)
+    assert reply.headers["content-type"].startswith("application/json"), reply.headers
+    error = reply.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["message"], error
+    assert error["type"] == error_type and error["param"] == param and error["code"] == status, error
+    return error
+
+
+def test_a_prompt_no_rule_serves_goes_to_the_default_task():
+    """With a default task, a synthetic prompt is served as that task on every endpoint (and
+    the batch endpoint says so); without one (the library's default, --default-task none),
+    it is refused: 400 on the OpenAI endpoints, streamed or not, the legacy reply on POST /."""
+    served = make(scale=20, default_task="mmlu")
+    strict = make(scale=20)
+
+    async def main():
+        async with client(served) as c:
+            batch = await c.post("/", json={"prompt": [SYNTHETIC, INFOBENCH.format(0)], "max_tokens": 2})
+            plain = await c.post("/v1/completions", json={"prompt": SYNTHETIC, "max_tokens": 2})
+            stream = await c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": SYNTHETIC}],
+                                                                "max_tokens": 2, "stream": True})
+        async with client(strict) as c:
+            refused = [await c.post("/v1/completions", json={"prompt": SYNTHETIC, "stream": s}) for s in (False, True)]
+            legacy = await c.post("/", json={"prompt": [SYNTHETIC]})
+        return batch, plain, stream, refused, legacy
+    batch, plain, stream, refused, legacy = run_virtual(main())
+    assert [ch["task"] for ch in batch.json()["choices"]] == ["mmlu", "infobench"]
+    assert plain.status_code == 200 and plain.json()["choices"][0]["text"] == " the of"
+    assert stream.status_code == 200 and _events(stream.text)[-1] == "[DONE]"
+    assert sorted({r["task"] for r in served.runtime.log}) == ["infobench", "mmlu"]
+    assert [r["task"] for r in served.runtime.log].count("mmlu") == 3
+    for reply in refused:
+        assert "no task of this server matches" in _openai_shaped(reply, 400, "unknown-task")["message"]
+    assert legacy.status_code == 200 and legacy.json()["failed"][0]["reason"] == "unknown-task"
+
+
+def test_default_task_of_the_command():
+    """simctl serve's default is the profile's first task on a GPU (design-notes: infobench,
+    graph runs on the CPU); ``none`` keeps the strict routing; a task the profile lacks is an
+    error (test_cli_errors_are_one_line_and_exit_2)."""
+    from simulator.cli.serve import make_server
+
+    def default(name: str | None, scenario: str = "design-notes", sets: tuple[str, ...] = ()) -> str | None:
+        sa = make_server(scenario, "seed-calibrated", "sleep", 1.0, 0, list(sets), 600.0, 30.0, "tiny", "tiny",
+                         None, None, default_task=name)
+        return sa.runtime.default_task
+    assert default(None) == "infobench" and default("none") is None and default("graph") == "graph"
+    assert default(None, sets=("tasks.infobench.resource=cpu",)) == "mmlu"
+
+
+def test_request_errors_before_the_first_byte_are_4xx_with_the_openai_body():
+    """Each bad request, streamed or not, is a status code and OpenAI's error body: the body,
+    its fields, n > 1 (one choice per request), a model this server does not serve, a route
+    or method it does not have; a full queue refuses a stream with 429 before it starts."""
+    sa = make(defaults={"flush": 10.0, "max_batch": 8, "max_queue": 1}, scale=20)
+    chat = "/v1/chat/completions"
+    messages = [{"role": "user", "content": MMLU.format(0)}]
+
+    async def main():
+        async with client(sa) as c:
+            replies = {}
+            for stream in (False, True):
+                replies["json", stream] = await c.post(chat, content=b"{", headers={"content-type": "application/json"})
+                replies["messages", stream] = await c.post(chat, json={"messages": [], "stream": stream})
+                replies["prompt", stream] = await c.post("/v1/completions", json={"prompt": ["a", "b"], "stream": stream})
+                replies["max", stream] = await c.post(chat, json={"messages": messages, "max_completion_tokens": 0,
+                                                                  "stream": stream})
+                replies["n", stream] = await c.post(chat, json={"messages": messages, "n": 2, "stream": stream})
+                replies["model", stream] = await c.post(chat, json={"messages": messages, "model": "gpt-4o",
+                                                                    "stream": stream})
+            replies["route"] = await c.post("/v1/embeddings", json={"input": "x"})
+            replies["method"] = await c.get("/v1/completions")
+            waiting = asyncio.create_task(c.post("/v1/completions", json={"prompt": MMLU.format(1), "max_tokens": 1}))
+            await asyncio.sleep(0.1)
+            replies["full"] = await c.post("/v1/completions", json={"prompt": MMLU.format(2), "stream": True})
+            await waiting
+            return replies
+    replies = run_virtual(main())
+    for stream in (False, True):
+        _openai_shaped(replies["json", stream], 400, "invalid")
+        _openai_shaped(replies["messages", stream], 400, "invalid", "messages")
+        _openai_shaped(replies["prompt", stream], 400, "invalid", "prompt")
+        _openai_shaped(replies["max", stream], 400, "invalid", "max_completion_tokens")
+        assert "n must be 1" in _openai_shaped(replies["n", stream], 400, "invalid", "n")["message"]
+        assert "'simctl'" in _openai_shaped(replies["model", stream], 404, "unknown-model", "model")["message"]
+    _openai_shaped(replies["route"], 404, "not-found")
+    _openai_shaped(replies["method"], 405, "method-not-allowed")
+    assert "max_queue 1" in _openai_shaped(replies["full"], 429, "rejected")["message"]
+
+
+class FailsAfterStarting(SleepBackend):
+    """Starts each batch (its tokens due at once), then fails it."""
+
+    name = "fails-after-starting"
+
+    async def run(self, runtime: Runtime, batch: ServeBatch) -> list[str]:
+        batch.plan(runtime, 0.0, 1.0)
+        await asyncio.sleep(0)
+        raise RuntimeError("lost the GPU")
+
+
+def test_a_failure_after_the_stream_began_is_an_error_event():
+    sa = make(backend=FailsAfterStarting(), scale=20)
+
+    async def main():
+        async with client(sa) as c:
+            return await c.post("/v1/completions", json={"prompt": MMLU.format(0), "max_tokens": 3, "stream": True})
+    reply = run_virtual(main())
+    assert reply.status_code == 200
+    events = _events(reply.text)
+    assert events[-1] == "[DONE]"
+    error = json.loads(events[-2])["error"]
+    assert error["type"] == "backend" and "lost the GPU" in error["message"] and error["code"] == 500
+
+
+def test_the_sleep_backends_text_counts_as_its_tokens():
+    """A client that counts the reply's tokens itself gets what usage says: by whitespace
+    exactly, and by a byte-level BPE tokenizer trained offline on the docs' prose alone
+    (the word list left out of its corpus) within 10 %."""
+    sa = make(scale=20)
+
+    async def main():
+        async with client(sa) as c:
+            return [(await c.post("/v1/completions", json={"prompt": MMLU.format(n), "max_tokens": n})).json()
+                    for n in (1, 7, 64, 200)]
+    replies = run_virtual(main())
+    texts = [r["choices"][0]["text"] for r in replies]
+    assert [len(t.split()) for t in texts] == [r["usage"]["completion_tokens"] for r in replies] == [1, 7, 64, 200]
+    assert all(t.startswith(" ") and " tok" not in t for t in texts)
+    pytest.importorskip("tokenizers")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("offline_tokenizer", REPO / "benchmarks" / "offline_tokenizer.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    bpe = module.build_tokenizer(words=False)
+    for text, reply in zip(texts[1:], replies[1:], strict=True):
+        counted, claimed = len(bpe.encode(text).ids), reply["usage"]["completion_tokens"]
+        assert abs(counted - claimed) <= 0.1 * claimed, (counted, claimed, text)
+
+
+# -- the openai backend and the engines behind it ----------------------------------------------
+async def _uvicorn(asgi: Any) -> tuple[Any, asyncio.Task, str]:
+    """``asgi`` served by uvicorn on a free loopback port in this loop: (server, task, URL)."""
+    uvicorn = pytest.importorskip("uvicorn")
+    server = uvicorn.Server(uvicorn.Config(asgi, host="127.0.0.1", port=0, log_level="error", lifespan="on"))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.02)
+    return server, task, f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+
+
+def _recording(app: Any, bodies: list[Any]) -> Any:
+    """``app`` recording the JSON body of every POST it is sent, in arrival order."""
+    async def asgi(scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return await app(scope, receive, send)
+        chunks: list[bytes] = []
+
+        async def recorded() -> dict:
+            message = await receive()
+            if message["type"] == "http.request":
+                chunks.append(message.get("body", b""))
+                if not message.get("more_body"):
+                    bodies.append(json.loads(b"".join(chunks) or b"null"))
+            return message
+        await app(scope, recorded, send)
+    return asgi
+
+
+def _front(url: str, per_prompt: bool = False) -> Any:
+    """A one-GPU server whose mmlu batches (3 prompts of a call at once) go to ``url``."""
+    from simulator.serve.backends import OpenAIBackend
+
+    return make(tasks={"mmlu": {"flush": 0.0, "max_batch": 8}}, backend=OpenAIBackend([url], per_prompt=per_prompt),
+                scale=1, default_task="mmlu")
+
+
+async def _three_calls(front: Any) -> list[Any]:
+    async with client(front) as c:
+        replies = [(await c.post("/", json={"prompt": [MMLU.format(f"{call}{i}") for i in range(3)],
+                                            "max_tokens": 2})).json() for call in range(2)]
+    await front.runtime.shutdown(grace=5)  # closes the backend's connections
+    return replies
+
+
+def test_openai_backend_finds_that_simctl_serve_takes_one_prompt_per_request():
+    """Behind the front, ``simctl serve`` itself (one prompt per OpenAI request, a list of 3
+    answers 400): the first batch's list is refused once, its prompts go one request each,
+    and from then on the front sends that engine one request per prompt; forced with
+    per_prompt, no list is ever sent."""
+    for forced in (False, True):
+        engine = make(scale=50)
+        bodies: list[Any] = []
+
+        async def main(engine=engine, bodies=bodies, forced=forced):
+            server, task, url = await _uvicorn(_recording(engine.app, bodies))
+            try:
+                front = _front(url, per_prompt=forced)
+                return await _three_calls(front), front.runtime.backend
+            finally:
+                server.should_exit = True
+                await task
+        replies, backend = asyncio.run(asyncio.wait_for(main(), 60))
+        assert all(len(r["choices"]) == 3 for r in replies), replies
+        assert [r["choices"][0]["text"] for r in replies] == [" the of", " the of"]
+        prompts = [b["prompt"] for b in bodies]
+        lists = [p for p in prompts if isinstance(p, list)]
+        assert lists == ([] if forced else [[MMLU.format(f"0{i}") for i in range(3)]]), prompts
+        assert sorted(p for p in prompts if isinstance(p, str)) == sorted(MMLU.format(f"{c}{i}") for c in range(2)
+                                                                           for i in range(3))
+        assert list(backend.per_prompt.values()) == [True]
+        assert len(engine.runtime.log) == 6 and {r["status"] for r in engine.runtime.log} == {"served"}
+
+
+def test_openai_backend_sends_lists_to_an_engine_that_takes_them():
+    """An engine that answers a list of prompts gets each batch as one list request (the
+    probe's success remembered); forced per prompt, the same engine gets one request each."""
+    from live_server import FakeServer
+
+    for forced, expect in ((False, [3, 3]), (True, [1] * 6)):
+        with FakeServer() as engine:
+            replies = asyncio.run(asyncio.wait_for(_three_calls(_front(engine.url, per_prompt=forced)), 60))
+            sizes = [len(b["prompt"]) if isinstance(b["prompt"], list) else 1 for _, _, b in engine.received
+                     if b.get("prompt") is not None]
+        assert all(len(r["choices"]) == 3 for r in replies), replies
+        assert sizes == expect
+
+
+def _guidellm() -> str:
+    """The ``guidellm`` executable: $SIMCTL_GUIDELLM, else on PATH (skips the test if none)."""
+    import shutil
+
+    exe = os.environ.get("SIMCTL_GUIDELLM") or shutil.which("guidellm")
+    if not exe:
+        pytest.skip("guidellm is not installed (pip install guidellm==0.8.1, or point SIMCTL_GUIDELLM at its "
+                    "executable)")
+    return exe
+
+
+def test_openai_backend_in_front_of_guidellms_mock_server(tmp_path):
+    """GuideLLM's mock server takes one prompt per request (a list answers HTTP 500): the
+    front falls back to one request per prompt and every call is answered."""
+    import socket
+
+    exe = _guidellm()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([exe, "mock-server", "--host", "127.0.0.1", "--port", str(port), "--ttft-ms", "1",
+                             "--itl-ms", "1", "--request-latency", "0.01", "--output-tokens", "2"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120  # a hang guard: the mock server imports for some seconds
+        while True:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            try:
+                if httpx.get(url + "/v1/models", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "guidellm mock-server did not start"
+            time.sleep(0.2)
+        front = _front(url)
+        replies = asyncio.run(asyncio.wait_for(_three_calls(front), 60))
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    assert all(len(r.get("choices", [])) == 3 for r in replies), replies
+    assert front.runtime.backend.per_prompt == {url: True}

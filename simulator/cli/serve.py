@@ -44,16 +44,27 @@ def serve_cli(
     harness_draft: str = typer.Option("tiny", "--harness-draft", help="Harness backend: the draft model preset."),
     harness_device: str | None = typer.Option(None, "--harness-device", help="Harness backend: cpu, cuda or cuda:N for every GPU of the scenario (default cuda:i where there is one, else cpu)."),
     harness_threads: int = typer.Option(1, "--harness-threads", min=0, max=LARGEST_JOBS, help="Harness backend: torch's intra-op threads (1, as simctl profile measures; 0: torch's default)."),
-    engine_model: str | None = typer.Option(None, "--engine-model", help="OpenAI backend: the model name sent to the engines (default: the first one their /v1/models lists)."),
+    engine_model: str | None = typer.Option(None, "--engine-model", help="OpenAI backend: the model name sent to the engines (default: the first one their "
+                                        "/v1/models lists); also the name this server serves under (default simctl)."),
+    per_prompt: bool = typer.Option(False, "--per-prompt", help="OpenAI backend: send each prompt of a batch as its own request, all at "
+                                    "once (for engines that take one prompt per request). Default: a list per batch, falling back to "
+                                    "one request per prompt for good if an engine refuses a list."),
+    default_task: str | None = typer.Option(None, "--default-task", help="The task of a prompt whose task this server does not "
+                                        "serve (no keyword rule matches it, as a benchmark client's synthetic text): a task of the "
+                                        "profile, or none to refuse such prompts (HTTP 400; the batch endpoint's error reply). "
+                                        "Default: the profile's first task that runs on a GPU in the scenario (infobench for "
+                                        "design-notes)."),
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn's log level (critical, error, warning, info, debug)."),
 ) -> None:
     """Serve SCENARIO over HTTP: its queues, workers, dispatch and GPU locks, for real.
 
     The users' batch endpoint (POST / {"prompt": [texts], "max_tokens": M}; failures are HTTP
     200 {"error", "traceback"} as theirs), OpenAI-compatible /v1/completions and
-    /v1/chat/completions (one prompt each, streaming with "stream": true; failures have proper
-    status codes) and Prometheus metrics at /metrics. SIGINT/SIGTERM: queued calls get error
-    replies, in-flight batches finish.
+    /v1/chat/completions (one prompt and one choice each, streaming with "stream": true,
+    usage in the stream with stream_options.include_usage; failures have proper status codes
+    and OpenAI's error body, a stream's too until its batch starts) and Prometheus metrics at
+    /metrics. A prompt no keyword rule gives a served task goes to --default-task.
+    SIGINT/SIGTERM: queued calls get error replies, in-flight batches finish.
     """
     with user_errors():
         missing = missing_extra()
@@ -61,7 +72,8 @@ def serve_cli(
             raise ServeError(None, None, None, f"simctl serve needs the serve extra (missing the Python package "
                              f"{missing!r}): pip install 'simctl-llm[serve]'")
         serve_app = make_server(scenario, profile, backend, time_scale, seed, set_values, batch_timeout, grace,
-                                harness_model, harness_draft, harness_device, engine_model, harness_threads)
+                                harness_model, harness_draft, harness_device, engine_model, harness_threads,
+                                default_task=default_task, per_prompt=per_prompt)
         if not 0 <= port <= 65535:
             raise ServeError(None, None, "--port", f"must be between 0 and 65535, got {port}")
         if log_level not in ("critical", "error", "warning", "info", "debug", "trace"):
@@ -72,12 +84,16 @@ def serve_cli(
 
 def make_server(scenario: str, profile: str, backend: str, time_scale: float, seed: int, set_values: list[str],
                 batch_timeout: float, grace: float, harness_model: str, harness_draft: str,
-                harness_device: str | None, engine_model: str | None, harness_threads: int = 1) -> Any:
-    """The :class:`~simulator.serve.app.ServeApp` the options describe (typed errors for bad ones)."""
+                harness_device: str | None, engine_model: str | None, harness_threads: int = 1, *,
+                default_task: str | None = None, per_prompt: bool = False) -> Any:
+    """The :class:`~simulator.serve.app.ServeApp` the options describe (typed errors for bad ones).
+    ``default_task``: a task name, ``"none"`` (refuse prompts of no served task) or ``None``
+    (the profile's first GPU task, :func:`~simulator.serve.runtime.first_gpu_task`)."""
     from simulator.profile import load_profile
     from simulator.scenario import build_scenario, parse_set
     from simulator.serve.app import build_app
     from simulator.serve.backends import backend_from_spec
+    from simulator.serve.runtime import first_gpu_task
 
     if not time_scale > 0:
         raise ServeError(None, None, "--time-scale", f"must be > 0, got {time_scale}")
@@ -90,16 +106,27 @@ def make_server(scenario: str, profile: str, backend: str, time_scale: float, se
         raise ServeError(None, None, "--harness-threads", f"must be >= 0, got {harness_threads}")
     if not grace >= 0:
         raise ServeError(None, None, "--grace", f"must be >= 0, got {grace}")
+    if per_prompt and not backend.startswith("openai:"):
+        raise ServeError(None, None, "--per-prompt", "only the openai backend sends requests to engines")
     prof = load_profile(profile)
     scen = build_scenario(path=scenario, overrides=parse_set(set_values))
     unknown = sorted(set(scen.tasks) - set(prof.tasks))
     if unknown:
         raise ScenarioError(scen.source, f"tasks.{unknown[0]}", None,
                             f"the profile {prof.name} has no task {unknown[0]!r} (it has: {', '.join(prof.tasks)})")
+    if default_task is None:
+        fallback = first_gpu_task(scen, prof)
+    elif default_task == "none":
+        fallback = None
+    elif default_task in prof.tasks:
+        fallback = default_task
+    else:
+        raise ServeError(None, None, "--default-task", f"unknown task {default_task!r}; valid: "
+                         f"{', '.join([*prof.tasks, 'none'])}")
     chosen = backend_from_spec(backend, target=harness_model, draft=harness_draft, device=harness_device,
-                               model=engine_model, threads=harness_threads)
+                               model=engine_model, threads=harness_threads, per_prompt=per_prompt)
     return build_app(scen, prof, chosen, seed=seed, time_scale=time_scale, batch_timeout=batch_timeout,
-                     grace=grace, model_name=engine_model or "simctl")
+                     grace=grace, model_name=engine_model or "simctl", default_task=fallback)
 
 
 def run_server(serve_app: Any, host: str, port: int, log_level: str) -> None:
@@ -128,9 +155,11 @@ def run_server(serve_app: Any, host: str, port: int, log_level: str) -> None:
         if server.started:
             bound = [s.getsockname() for srv in server.servers for s in srv.sockets]
             where = f"http://{host}:{bound[0][1]}" if bound else f"http://{host}:{port}"
+            default = runtime.default_task or "none"
             console.print(f"serving {runtime.scenario.name} (profile {runtime.profile.name}, backend "
-                          f"{runtime.backend.name}, tasks {', '.join(runtime.tasks)}) at {where}: batch endpoint "
-                          f"POST /, OpenAI {where}/v1, metrics {where}/metrics", highlight=False, soft_wrap=True)
+                          f"{runtime.backend.name}, tasks {', '.join(runtime.tasks)}, default task {default}, "
+                          f"model {serve_app.model_name}) at {where}: batch endpoint POST /, OpenAI {where}/v1, "
+                          f"metrics {where}/metrics", highlight=False, soft_wrap=True)
         await task
 
     try:

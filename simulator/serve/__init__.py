@@ -10,7 +10,7 @@ only :mod:`simulator.serve.app` imports.
 """
 
 from simulator.serve.backends import BACKENDS, Backend, HarnessBackend, OpenAIBackend, SleepBackend, backend_from_spec
-from simulator.serve.runtime import Clock, PromptFailed, PromptJob, Runtime, ServeBatch
+from simulator.serve.runtime import Clock, PromptFailed, PromptJob, Runtime, ServeBatch, first_gpu_task
 
 __all__ = [
     "BACKENDS",
@@ -24,4 +24,5 @@ __all__ = [
     "ServeBatch",
     "SleepBackend",
     "backend_from_spec",
+    "first_gpu_task",
 ]

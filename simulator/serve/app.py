@@ -8,19 +8,25 @@ Endpoints:
   (:data:`simulator.trace.classify.DEFAULT_CLASSIFIER`) to its task, its max tokens capped by
   the task's ``max_tokens`` (else the profile's). The reply, when every prompt is done, is
   ``{"choices": [{"index", "text", "task", "finish_reason"}], "usage": {...}}`` in prompt
-  order. **Every failure is HTTP 200** with ``{"error": "...", "traceback": "...",
-  "failed": [{"index", "reason", "error"}]}``, as the users' server answers (a client tests
-  for ``choices``): a malformed body, a prompt no task matches, a full queue, a queue
-  timeout, a backend error, a stalled batch, shutdown.
+  order. A prompt's task is the runtime's (:meth:`~simulator.serve.runtime.Runtime.classify`:
+  the keyword rules, else the default task). **Every failure is HTTP 200** with
+  ``{"error": "...", "traceback": "...", "failed": [{"index", "reason", "error"}]}``, as
+  the users' server answers (a client tests for ``choices``): a malformed body, a prompt no
+  task matches, a full queue, a queue timeout, a backend error, a stalled batch, shutdown.
 * ``POST /v1/completions`` and ``POST /v1/chat/completions`` — one prompt per request
-  (``prompt`` a string or a list of one; ``messages`` joined), OpenAI's bodies; with
-  ``"stream": true`` server-sent events, one per token (a sleep backend spreads them from
-  the first-token instant to the batch's end; a real backend sends them when the batch
-  ends), then ``data: [DONE]``; ``stream_options.include_usage`` adds a usage event.
-  Failures have **proper status codes** and OpenAI's ``{"error": {"message", "type",
-  "code"}}``: 400 a malformed body or a prompt no task matches, 429 a full queue
-  (``max_queue``), 503 shutdown, 504 a queue timeout or a stalled batch, 500 a backend
-  error. A failure after a stream began is an ``{"error": ...}`` event, then ``[DONE]``.
+  (``prompt`` a string or a list of one; ``messages`` joined) and one choice (``n`` other than
+  1 is refused), OpenAI's bodies (ids ``cmpl-N`` and ``chatcmpl-N``); with ``"stream": true``
+  server-sent events, one per token (a sleep backend spreads them from the first-token
+  instant to the batch's end; a real backend sends them when the batch ends; the first chat
+  delta carries ``"role": "assistant"``), a last one with the finish reason, then
+  ``data: [DONE]``; ``stream_options.include_usage`` adds a chunk with no choices and the
+  usage before it. Failures have **proper status codes** and OpenAI's ``{"error": {"message",
+  "type", "param", "code"}}`` (``type`` the reason, ``code`` the status, as vLLM fills it):
+  400 a malformed body or field, ``n`` > 1, or a prompt no served task takes, 404 a model
+  other than the served one (or an unknown route), 429 a full queue (``max_queue``), 503
+  shutdown, 504 a queue timeout or a stalled batch, 500 a backend error. A stream's headers
+  go when its batch starts, so a failure before that is a status code too; one after it is
+  an ``{"error": ...}`` event, then ``[DONE]``.
 * ``GET /metrics`` — Prometheus: ``simctl_queue_depth{queue}``, ``simctl_calls_in_flight``,
   ``simctl_gpu_outstanding_prompts{gpu}``, ``simctl_gpu_running_batches{gpu}``,
   ``simctl_batch_size{task}`` (histogram), ``simctl_prompt_latency_seconds{task}`` and
@@ -47,6 +53,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from simulator.profile import Profile
 from simulator.scenario import Scenario
@@ -55,7 +62,7 @@ from simulator.serve.runtime import PromptFailed, PromptJob, Runtime, ServeBatch
 
 #: HTTP status of each failure on the OpenAI endpoints.
 STATUS = {"rejected": 429, "dropped": 504, "timeout": 504, "shutdown": 503, "backend": 500, "unknown-task": 400,
-          "invalid": 400}
+          "invalid": 400, "unknown-model": 404, "not-found": 404, "method-not-allowed": 405}
 _SIZE_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64, 128, 256)
 _LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 40, 60, 120, 240, 600, 1200)
 
@@ -136,8 +143,18 @@ class ServeApp:
             yield
             await self.begin_shutdown()
 
-        app = FastAPI(title="simctl serve", lifespan=lifespan, docs_url=None, redoc_url=None)
+        app = FastAPI(title="simctl serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
         app.state.serve = self
+
+        async def http_error(request: Request, exc: Exception) -> Response:
+            # an unknown route or method answers in OpenAI's shape, as every other error
+            status = getattr(exc, "status_code", 500)
+            reason = {404: "not-found", 405: "method-not-allowed"}.get(status, "invalid")
+            body = _error_body(reason, f"{request.method} {request.url.path}: {getattr(exc, 'detail', exc)}")
+            body["error"]["code"] = status
+            return JSONResponse(body, status_code=status, headers=getattr(exc, "headers", None))
+
+        app.add_exception_handler(StarletteHTTPException, http_error)
         app.add_api_route("/", self.batch, methods=["POST"])
         app.add_api_route("/batch", self.batch, methods=["POST"])
         app.add_api_route("/v1/completions", self.completions, methods=["POST"])
@@ -183,57 +200,79 @@ class ServeApp:
         return await self._openai(request, chat=True)
 
     async def _openai(self, request: Request, chat: bool) -> Response:
+        # Everything that can fail before the first byte is checked here, so a streamed
+        # request's failure is a status code too: the body, the model, then the prompt's
+        # admission (unknown task, full queue, shutdown) and its wait for a batch (queue
+        # timeout). A stream's headers go when its batch starts.
         try:
             body = await request.json()
         except ValueError:
             return _openai_error("invalid", "the request body is not JSON")
-        text, problem = _openai_prompt(body, chat)
+        text, problem, param = _openai_prompt(body, chat)
         if problem or text is None:
-            return _openai_error("invalid", problem or "no prompt")
-        max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
+            return _openai_error("invalid", problem or "no prompt", param)
+        key = "max_tokens" if body.get("max_tokens") is not None else "max_completion_tokens"
+        max_tokens = body.get(key)
         if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
-            return _openai_error("invalid", f"max_tokens must be an integer >= 1, got {max_tokens!r}")
-        model = str(body.get("model") or self.model_name)
+            return _openai_error("invalid", f"{key} must be an integer >= 1, got {max_tokens!r}", key)
+        n = body.get("n")
+        if n is not None and n != 1:
+            return _openai_error("invalid", f"n must be 1 (this server answers one choice per request), got {n!r}", "n")
+        model = body.get("model")
+        if model is not None and model != self.model_name:
+            return _openai_error("unknown-model", f"the model {model!r} does not exist; this server serves "
+                                 f"{self.model_name!r} (GET /v1/models)", "model")
+        options = body.get("stream_options")
+        if options is not None and not isinstance(options, dict):
+            return _openai_error("invalid", "stream_options must be an object", "stream_options")
         stream = bool(body.get("stream"))
-        usage = bool((body.get("stream_options") or {}).get("include_usage")) if stream else True
+        usage = bool((options or {}).get("include_usage")) if stream else True
         runtime = self.runtime
         runtime.calls_in_flight += 1
+        streaming = False
         try:
             job = await runtime.submit_prompt(text, max_tokens)
-        except BaseException:
-            runtime.calls_in_flight -= 1
-            raise
-        if stream:
-            return StreamingResponse(self._events(job, chat, model, usage), media_type="text/event-stream")
-        try:
+            if stream:
+                await job.started
+                streaming = True
+                return StreamingResponse(self._events(job, chat, self.model_name, usage),
+                                         media_type="text/event-stream")
             answer = await job.future
         except PromptFailed as exc:
             return _openai_error(exc.reason, exc.message)
         finally:
-            runtime.calls_in_flight -= 1
+            if not streaming:
+                runtime.calls_in_flight -= 1
         completion = len(pieces(answer))
         choice: dict[str, Any] = ({"index": 0, "message": {"role": "assistant", "content": answer}}
-                                  if chat else {"index": 0, "text": answer})
+                                  if chat else {"index": 0, "text": answer, "logprobs": None})
         choice["finish_reason"] = "length"
-        return JSONResponse({"id": f"cmpl-{job.id}", "object": "chat.completion" if chat else "text_completion",
-                             "created": int(time.time()), "model": model, "choices": [choice],
+        return JSONResponse({"id": _reply_id(job, chat), "object": "chat.completion" if chat else "text_completion",
+                             "created": int(time.time()), "model": self.model_name, "choices": [choice],
                              "usage": {"prompt_tokens": job.prompt_tokens, "completion_tokens": completion,
                                        "total_tokens": job.prompt_tokens + completion}})
 
     async def _events(self, job: PromptJob, chat: bool, model: str, usage: bool) -> AsyncIterator[str]:
+        """The stream of a prompt whose batch has started: a chunk per token (the first
+        chat delta carries the role), a last chunk with the finish reason, then, where the
+        client asked (``stream_options.include_usage``), a chunk with no choices and the
+        usage, and ``[DONE]``. A failure now is an error event."""
         runtime = self.runtime
-        head = {"id": f"cmpl-{job.id}", "object": "chat.completion.chunk" if chat else "text_completion",
+        head = {"id": _reply_id(job, chat), "object": "chat.completion.chunk" if chat else "text_completion",
                 "created": int(time.time()), "model": model}
+        sent = 0
 
         def event(piece: str | None, finish: str | None = None) -> str:
             if chat:
-                choice: dict[str, Any] = {"index": 0, "delta": {} if piece is None else {"content": piece}}
+                delta: dict[str, Any] = {} if piece is None else {"content": piece}
+                if sent == 0 and piece is not None:
+                    delta = {"role": "assistant", **delta}
+                choice: dict[str, Any] = {"index": 0, "delta": delta}
             else:
-                choice = {"index": 0, "text": piece or ""}
+                choice = {"index": 0, "text": piece or "", "logprobs": None}
             choice["finish_reason"] = finish
             return f"data: {json.dumps(head | {'choices': [choice]})}\n\n"
 
-        sent = 0
         try:
             try:
                 _, first, done = await job.started
@@ -256,7 +295,7 @@ class ServeApp:
                         yield event(part)
                         sent += 1
             except PromptFailed as exc:
-                yield f"data: {json.dumps({'error': {'message': exc.message, 'type': exc.reason, 'code': STATUS.get(exc.reason, 500)}})}\n\n"
+                yield f"data: {json.dumps(_error_body(exc.reason, exc.message))}\n\n"
                 yield "data: [DONE]\n\n"
                 return
             yield event(None, "length")
@@ -299,28 +338,35 @@ def _batch_body(body: Any) -> tuple[list[str], int | None, str]:
     return prompt, max_tokens, ""
 
 
-def _openai_prompt(body: Any, chat: bool) -> tuple[str | None, str]:
+def _reply_id(job: PromptJob, chat: bool) -> str:
+    """OpenAI's id of a reply: ``chatcmpl-N`` for a chat completion, ``cmpl-N`` for a completion."""
+    return f"chatcmpl-{job.id}" if chat else f"cmpl-{job.id}"
+
+
+def _openai_prompt(body: Any, chat: bool) -> tuple[str | None, str, str | None]:
+    """(prompt text, problem, the field at fault) of an OpenAI request body."""
     if not isinstance(body, dict):
-        return None, "the request body must be a JSON object"
+        return None, "the request body must be a JSON object", None
     if chat:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
-            return None, "field 'messages': must be a non-empty list"
+            return None, "field 'messages': must be a non-empty list", "messages"
         texts = []
         for m in messages:
             content = m.get("content") if isinstance(m, dict) else None
             if isinstance(content, list):  # content parts
                 content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
             if not isinstance(content, str):
-                return None, "field 'messages': every message needs a string 'content'"
+                return None, "field 'messages': every message needs a string 'content'", "messages"
             texts.append(content)
-        return "\n".join(texts), ""
+        return "\n".join(texts), "", None
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1:
         prompt = prompt[0]
     if not isinstance(prompt, str):
-        return None, "field 'prompt': must be one string (one prompt per request; the batch endpoint takes lists)"
-    return prompt, ""
+        return None, ("field 'prompt': must be one string (one prompt per request; the batch endpoint takes "
+                      "lists)"), "prompt"
+    return prompt, "", None
 
 
 def _batch_error(message: str, detail: str = "", failed: list[dict[str, Any]] | None = None) -> JSONResponse:
@@ -330,15 +376,23 @@ def _batch_error(message: str, detail: str = "", failed: list[dict[str, Any]] | 
     return JSONResponse(body, status_code=200)
 
 
-def _openai_error(reason: str, message: str) -> JSONResponse:
-    status = STATUS.get(reason, 500)
-    return JSONResponse({"error": {"message": message, "type": reason, "code": status}}, status_code=status)
+def _error_body(reason: str, message: str, param: str | None = None) -> dict[str, Any]:
+    """OpenAI's error body (as vLLM fills it: ``type`` the reason, ``code`` the HTTP status)."""
+    return {"error": {"message": message, "type": reason, "param": param, "code": STATUS.get(reason, 500)}}
+
+
+def _openai_error(reason: str, message: str, param: str | None = None) -> JSONResponse:
+    return JSONResponse(_error_body(reason, message, param), status_code=STATUS.get(reason, 500))
 
 
 def build_app(scenario: Scenario, profile: Profile, backend: Backend, *, seed: int = 0, time_scale: float = 1.0,
-              batch_timeout: float | None = 600.0, grace: float = 30.0, model_name: str = "simctl") -> ServeApp:
+              batch_timeout: float | None = 600.0, grace: float = 30.0, model_name: str = "simctl",
+              default_task: str | None = None) -> ServeApp:
     """The server for ``scenario`` with ``profile``'s tasks on ``backend``: a
     :class:`ServeApp` whose ``.app`` is the ASGI app and ``.runtime`` the runtime.
+    ``default_task``: where a prompt whose task this server does not serve goes (``None``: it
+    fails; ``simctl serve`` passes :func:`~simulator.serve.runtime.first_gpu_task`).
     :class:`~simulator.errors.ScenarioError` names a setting the runtime does not serve."""
-    runtime = Runtime(scenario, profile, backend, seed=seed, time_scale=time_scale, batch_timeout=batch_timeout)
+    runtime = Runtime(scenario, profile, backend, seed=seed, time_scale=time_scale, batch_timeout=batch_timeout,
+                      default_task=default_task)
     return ServeApp(runtime, grace=grace, model_name=model_name)

@@ -10,13 +10,18 @@ its tokens over. Three backends (:data:`BACKENDS`, by ``--backend`` name):
   batch order), its first token at the profile's first-token offset, and the batch sleeps
   that long in server seconds. On a processor-sharing GPU concurrent batches progress at
   rate 1/n each, as the model has it (:class:`SharedGpuTime`). The text is ``max_tokens``
-  placeholder tokens.
+  common English words (:data:`WORDS`), one token each for a client's tokenizer.
 * ``harness`` — the real torch decoder of ``simctl profile`` (random weights), batched
   speculative decoding of each GPU batch in a worker thread per GPU (``cuda:i`` where there
   is one, else the CPU); torch is imported only here.
 * ``openai`` — a real OpenAI-compatible engine per GPU: a batch's prompts go to that GPU's
   URL in one ``/v1/completions`` request (a list prompt), so the server is a batching router
-  in front of them.
+  in front of them. An engine that takes one prompt per request (GuideLLM's mock server,
+  ``simctl serve`` itself) gets one request per prompt, all at once: forced with
+  ``per_prompt=True``, else found out by the first batch of several prompts sent there: a
+  list that the engine refuses (any status but 200) or answers with the wrong number of
+  choices is sent again prompt by prompt, and when that works the engine's URL is taken as
+  one-prompt-per-request from then on. A batch of one prompt is always one plain string.
 
 Every backend serves a task on the CPU (``resource = "cpu"``: the design notes' graph
 solver, which none of them has) with the ``sleep`` backend's profile time.
@@ -56,9 +61,20 @@ def prompt_tokens(text: str, vocab: int) -> list[int]:
     return [sum(units[4 * i:4 * i + 4]) % vocab for i in range(estimate_tokens(text))]
 
 
+#: The sleep backend's words: common short English words, each one token with its leading
+#: space for the usual BPE tokenizers (GPT-2's, Llama's, Qwen's), so a client that counts
+#: the reply's tokens itself (AIPerf, GuideLLM) counts what ``usage`` says
+WORDS = ("the", "of", "and", "to", "in", "is", "that", "it", "for", "was", "on", "are", "as", "with", "be",
+         "at", "by", "this", "have", "from", "or", "one", "had", "not", "but", "what", "all", "were", "when",
+         "we", "there", "can", "an", "your", "which", "their", "said", "if", "do", "will", "each", "about",
+         "how", "up", "out", "them", "then", "no", "many", "any", "so", "these", "would", "other", "into",
+         "has", "more", "may", "two", "like", "only", "see", "time", "could")
+
+
 def placeholder_text(job: PromptJob) -> str:
-    """The sleep backend's answer: ``max_tokens`` placeholder tokens."""
-    return "".join(f" tok{i}" for i in range(job.max_tokens))
+    """The sleep backend's answer: ``max_tokens`` words of :data:`WORDS` in turn, each after
+    a space (one token each: :func:`pieces` cuts it into ``max_tokens`` stream pieces)."""
+    return "".join(f" {WORDS[i % len(WORDS)]}" for i in range(job.max_tokens))
 
 
 class Backend(ABC):
@@ -282,7 +298,7 @@ class OpenAIBackend(SleepBackend):
 
     name = "openai"
 
-    def __init__(self, urls: Sequence[str], model: str | None = None) -> None:
+    def __init__(self, urls: Sequence[str], model: str | None = None, per_prompt: bool = False) -> None:
         super().__init__()
         if not urls or any(not u.startswith(("http://", "https://")) for u in urls):
             raise BackendError(None, None, "--backend", f"openai:URL[,URL...] needs http(s) URLs, got "
@@ -290,6 +306,9 @@ class OpenAIBackend(SleepBackend):
         self.urls = [u.rstrip("/") for u in urls]
         self.model = model
         self.client: Any = None
+        #: per URL: True sends one request per prompt, False one list request per batch;
+        #: a URL not here is probed by its first batch of several prompts
+        self.per_prompt: dict[str, bool] = {u: True for u in self.urls} if per_prompt else {}
 
     @staticmethod
     def _completions(url: str) -> str:
@@ -327,23 +346,53 @@ class OpenAIBackend(SleepBackend):
                 self.model = "default"
         return self.model
 
+    async def _post(self, url: str, prompt: str | list[str], max_tokens: int) -> list[str]:
+        """The texts ``url`` answers for ``prompt`` (a string or a list), in prompt order; a
+        ``RuntimeError`` naming the engine's answer if it is not 200 with one choice each."""
+        body = {"model": await self._model(url), "prompt": prompt, "max_tokens": max_tokens}
+        response = await self.client.post(self._completions(url), json=body)
+        if response.status_code != 200:
+            raise RuntimeError(f"{url} answered HTTP {response.status_code}: {response.text[:300]}")
+        try:
+            choices = response.json().get("choices")
+        except (ValueError, AttributeError):
+            choices = None
+        wanted = len(prompt) if isinstance(prompt, list) else 1
+        if not isinstance(choices, list) or len(choices) != wanted:
+            raise RuntimeError(f"{url} answered {len(choices) if isinstance(choices, list) else 'no'} choices "
+                               f"for {wanted} prompts")
+        ordered = sorted(choices, key=lambda c: c.get("index", 0))
+        return [str(c.get("text", "")) for c in ordered]
+
+    async def _one_by_one(self, url: str, jobs: Sequence[PromptJob]) -> list[str]:
+        answers = await asyncio.gather(*(self._post(url, j.text, j.max_tokens) for j in jobs))
+        return [a[0] for a in answers]
+
     async def run(self, runtime: Runtime, batch: ServeBatch) -> list[str]:
         device: Device = batch.device
         if device.gpu_id < 0:
             return await SleepBackend.run(self, runtime, batch)
         batch.plan(runtime, None, None)
         url = self.urls[device.gpu_id]
-        body = {"model": await self._model(url), "prompt": [j.text for j in batch.jobs],
-                "max_tokens": max(j.max_tokens for j in batch.jobs)}
-        response = await self.client.post(self._completions(url), json=body)
-        if response.status_code != 200:
-            raise RuntimeError(f"{url} answered HTTP {response.status_code}: {response.text[:300]}")
-        choices = response.json().get("choices")
-        if not isinstance(choices, list) or len(choices) != len(batch.jobs):
-            raise RuntimeError(f"{url} answered {len(choices) if isinstance(choices, list) else 'no'} choices "
-                               f"for {len(batch.jobs)} prompts")
-        ordered = sorted(choices, key=lambda c: c.get("index", 0))
-        return [str(c.get("text", "")) for c in ordered]
+        jobs = batch.jobs
+        if len(jobs) == 1:
+            return await self._post(url, jobs[0].text, jobs[0].max_tokens)
+        if self.per_prompt.get(url):
+            return await self._one_by_one(url, jobs)
+        texts = [j.text for j in jobs]
+        if url in self.per_prompt:  # takes lists
+            return await self._post(url, texts, max(j.max_tokens for j in jobs))
+        try:
+            answers = await self._post(url, texts, max(j.max_tokens for j in jobs))
+        except RuntimeError as refused:
+            try:
+                answers = await self._one_by_one(url, jobs)
+            except RuntimeError as error:  # not the list: the engine fails plain prompts too
+                raise error from refused
+            self.per_prompt[url] = True
+            return answers
+        self.per_prompt[url] = False
+        return answers
 
     def planned_text(self, job: PromptJob) -> str | None:
         return None
@@ -362,5 +411,6 @@ def backend_from_spec(spec: str, **options: Any) -> Backend:
         return HarnessBackend(**{k: v for k, v in options.items() if k in (
             "target", "draft", "lookahead", "acceptance", "device", "threads") and v is not None})
     if name == "openai":
-        return OpenAIBackend([u for u in rest.split(",") if u], options.get("model"))
+        return OpenAIBackend([u for u in rest.split(",") if u], options.get("model"),
+                             per_prompt=bool(options.get("per_prompt")))
     raise BackendError(None, None, "--backend", f"unknown backend {spec!r}; valid: {', '.join(BACKENDS)}")

@@ -39,6 +39,11 @@ A task on the CPU runs on its own pool of ``cpu_workers`` (unlimited by default)
 Failures: every prompt's future ends with its text or a :class:`PromptFailed` whose
 ``reason`` says why (``rejected`` by a full queue, ``dropped`` at its queue timeout,
 ``shutdown``, ``backend`` error, ``timeout`` of a stalled batch, ``unknown-task``).
+
+Tasks: a prompt goes to the task the users' keyword rules give it; one whose task this server
+does not serve (no rule matches, or the rule's task is not the profile's) goes to the
+runtime's ``default_task`` where there is one (:func:`first_gpu_task` is ``simctl serve``'s
+default), else fails with ``unknown-task``.
 """
 
 from __future__ import annotations
@@ -55,7 +60,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from simulator.errors import ScenarioError
+from simulator.errors import ScenarioError, ServeError
 from simulator.model.batching import BATCH_FORMING, Shaping, task_service
 from simulator.model.dispatch import DISPATCH_RULES, DispatchGroups, DispatchRule
 from simulator.model.engine import ServiceStreams
@@ -801,6 +806,17 @@ class Timer:
         self.cancelled = True
 
 
+def first_gpu_task(scenario: Scenario, profile: Profile) -> str | None:
+    """The first of ``profile``'s tasks (in its order) that runs on a GPU in ``scenario``
+    (else its first task; ``None`` for a profile without tasks): where ``simctl serve``
+    sends a prompt no rule gives a served task, a benchmark client's synthetic text."""
+    tasks = list(profile.tasks)
+    for task in tasks:
+        if (scenario.for_task(task).resource or profile.tasks[task].resource) == "gpu":
+            return task
+    return tasks[0] if tasks else None
+
+
 class Runtime:
     """The served system for one scenario, profile and backend (module docstring).
 
@@ -812,7 +828,8 @@ class Runtime:
 
     def __init__(self, scenario: Scenario, profile: Profile, backend: Backend, *, seed: int = 0,
                  time_scale: float = 1.0, classifier: KeywordClassifier = DEFAULT_CLASSIFIER,
-                 batch_timeout: float | None = None, log_size: int = 100_000) -> None:
+                 batch_timeout: float | None = None, log_size: int = 100_000,
+                 default_task: str | None = None) -> None:
         self.scenario = scenario
         self.profile = profile
         self.backend = backend
@@ -822,6 +839,11 @@ class Runtime:
         #: server seconds a batch may take on its backend before its prompts fail (stall guard)
         self.batch_timeout = batch_timeout
         self.tasks = list(profile.tasks)
+        if default_task is not None and default_task not in self.tasks:
+            raise ServeError(None, None, "default_task", f"unknown task {default_task!r}; the tasks of profile "
+                             f"{profile.name}: {', '.join(self.tasks)}")
+        #: where a prompt whose task this server does not serve goes (``None``: it fails)
+        self.default_task = default_task
         check_served(scenario, self.tasks, backend.name,
                      lambda t: scenario.for_task(t).resource or profile.tasks[t].resource)
         backend.check(scenario)
@@ -1064,8 +1086,12 @@ class Runtime:
 
     # -- calls ---------------------------------------------------------------------------
     def classify(self, text: str) -> str:
-        """The task the users' server routes ``text`` to."""
-        return self.classifier.classify(text)
+        """The task this server routes ``text`` to: the users' keyword rules' task, or the
+        default task where the rules give none this server serves."""
+        task = self.classifier.classify(text)
+        if self.default_task is not None and task not in self.profile.tasks:
+            return self.default_task
+        return task
 
     def _jobs(self, texts: Sequence[str], max_tokens: int | None, tasks: Sequence[str] | None = None) -> list[PromptJob]:
         loop = asyncio.get_running_loop()
