@@ -145,13 +145,38 @@ def find_arrivals(folder: Path) -> Path | None:
     return None
 
 
+#: what a run may be, for the error on a file that is none of them
+_EXPECTED = ("a results folder of the load-testing client, or the results of vllm bench serve (--save-result "
+             "--save-detailed JSON), GuideLLM (benchmarks.json) or AIPerf (profile_export.jsonl)")
+
+
+def _tool_run(other: Any, timeout: float) -> ObservedRun:
+    return ObservedRun(name=other.name, path=other.path, calls=other.calls, timeout=timeout,
+                       meta=other.meta, trace=other.trace, requests=_tool_requests(other.calls, other.trace))
+
+
+def read_observed_runs(path: str | Path, arrivals: str | Path | Trace | None = None,
+                       timeout: float | None = None, compositions: Compositions | None = None) -> list[ObservedRun]:
+    """Every run at ``path``: one per benchmark of another tool's file that holds several
+    (a GuideLLM sweep; ``FILE#K`` reads benchmark ``K`` alone), else the one run
+    :func:`read_observed` reads."""
+    from simulator.observed_formats import read_result_runs
+
+    tool_timeout = CLIENT_TIMEOUT if timeout is None else timeout
+    runs = read_result_runs(path, tool_timeout, compositions or Compositions())
+    if runs is not None:
+        return [_tool_run(run, tool_timeout) for run in runs]
+    return [read_observed(path, arrivals, timeout, compositions)]
+
+
 def read_observed(folder: str | Path, arrivals: str | Path | Trace | None = None,
                   timeout: float | None = None, compositions: Compositions | None = None) -> ObservedRun:
     """Read a results folder of the users' client (or of ``simctl load``); ``arrivals`` (the
     trace the run replayed, default ``batch_arrivals.json`` in the folder or beside it) gives
     each call's tasks and arrival instant; ``compositions`` (a scenario's rules) classes the
     calls. ``folder`` may also be another load generator's results (vllm bench serve,
-    GuideLLM, AIPerf: :mod:`simulator.observed_formats`), which carry their own calls.
+    GuideLLM, AIPerf: :mod:`simulator.observed_formats`), which carry their own calls; one
+    benchmark of a file of several is ``FILE#K``.
 
     ``timeout`` (seconds of the run's clock, as ``simctl load --timeout``) censors failed
     calls; ``None``: the run's own timeout, else :data:`CLIENT_TIMEOUT`. A time-scaled run
@@ -160,12 +185,13 @@ def read_observed(folder: str | Path, arrivals: str | Path | Trace | None = None
     from simulator.observed_formats import read_result_file
     from simulator.trace.formats import load_trace
 
-    folder = Path(folder)
     tool_timeout = CLIENT_TIMEOUT if timeout is None else timeout
     other = read_result_file(folder, tool_timeout, compositions)  # another load generator's results
     if other is not None:
-        return ObservedRun(name=other.name, path=other.path, calls=other.calls, timeout=tool_timeout,
-                           meta=other.meta, trace=other.trace, requests=_tool_requests(other.calls, other.trace))
+        return _tool_run(other, tool_timeout)
+    folder = Path(folder)
+    if folder.is_file():
+        raise ObservedError(folder, None, None, f"not results this reads: expected {_EXPECTED}")
     if not folder.is_dir():
         raise ObservedError(folder, None, None, "not a folder of observed results")
     has_results = (folder / SUMMARY_FILE).exists() or any(_BATCH_FILE.match(p.name) for p in folder.iterdir())
@@ -415,12 +441,12 @@ def read_run(path: str | Path, timeout: float | None = None, arrivals: str | Pat
     if p.is_dir():
         run = read_observed(p, arrivals, timeout, compositions)
         return run.name, run.calls
-    if not p.exists():
-        raise ObservedError(p, None, None, "no such file or folder")
     limit = CLIENT_TIMEOUT if timeout is None else timeout
-    other = read_result_file(p, limit, compositions)
+    other = read_result_file(p, limit, compositions)  # also FILE#K, one benchmark of a file of several
     if other is not None:
         return other.name, other.calls
+    if not p.exists():
+        raise ObservedError(p, None, None, "no such file or folder")
     if p.suffix.lower() in (".parquet", ".csv"):
         from simulator.events import read_event_log
 

@@ -23,7 +23,14 @@ from simulator.cli._common import (
 )
 from simulator.errors import ObservedError
 from simulator.metrics import json_ready
-from simulator.observed import CLIENT_TIMEOUT, compare_calls, observed_to_json, read_observed, read_run
+from simulator.observed import (
+    CLIENT_TIMEOUT,
+    ObservedRun,
+    compare_calls,
+    observed_to_json,
+    read_observed_runs,
+    read_run,
+)
 from simulator.outputs import check_output_folder, check_writable
 
 
@@ -57,7 +64,8 @@ def _compositions(config: Path | None):
 
 @app.command("observed")
 def observed_cli(
-    folder: Path = typer.Argument(..., help="Results folder of the load-testing client (batch_NNNN.json, simulation_summary.json)."),
+    folder: Path = typer.Argument(..., help="Results folder of the load-testing client (batch_NNNN.json, simulation_summary.json), "
+                                  "or another tool's results (vllm bench serve, GuideLLM, AIPerf); FILE#K: benchmark K of a file of several."),
     arrivals: Path | None = typer.Option(None, "--arrivals", help="The arrival file the run replayed (default: ../batch_arrivals.json)."),
     timeout: float | None = typer.Option(None, "--timeout", help="Client timeout (s of the run's clock): failed calls are "
                                          f"censored here [default: the run's own, else {CLIENT_TIMEOUT:g}]."),
@@ -82,6 +90,9 @@ def observed_cli(
     workload as this run generated it: each answered prompt of those tasks gets its
     answer's length in tokens (about 4 characters each) as max_tokens, for replay and
     calibrate to simulate.
+
+    A file of several benchmarks (a GuideLLM rate sweep, an appended vllm bench file)
+    shows each as a run; FILE#K reads benchmark K (from 0) alone.
     """
     with user_errors():
         if (lengths is None) != (write_trace is None):
@@ -94,7 +105,11 @@ def observed_cli(
             check_writable(write_trace, force=force, inputs=(folder,) + ((arrivals,) if arrivals else ()))
         if csv_out is not None:
             check_writable(csv_out, force=force, inputs=(folder,))
-        run = read_observed(folder, arrivals, timeout, _compositions(config))
+        runs = read_observed_runs(folder, arrivals, timeout, _compositions(config))
+        if len(runs) > 1 and write_trace is not None:
+            raise ObservedError(folder, None, "--write-trace", f"holds {len(runs)} benchmarks; "
+                                f"give one as {folder}#K to write its trace")
+        run = runs[0]
         if write_trace is not None and lengths is not None:  # both or neither, as checked above
             from simulator.observed import find_arrivals, with_observed_lengths
             from simulator.trace.formats import load_trace, save_trace
@@ -110,24 +125,36 @@ def observed_cli(
             save_trace(trace, write_trace, force=force)
             console.print(f"wrote {write_trace}: {trace.meta['output_lengths']['prompts']} prompts of "
                           f"{', '.join(tasks)} with their measured output tokens", highlight=False)
-        data = json_ready(observed_to_json(run, tokens))
+        datas = [json_ready(observed_to_json(r, tokens)) for r in runs]
         if csv_out is not None:
             from simulator.outputs import flat_record, task_rows, write_csv
 
-            write_csv(task_rows({"run": run.name, **flat_record(data["figures"])}, {"compositions": "composition"}),
+            write_csv([row for r, d in zip(runs, datas, strict=True)
+                       for row in task_rows({"run": r.name, **flat_record(d["figures"])}, {"compositions": "composition"})],
                       csv_out, force=force)
-        if write_json(json.dumps(data, indent=2), json_out, force):
+        every = datas[0] if len(runs) == 1 else {"format": "simctl-observed-runs/1", "runs": datas}
+        if write_json(json.dumps(every, indent=2), json_out, force):
             return
-        scaled = f"; model s, the run's clock × {run.time_scale:g}" if run.time_scale != 1 else ""
-        print_call_figures(data["figures"], f"observed {run.name}: call latency (s{scaled}), failures censored at "
-                                            f"{run.timeout:g} s")
-        per_task = data["figures"]["tokens"]
-        if per_task is None:
-            console.print("no per-request records (TTFT, tokens) in this run: token figures need simctl load's "
-                          "requests.parquet or another tool's per-request results", highlight=False)
-        else:
-            groups = [(t, f) for t, f in per_task.items() if t != "overall"] + [("[bold]overall[/bold]", per_task["overall"])]
-            print_token_figures(groups, units)
+        for shown, figures in zip(runs, datas, strict=True):
+            _print_run(shown, figures, units)
+        if len(runs) > 1:  # a file of several benchmarks (a GuideLLM sweep): each is a run
+            console.print(f"{len(runs)} benchmarks; {folder}#K reads benchmark K alone (K from 0), as "
+                          "compare-runs, calibrate and predict take it", highlight=False)
+
+
+def _print_run(run: ObservedRun, data: dict, units: str) -> None:
+    """One observed run's tables: call latency, then its token figures where it has them."""
+    label = f" ({run.meta['benchmark_label']})" if run.meta.get("benchmark_label") else ""
+    scaled = f"; model s, the run's clock × {run.time_scale:g}" if run.time_scale != 1 else ""
+    print_call_figures(data["figures"], f"observed {run.name}{label}: call latency (s{scaled}), failures censored at "
+                                        f"{run.timeout:g} s")
+    per_task = data["figures"]["tokens"]
+    if per_task is None:
+        console.print("no per-request records (TTFT, tokens) in this run: token figures need simctl load's "
+                      "requests.parquet or another tool's per-request results", highlight=False)
+    else:
+        groups = [(t, f) for t, f in per_task.items() if t != "overall"] + [("[bold]overall[/bold]", per_task["overall"])]
+        print_token_figures(groups, units)
 
 
 @app.command("compare-runs")

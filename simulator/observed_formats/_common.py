@@ -35,6 +35,8 @@ class Request:
     error: str = ""
     status: int | None = None
     ttft: float | None = None
+    #: mean gap between successive output tokens after the first (s)
+    itl: float | None = None
     prompt_tokens: int | None = None
     output_tokens: int | None = None
     prompt_text: str | None = None
@@ -43,7 +45,9 @@ class Request:
 @dataclass(frozen=True)
 class ToolRun:
     """A run read from another tool's results, in the terms of an observed run: ``calls``
-    has the columns of :attr:`simulator.observed.ObservedRun.calls` (plus ``ttft_s``)."""
+    has the columns of :attr:`simulator.observed.ObservedRun.calls` plus, per request,
+    ``ttft_s`` (time to first token), ``itl_s`` (mean inter-token latency),
+    ``prompt_tokens`` and ``output_tokens`` (NaN where the file does not say)."""
 
     name: str
     path: str
@@ -53,12 +57,24 @@ class ToolRun:
 
 
 @dataclass(frozen=True)
+class Benchmark:
+    """One benchmark of a result file: its requests and what the file says of it (``label``:
+    how the tool names it, e.g. its rate; ``meta``: settings worth keeping)."""
+
+    requests: list[Request]
+    meta: dict[str, Any]
+    label: str = ""
+
+
+@dataclass(frozen=True)
 class ResultFormat:
-    """A registered format: how to tell its file (``looks_like(path, head)``) and read it."""
+    """A registered format: how to tell its file (``looks_like(path, head)``) and read it
+    (``read(path)``: every benchmark the file holds, in file order; most hold one, a
+    GuideLLM sweep or an appended ``vllm bench serve`` file several)."""
 
     name: str
     looks_like: Callable[[Path, str], bool]
-    read: Callable[[Path], tuple[list[Request], dict[str, Any]]]
+    read: Callable[[Path], list[Benchmark]]
 
 
 def number(value: Any) -> float | None:
@@ -74,13 +90,15 @@ def count(value: Any) -> int | None:
 
 
 def build_run(path: Path, fmt: str, requests: list[Request], meta: dict[str, Any], timeout: float,
-              compositions: Compositions | None = None) -> ToolRun:
+              compositions: Compositions | None = None, name: str | None = None,
+              shown_path: str | None = None) -> ToolRun:
     """The observed run of ``requests``: one call of one prompt each, in order of start.
 
     A request's task is its prompt's by the keyword rules when the file holds the prompt
     text, else ``unknown``. Its call arrives at its start time, counted from the earliest;
     a file without start times gives every call the instant 0 (with a warning: its latency
-    figures hold, but a replay of its trace is not the run it measured).
+    figures hold, but a replay of its trace is not the run it measured). ``name`` and
+    ``shown_path`` (default: from ``path``) name one benchmark of a file of several.
     """
     from simulator.scenario import Compositions
     from simulator.trace.classify import DEFAULT_CLASSIFIER, UNKNOWN
@@ -108,13 +126,19 @@ def build_run(path: Path, fmt: str, requests: list[Request], meta: dict[str, Any
                      "duration_s": np.nan if r.latency is None else r.latency, "done_at": done,
                      "status_code": pd.NA if r.status is None else r.status, "ok": bool(r.ok and r.latency is not None),
                      "error": "" if r.ok else (r.error or "failed"),
-                     "ttft_s": np.nan if r.ttft is None else r.ttft})
+                     "ttft_s": np.nan if r.ttft is None else r.ttft,
+                     "itl_s": np.nan if r.itl is None else r.itl,
+                     "prompt_tokens": np.nan if r.prompt_tokens is None else float(r.prompt_tokens),
+                     "output_tokens": np.nan if r.output_tokens is None else float(r.output_tokens)})
     ids = [c.id for c in calls]
     if len(set(ids)) != len(ids):
         raise ObservedError(path, None, None, f"the {fmt} result has two requests with one id")
     frame = pd.DataFrame(rows)
     frame["latency_s"] = np.where(frame["ok"], frame["duration_s"], np.nan)
     frame["latency_censored_s"] = np.where(frame["ok"], np.minimum(frame["duration_s"], timeout), timeout)
-    trace = Trace(tuple(calls), meta={"format": fmt, "source_results": str(path)}, source=str(path))
-    return ToolRun(name=path.stem if path.name != "profile_export.jsonl" else path.parent.name,
-                   path=str(path), calls=frame, meta={"format": fmt, "requests": len(requests), **meta}, trace=trace)
+    source = shown_path or str(path)
+    trace = Trace(tuple(calls), meta={"format": fmt, "source_results": source}, source=source)
+    if name is None:
+        name = path.stem if path.name != "profile_export.jsonl" else path.parent.name
+    return ToolRun(name=name, path=shown_path or str(path), calls=frame,
+                   meta={"format": fmt, "requests": len(requests), **meta}, trace=trace)

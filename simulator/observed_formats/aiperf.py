@@ -8,17 +8,23 @@ One JSON object per line, per request: ``metadata`` (``session_num``, ``x_reques
 for a failed request) and ``error`` (``{"code", "type", "message"}`` or null). Records of
 a phase other than ``profiling`` (warm-up) are left out. A folder holding
 ``profile_export.jsonl`` (AIPerf's artifact directory) reads the same.
+
+Token counts are the server's where the response reported them (``usage_prompt_tokens``,
+``usage_completion_tokens``: the server's tokenizer, which the simulated service model is
+measured in), else AIPerf's client-side counts (``input_sequence_length``,
+``output_sequence_length``, tokenized with ``--tokenizer``). A request's inter-token
+latency is its ``inter_token_latency`` (AIPerf: ``(request_latency − ttft) / (output
+tokens − 1)``, the mean gap after the first token).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from simulator import inputs
 from simulator.errors import ObservedError
-from simulator.observed_formats._common import UNITS, Request, count, number
+from simulator.observed_formats._common import UNITS, Benchmark, Request, count, number
 
 
 def looks_like(path: Path, head: str) -> bool:
@@ -36,7 +42,16 @@ def _metric(metrics: dict, name: str, seconds: bool = False) -> float | None:
     return value * UNITS.get(str(entry.get("unit", "ms")), 1e-3)
 
 
-def read(path: Path) -> tuple[list[Request], dict[str, Any]]:
+def _first(metrics: dict, *names: str) -> float | None:
+    """The value of the first of ``names`` the record has."""
+    for name in names:
+        value = _metric(metrics, name)
+        if value is not None:
+            return value
+    return None
+
+
+def read(path: Path) -> list[Benchmark]:
     requests = []
     lines = inputs.read_text(path, ObservedError, "AIPerf profile_export.jsonl").splitlines()
     for n, line in enumerate(lines):
@@ -62,14 +77,17 @@ def read(path: Path) -> tuple[list[Request], dict[str, Any]]:
         if not ok:
             message = (f"{error.get('type') or 'error'}: {error.get('message') or ''}".strip()
                        if isinstance(error, dict) else "cancelled" if meta.get("was_cancelled") else "failed")
-        output = _metric(metrics, "output_sequence_length")
-        if output is None:
-            output = _metric(metrics, "output_token_count")
+        output = _first(metrics, "usage_completion_tokens", "output_sequence_length", "output_token_count")
+        prompt = _first(metrics, "usage_prompt_tokens", "input_sequence_length", "error_isl")
         rid = meta.get("x_request_id") or meta.get("session_num", n)
         requests.append(Request(
             id=str(rid), start=None if start is None else start * 1e-9, latency=latency if ok else None, ok=ok,
             error=message, status=count(error.get("code")) if isinstance(error, dict) else None,
             ttft=_metric(metrics, "time_to_first_token", seconds=True) if ok else None,
-            prompt_tokens=count(_metric(metrics, "input_sequence_length") or _metric(metrics, "error_isl")),
-            output_tokens=count(output)))
-    return requests, {}
+            itl=_metric(metrics, "inter_token_latency", seconds=True) if ok else None,
+            prompt_tokens=count(prompt), output_tokens=count(output)))
+    if requests and all(r.start is None and r.latency is None for r in requests):
+        raise ObservedError(path, None, "metadata.request_start_ns", "no request has a start time or a latency: "
+                            "expected AIPerf's profile_export.jsonl (metadata.request_start_ns, request_end_ns, "
+                            "metrics.request_latency)")
+    return [Benchmark(requests, {})]
