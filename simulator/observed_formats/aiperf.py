@@ -13,8 +13,10 @@ Token counts are the server's where the response reported them (``usage_prompt_t
 ``usage_completion_tokens``: the server's tokenizer, which the simulated service model is
 measured in), else AIPerf's client-side counts (``input_sequence_length``,
 ``output_sequence_length``, tokenized with ``--tokenizer``). A request's inter-token
-latency is its ``inter_token_latency`` (AIPerf: ``(request_latency − ttft) / (output
-tokens − 1)``, the mean gap after the first token).
+latency is AIPerf's formula, ``(request_latency − ttft) / (output tokens − 1)`` (the mean
+gap after the first token), over those same output tokens: AIPerf's own
+``inter_token_latency`` divides by its client-side count unless it ran with
+``--use-server-token-count``, and is taken only where the server reported no count.
 """
 
 from __future__ import annotations
@@ -51,6 +53,16 @@ def _first(metrics: dict, *names: str) -> float | None:
     return None
 
 
+def _itl(metrics: dict, latency: float | None, output: float | None) -> float | None:
+    """Mean inter-token latency (s) over the server's output tokens where it counted them."""
+    ttft = _metric(metrics, "time_to_first_token", seconds=True)
+    if _metric(metrics, "usage_completion_tokens") is not None:
+        if latency is None or ttft is None or output is None or output < 2:
+            return None
+        return (latency - ttft) / (output - 1)
+    return _metric(metrics, "inter_token_latency", seconds=True)
+
+
 def read(path: Path) -> list[Benchmark]:
     requests = []
     lines = inputs.read_text(path, ObservedError, "AIPerf profile_export.jsonl").splitlines()
@@ -84,7 +96,7 @@ def read(path: Path) -> list[Benchmark]:
             id=str(rid), start=None if start is None else start * 1e-9, latency=latency if ok else None, ok=ok,
             error=message, status=count(error.get("code")) if isinstance(error, dict) else None,
             ttft=_metric(metrics, "time_to_first_token", seconds=True) if ok else None,
-            itl=_metric(metrics, "inter_token_latency", seconds=True) if ok else None,
+            itl=_itl(metrics, latency, output) if ok else None,
             prompt_tokens=count(prompt), output_tokens=count(output)))
     if requests and all(r.start is None and r.latency is None for r in requests):
         raise ObservedError(path, None, "metadata.request_start_ns", "no request has a start time or a latency: "

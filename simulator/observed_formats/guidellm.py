@@ -79,7 +79,8 @@ def _request_v08(rec: dict, status: str, rid: str) -> Request:
     ok = status == "successful" and latency is not None
     ttft_ms, itl_ms = number(rec.get("time_to_first_token_ms")), number(rec.get("inter_token_latency_ms"))
     error = rec["info"].get("error")
-    message = "" if ok else str(error or ("incomplete" if status == "incomplete" else "failed"))
+    # the first line: GuideLLM writes the exception's text, whose later lines are advice
+    message = "" if ok else (str(error or "").strip().splitlines() or ["incomplete" if status == "incomplete" else "failed"])[0]
     return Request(id=rid, start=start, latency=latency if ok else None, ok=ok, error=message,
                    ttft=ttft_ms / 1000 if ok and ttft_ms is not None else None,
                    itl=itl_ms / 1000 if ok and itl_ms is not None else None,
