@@ -56,7 +56,8 @@ def _prompt_of(request_args: Any) -> str | None:
     if isinstance(body.get("prompt"), str):
         return body["prompt"]
     texts = []
-    for message in body.get("messages") or []:
+    messages = body.get("messages")
+    for message in messages if isinstance(messages, list) else []:
         content = message.get("content") if isinstance(message, dict) else None
         if isinstance(content, str):
             texts.append(content)
