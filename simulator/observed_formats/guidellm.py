@@ -114,7 +114,7 @@ def _label(bench: dict) -> str:
         return ""
     kind = str(strategy.get("type_") or strategy.get("type") or "")
     rate = number(strategy.get("rate"))
-    streams = number(strategy.get("streams") or strategy.get("max_concurrency"))
+    streams = number(strategy.get("streams"))  # a concurrent strategy's; max_concurrency is a cap, not the load
     if rate is not None:
         return f"{kind} {rate:g}/s".strip()
     if streams is not None:
