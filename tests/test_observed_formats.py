@@ -139,6 +139,14 @@ def test_a_sweep_is_one_run_per_benchmark():
     assert [r["figures"]["overall"]["ok"] for r in every["runs"]] == [10, 10, 10]
 
 
+def test_a_sweeps_csv_has_the_rows_of_every_benchmark(tmp_path):
+    out = tmp_path / "sweep.csv"
+    assert runner.invoke(app, ["observed", str(SWEEP), "--csv", str(out)]).exit_code == 0
+    with open(out, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert sorted({r["run"] for r in rows}) == ["sweep#0", "sweep#1", "sweep#2"]
+
+
 def test_one_benchmark_is_chosen_with_hash_k_and_a_sweep_without_it_is_refused():
     alone = runner.invoke(app, ["observed", f"{SWEEP}#2", "--json", "-"])
     assert alone.exit_code == 0, alone.output
