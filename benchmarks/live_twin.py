@@ -90,19 +90,30 @@ def _serve(topology: str, time_scale: float, seed: int, log_path: Path) -> tuple
     return proc, f"http://127.0.0.1:{match.group(1)}"
 
 
-def _wait_healthy(url: str, seconds: float = 30.0) -> None:
+def wait_http(url: str, seconds: float = 30.0) -> None:
+    """Wait until ``url`` answers GET with a status below 500 (a server is up)."""
     import httpx
 
     deadline = time.monotonic() + seconds
     while True:
         try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
+            if httpx.get(url, timeout=2).status_code < 500:
                 return
         except httpx.HTTPError:
             pass
         if time.monotonic() > deadline:
-            raise RuntimeError(f"{url}/health did not answer in {seconds:g} s")
+            raise RuntimeError(f"{url} did not answer in {seconds:g} s")
         time.sleep(0.1)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Stop a server as Ctrl-C would (it finishes what it serves), killing it after 30 s."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def _batch_means(metrics: str) -> dict[str, float]:
@@ -120,17 +131,12 @@ def served(trace: Any, topology: str, time_scale: float, seed: int, work: Path) 
 
     proc, url = _serve(topology, time_scale, seed, work / f"serve-{topology}.log")
     try:
-        _wait_healthy(url)
+        wait_http(url + "/health")
         result = run_load(trace, LoadOptions(url=url + "/", time_scale=time_scale), work / f"run-{topology}",
                           handle_sigint=False)
         metrics = httpx.get(url + "/metrics", timeout=10).text
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
     records = result.summary["results"]
     failed = [r for r in records if r["error"] is not None or not (r["response"] or {}).get("choices")]
     latency = np.array([r["request_duration"] for r in records], float) * time_scale

@@ -47,11 +47,9 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -61,6 +59,8 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from live_twin import stop, wait_http  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO, PROFILE, SEED = "design-notes", "seed-calibrated", 0
 DEFAULT_TASK = "mmlu"
@@ -77,30 +77,6 @@ def _env() -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
 
-def _wait_http(url: str, seconds: float = 60.0) -> None:
-    import httpx
-
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            if httpx.get(url, timeout=2).status_code < 500:
-                return
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{url} did not answer in {seconds:g} s")
-        time.sleep(0.2)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    proc.send_signal(signal.SIGINT)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 @contextmanager
 def simctl_serve(work: Path, name: str, time_scale: float) -> Iterator[str]:
     """``simctl serve --backend sleep`` on a free port of 127.0.0.1; yields its base URL."""
@@ -112,14 +88,14 @@ def simctl_serve(work: Path, name: str, time_scale: float) -> Iterator[str]:
     line = proc.stdout.readline() if proc.stdout else ""
     match = re.search(r"http://127\.0\.0\.1:(\d+)", line)
     if not match:
-        _stop(proc)
+        stop(proc)
         raise RuntimeError(f"simctl serve did not start: {line!r} {(work / f'serve-{name}.log').read_text()[-2000:]}")
     url = f"http://127.0.0.1:{match.group(1)}"
     try:
-        _wait_http(url + "/health")
+        wait_http(url + "/health")
         yield url
     finally:
-        _stop(proc)
+        stop(proc)
 
 
 def _free_port() -> int:
@@ -141,10 +117,10 @@ def guidellm_mock(tools: Path, work: Path) -> Iterator[str]:
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=work)
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait_http(url + "/v1/models")
+        wait_http(url + "/v1/models")
         yield url
     finally:
-        _stop(proc)
+        stop(proc)
 
 
 def _run(cmd: list[str], work: Path, name: str, timeout: float = 600) -> None:
