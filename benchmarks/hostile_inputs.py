@@ -21,6 +21,21 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parent.parent / "tests"
 
 
+def hostile_classes() -> dict:
+    """The classes of ``tests/hostile_*.py``: each module's ``CLASSES`` maps a class name to a
+    function ``(examples) -> (tried, handled)`` that tries that many hostile cases (special
+    output files, concurrent writers, full disks, hostile HTTP clients and servers ...) and
+    counts those handled as promised (no traceback, no hang, no file destroyed or lost, no
+    HTTP 500). One module a class family; the suite runs each with a few cases."""
+    import importlib
+
+    sys.path.insert(0, str(TESTS))
+    classes: dict = {}
+    for path in sorted(TESTS.glob("hostile_*.py")):
+        classes.update(importlib.import_module(path.stem).CLASSES)
+    return classes
+
+
 def run(examples: int, moments: int, seed: int, kinds: tuple[str, ...] | None = None) -> dict:
     """``kinds``: the interrupted commands (default: every one of ``tests/faults.py``)."""
     sys.path.insert(0, str(TESTS))
@@ -38,6 +53,9 @@ def run(examples: int, moments: int, seed: int, kinds: tuple[str, ...] | None = 
         except Exception:  # noqa: BLE001 - a broken contract is counted, not raised
             pass
         tried, handled = fuzzing.TALLY[klass]
+        classes[klass] = {"tried": tried, "handled": handled}
+    for klass, attempt in hostile_classes().items():
+        tried, handled = attempt(examples)
         classes[klass] = {"tried": tried, "handled": handled}
     rng = random.Random(seed)
     base = Path(tempfile.mkdtemp(prefix="simctl-faults-"))
