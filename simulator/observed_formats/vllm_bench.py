@@ -43,7 +43,7 @@ def _objects(path: Path) -> list[Any]:
     """The JSON objects of the file: one, or one per line (``--append-result``)."""
     text = reading.read_text(path, ObservedError, "vllm bench result")
     try:
-        return [json.loads(text)]
+        return [reading.check_depth(json.loads(text), path, ObservedError)]
     except ValueError:
         pass
     except RecursionError:
@@ -53,10 +53,11 @@ def _objects(path: Path) -> list[Any]:
         if not line.strip():
             continue
         try:
-            objects.append(json.loads(line))
+            obj = json.loads(line)
         except (ValueError, RecursionError):
             raise ObservedError(path, n, None, "not JSON: a vllm bench result is one JSON object, or one "
                                 "per line with --append-result") from None
+        objects.append(reading.check_depth(obj, path, ObservedError))
     return objects
 
 
