@@ -162,6 +162,10 @@ def _finish(choice: dict, where: str) -> str | None:
     return reason
 
 
+def _prompts(n: int) -> str:
+    return "one prompt" if n == 1 else f"{n} prompts"
+
+
 def _index(choice: dict, where: str, default: int, prompts: int) -> int:
     if "index" not in choice:
         return default
@@ -169,8 +173,7 @@ def _index(choice: dict, where: str, default: int, prompts: int) -> int:
     if isinstance(index, bool) or not isinstance(index, int):
         raise AnswerError(f"answer: {where}.index is not an integer (got {describe(index)})")
     if not 0 <= index < prompts:
-        raise AnswerError(f"answer: {where}.index is {index}; the call has "
-                          f"{'one prompt' if prompts == 1 else f'{prompts} prompts'}")
+        raise AnswerError(f"answer: {where}.index is {index}; the call has {_prompts(prompts)}")
     return index
 
 
@@ -189,7 +192,7 @@ def check_batch_answer(body: Any, prompts: int) -> list[tuple[str, str | None]]:
     if not isinstance(choices, list):
         raise AnswerError("answer: no choices" if choices is None else "answer: choices is not a list")
     if len(choices) != prompts:
-        raise AnswerError(f"answer: {len(choices)} choices for {prompts} prompts")
+        raise AnswerError(f"answer: {len(choices)} choices; the call has {_prompts(prompts)}")
     out: dict[int, tuple[str, str | None]] = {}
     for position, choice in enumerate(choices):
         where = f"choices[{position}]"
@@ -290,7 +293,8 @@ async def send_batch(client: httpx.AsyncClient, url: str, texts: list[str], max_
         if out.http_status != 200:
             raise AnswerError(_http_error(out.http_status, raw))
         kind = response.headers.get("content-type", "")
-        if "json" not in kind.lower():
+        media = kind.split(";")[0].strip().lower()
+        if media != "application/json" and not media.endswith("+json"):
             raise AnswerError(f"answer: content type {describe(kind) or 'missing'}, not JSON")
         body = parse_json(raw, "the body")
         answers = check_batch_answer(body, len(texts))
