@@ -25,6 +25,11 @@ thread, or when ``stop`` is set: calls in flight are abandoned, calls not sent a
 sent, and what finished is kept. The summary marks the run ``interrupted`` and lists the
 abandoned and unsent calls; its arrival file and results hold the finished calls only, so
 the folder reads as a (shorter) run, not as one whose unsent calls all failed.
+
+Saving: the summary and request log are written before the first call and again as calls
+finish (at most every ``checkpoint_s``, 2 s), marked ``in_progress`` until the end: a run
+killed part-way (SIGKILL, a crash) leaves a folder that reads, its unfinished calls failed.
+An answer that is not valid (:mod:`simulator.live.apis`) fails its call, never the run.
 """
 
 from __future__ import annotations
@@ -435,8 +440,8 @@ def run_load(trace: Trace, options: LoadOptions, folder: str | Path, force: bool
     kept = finished if interrupted else [p for p in planned if p.index in state.due]
     summary = _summary(planned, kept, state, settings, interrupted, length, in_progress=False)
     requests = _request_rows(planned, state)
-    # arrivals first: between the two writes of a stopped run the summary still says more
-    # calls than the arrival file holds, the shortest window of the orders possible
+    # a stopped run keeps fewer calls than the saved summary lists: the new summary follows
+    # the arrival file at once
     run.write_arrivals(_sent_trace(kept, state.due, trace, {"load": settings}))
     run.write_summary(summary)
     run.write_requests(requests)
