@@ -245,7 +245,7 @@ def read_observed(folder: str | Path, arrivals: str | Path | Trace | None = None
             if call_id not in by_id:
                 raise ObservedError(summary_path, index, "batch_id", f"call {call_id} is not in the arrival file {trace.source}")
             summary[call_id] = (summary_path, record, index)
-    if not files and not summary:
+    if not files and not summary_path.exists():  # a summary of no calls is a run none of whose calls finished
         raise ObservedError(folder, None, None, f"no batch_NNNN.json files and no {SUMMARY_FILE}")
 
     for call_id, source in list(files.items()) + list(summary.items()):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -70,8 +71,10 @@ def load_cli(
 
     Every call is sent at its instant (open loop, never waiting for earlier calls) or with
     N outstanding (closed loop), and measured: the run folder reads like a run of the
-    users' client (`simctl observed`, `compare-runs`, `calibrate`, `predict`). Ctrl-C stops
-    the run and keeps every call that finished.
+    users' client (`simctl observed`, `compare-runs`, `calibrate`, `predict`). An answer
+    that is not valid field by field is a failed call with its reason. The summary and
+    request log are saved as calls finish (every 2 s at most), so a killed run leaves a
+    folder that reads; Ctrl-C stops the run and keeps every call that finished.
     """
     with user_errors():
         from rich.live import Live
@@ -116,3 +119,9 @@ def load_cli(
         console.print(f"wrote {result.folder}: {s['total_batches']} calls, {s['successful_batches']} succeeded, "
                       f"{s['failed_batches']} failed; mean call latency {_fmt(mean)} s over "
                       f"{s['actual_duration']:.1f} s", highlight=False, soft_wrap=True)
+        reasons = Counter(str(r["error"]) for r in s["results"] if r["error"])
+        for reason, n in reasons.most_common(3):
+            console.print(f"  failed {n} × {reason}", markup=False, highlight=False, soft_wrap=True)
+        if len(reasons) > 3:
+            console.print(f"  ... {len(reasons) - 3} other reason(s); every call's is in {result.folder}",
+                          markup=False, highlight=False, soft_wrap=True)

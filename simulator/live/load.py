@@ -25,6 +25,11 @@ thread, or when ``stop`` is set: calls in flight are abandoned, calls not sent a
 sent, and what finished is kept. The summary marks the run ``interrupted`` and lists the
 abandoned and unsent calls; its arrival file and results hold the finished calls only, so
 the folder reads as a (shorter) run, not as one whose unsent calls all failed.
+
+Saving: the summary and request log are written before the first call and again as calls
+finish (at most every ``checkpoint_s``, 2 s), marked ``in_progress`` until the end: a run
+killed part-way (SIGKILL, a crash) leaves a folder that reads, its unfinished calls failed.
+An answer that is not valid (:mod:`simulator.live.apis`) fails its call, never the run.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.errors import LoadError
-from simulator.live.apis import API_NAMES, CallOutcome, PromptOutcome, endpoint, send_batch, send_stream
+from simulator.live.apis import API_NAMES, CallOutcome, PromptOutcome, endpoint, send_batch, send_stream, short
 from simulator.live.runfolder import REQUEST_COLUMNS, RunFolder
 from simulator.observed import CLIENT_TIMEOUT
 from simulator.settings import ClosedLoop, parse_client
@@ -193,17 +198,17 @@ async def _check_reachable(url: str) -> None:
 
 
 def _call_record(p: _Planned, due: float, outcomes: list[PromptOutcome], body: Any, api: str) -> dict[str, Any]:
-    """The users' client's record of one finished call."""
+    """The users' client's record of one finished call. Unlike their client, a failed call
+    always has its reason in ``error`` (their client leaves it null on an HTTP 200 answer
+    and the failure is in the body), so an invalid answer reads back as a failure."""
     sent = min(o.sent_at for o in outcomes)
-    done = max(o.done_at for o in outcomes if o.done_at is not None)
+    done = max((o.done_at for o in outcomes if o.done_at is not None), default=sent)
     statuses = [o.http_status for o in outcomes]
     failed = [(i, o) for i, o in enumerate(outcomes) if o.status != "ok"]
     got_response = all(s is not None for s in statuses)
     if api == "batch":
         response = body
-        # their client: an HTTP 200 answer leaves error null (a failure is in the body)
-        ok_answer = got_response and statuses[0] == 200 and isinstance(body, dict)
-        error = None if ok_answer else (outcomes[0].error or None)
+        error = (outcomes[0].error or "failed") if failed else None
     else:
         response = None
         if not failed:
@@ -221,27 +226,34 @@ def _call_record(p: _Planned, due: float, outcomes: list[PromptOutcome], body: A
             "status_code": status, "prompt_idxs": p.prompt_idxs, "response": response, "error": error}
 
 
+#: The start of the reason of a call whose answer the load generator itself failed to read:
+#: never expected (every answer is checked field by field), but a run keeps going and
+#: records the call rather than losing every other call's result.
+UNEXPECTED = "unexpected failure reading the answer"
+
+
 async def _send_call(client: Any, url: str, p: _Planned, options: LoadOptions,
                      clock: Callable[[], float], due: float) -> CallOutcome:
-    if options.api == "batch":
-        outcome, body = await send_batch(client, url, p.texts, p.max_tokens, options.timeout, clock)
-        outcomes = [outcome]
-        if outcome.status == "ok" and isinstance(body, dict):
-            choices = body["choices"]
-            texts = {c.get("index", i): c.get("text") for i, c in enumerate(choices) if isinstance(c, dict)}
-            outcomes = [replace(outcome, text=texts.get(i) if isinstance(texts.get(i), str) else None)
-                        for i in range(len(p.texts))]
-        else:
-            outcomes = [replace(outcome) for _ in p.texts]
-        return CallOutcome(_call_record(p, due, outcomes, body, "batch"), outcomes)
-    assert options.model is not None  # checked
-    outcomes = list(await asyncio.gather(*(
-        send_stream(client, url, options.api, options.model, text, p.max_tokens, options.timeout, clock)
-        for text in p.texts)))
-    return CallOutcome(_call_record(p, due, outcomes, None, options.api), outcomes)
+    sent = clock()
+    try:
+        if options.api == "batch":
+            outcomes, body = await send_batch(client, url, p.texts, p.max_tokens, options.timeout, clock)
+            return CallOutcome(_call_record(p, due, outcomes, body, "batch"), outcomes)
+        assert options.model is not None  # checked
+        outcomes = list(await asyncio.gather(*(
+            send_stream(client, url, options.api, options.model, text, p.max_tokens, options.timeout, clock)
+            for text in p.texts)))
+        return CallOutcome(_call_record(p, due, outcomes, None, options.api), outcomes)
+    except Exception as exc:  # noqa: BLE001 - one call's answer must not lose the run (UNEXPECTED)
+        error = f"{UNEXPECTED}: {type(exc).__name__}: {short(str(exc))}"
+        outcomes = [PromptOutcome(sent_at=sent, done_at=clock(), status="error", error=error) for _ in p.texts]
+        return CallOutcome(_call_record(p, due, outcomes, None, options.api), outcomes)
 
 
-def _request_rows(planned: list[_Planned], state: _State) -> pd.DataFrame:
+def _request_rows(planned: list[_Planned], state: _State,
+                  in_flight: str = "still in flight when the run stopped") -> pd.DataFrame:
+    """One row per prompt of every call sent (:data:`REQUEST_COLUMNS`); a call sent and not
+    finished has its prompts ``interrupted``, ``in_flight`` their error."""
     rows = []
     for p in planned:
         if p.index not in state.sent:
@@ -249,7 +261,7 @@ def _request_rows(planned: list[_Planned], state: _State) -> pd.DataFrame:
         done = state.done.get(p.index)
         for j, prompt in enumerate(p.call.prompts):
             o = done.prompts[j] if done is not None else PromptOutcome(
-                sent_at=state.sent[p.index], status="interrupted", error="still in flight when the run stopped")
+                sent_at=state.sent[p.index], status="interrupted", error=in_flight)
             rows.append({
                 "call_id": str(p.batch_id), "prompt_index": j, "task": prompt.task,
                 "scheduled_at": state.due[p.index], "sent_at": o.sent_at,
@@ -268,8 +280,9 @@ def _request_rows(planned: list[_Planned], state: _State) -> pd.DataFrame:
 
 async def _drive(planned: list[_Planned], url: str, closed: ClosedLoop | None, options: LoadOptions,
                  folder: RunFolder, state: _State, on_progress: Callable[[LoadProgress], None] | None,
-                 stop: asyncio.Event) -> tuple[bool, float]:
-    """Send the calls; (whether it was stopped, the run's length in seconds)."""
+                 stop: asyncio.Event, checkpoint: Callable[[float], None], every: float) -> tuple[bool, float]:
+    """Send the calls; (whether it was stopped, the run's length in seconds). As calls
+    finish, ``checkpoint(now)`` saves the run so far, at most once every ``every`` seconds."""
     import httpx
 
     widest = max((len(p.texts) for p in planned), default=1)
@@ -280,6 +293,8 @@ async def _drive(planned: list[_Planned], url: str, closed: ClosedLoop | None, o
 
     def clock() -> float:
         return time.monotonic() - start
+
+    saved = [clock()]
 
     def report() -> None:
         if on_progress is not None:
@@ -305,6 +320,9 @@ async def _drive(planned: list[_Planned], url: str, closed: ClosedLoop | None, o
                 state.progress.p50, state.progress.p90 = (float(v) for v in np.percentile(state.latencies, [50, 90]))
             else:
                 state.progress.failed += 1
+            if clock() - saved[0] >= every:
+                checkpoint(clock())
+                saved[0] = clock()
             report()
 
         if closed is None:
@@ -335,9 +353,33 @@ async def _drive(planned: list[_Planned], url: str, closed: ClosedLoop | None, o
         return interrupted, clock()
 
 
+#: How often a run in progress saves its summary and request log (seconds).
+CHECKPOINT_S = 2.0
+
+
+def _summary(planned: list[_Planned], kept: list[_Planned], state: _State, settings: dict[str, Any],
+             interrupted: bool, length: float, in_progress: bool) -> dict[str, Any]:
+    """The run's ``simulation_summary.json``: the records of the calls finished, in call
+    order; ``in_progress`` while the run goes on (then the calls in flight are listed as
+    ``abandoned``: what a run killed now would have lost)."""
+    finished = [p for p in kept if p.index in state.done]
+    ok = sum(1 for p in finished if state.done[p.index].ok)
+    return {
+        "total_batches": len(kept), "total_prompts": sum(len(p.texts) for p in kept),
+        "scheduled_duration": max((state.due.get(p.index, p.due) for p in kept), default=0.0),
+        "actual_duration": length, "successful_batches": ok, "failed_batches": len(finished) - ok,
+        "interrupted": interrupted, "in_progress": in_progress,
+        "abandoned": [p.batch_id for p in planned if p.index in state.sent and p.index not in state.done],
+        "not_sent": [p.batch_id for p in planned if p.index not in state.sent],
+        "load": settings,
+        "results": [state.done[p.index].record for p in sorted(finished, key=lambda p: p.batch_id)],
+    }
+
+
 def run_load(trace: Trace, options: LoadOptions, folder: str | Path, force: bool = False,
              trace_path: str | Path | None = None, on_progress: Callable[[LoadProgress], None] | None = None,
-             stop: threading.Event | None = None, handle_sigint: bool = True) -> LoadResult:
+             stop: threading.Event | None = None, handle_sigint: bool = True,
+             checkpoint_s: float = CHECKPOINT_S) -> LoadResult:
     """Replay ``trace`` against ``options.url`` and write the run into ``folder``.
 
     ``folder`` must not exist (unless ``force``) and must not hold ``trace_path``. The server
@@ -346,6 +388,11 @@ def run_load(trace: Trace, options: LoadOptions, folder: str | Path, force: bool
     another thread), or SIGINT with ``handle_sigint`` in the main thread, stops the run
     cleanly (module docstring). Raises :class:`LoadError` for bad options, an unusable folder
     or an unreachable server; needs the ``live`` extra (httpx).
+
+    The folder is a readable run from the start: the summary and request log are written
+    (atomically) before the first call, again as calls finish (at most every
+    ``checkpoint_s`` seconds; 0: after every call), and at the end, so a run killed part-way
+    leaves every call that finished by its last save, and each call's ``batch_NNNN.json``.
     """
     url, closed = options.checked()
     run = RunFolder(folder, force=force, trace_path=trace_path)
@@ -357,10 +404,16 @@ def run_load(trace: Trace, options: LoadOptions, folder: str | Path, force: bool
                 "timeout_s": options.timeout, "max_in_flight": options.max_in_flight,
                 "max_tokens": options.max_tokens, "trace": trace.source, "started": started}
 
+    def checkpoint(now: float) -> None:
+        # the arrival file written at the start holds every planned call: so does this summary
+        run.write_requests(_request_rows(planned, state, in_flight="in flight when the run was last saved"))
+        run.write_summary(_summary(planned, planned, state, settings, False, now, in_progress=True))
+
     async def main() -> tuple[bool, float]:
         await _check_reachable(url)
         run.create()
         run.write_arrivals(_sent_trace(planned, {p.index: p.due for p in planned}, trace, {"load": settings}))
+        checkpoint(0.0)
         event = asyncio.Event()
         loop = asyncio.get_running_loop()
         sigint = handle_sigint and threading.current_thread() is threading.main_thread()
@@ -374,7 +427,8 @@ def run_load(trace: Trace, options: LoadOptions, folder: str | Path, force: bool
                 event.set()
             watcher = asyncio.create_task(watch())
         try:
-            return await _drive(planned, url, closed, options, run, state, on_progress, event)
+            return await _drive(planned, url, closed, options, run, state, on_progress, event, checkpoint,
+                                checkpoint_s)
         finally:
             if sigint:
                 loop.remove_signal_handler(signal.SIGINT)
@@ -384,19 +438,11 @@ def run_load(trace: Trace, options: LoadOptions, folder: str | Path, force: bool
     interrupted, length = asyncio.run(main())
     finished = [p for p in planned if p.index in state.done]
     kept = finished if interrupted else [p for p in planned if p.index in state.due]
-    run.write_arrivals(_sent_trace(kept, state.due, trace, {"load": settings}))
-    results = [state.done[p.index].record for p in sorted(finished, key=lambda p: p.batch_id)]
-    ok = sum(1 for p in finished if state.done[p.index].ok)
-    summary = {
-        "total_batches": len(kept), "total_prompts": sum(len(p.texts) for p in kept),
-        "scheduled_duration": max((state.due[p.index] for p in kept), default=0.0),
-        "actual_duration": length, "successful_batches": ok, "failed_batches": len(finished) - ok,
-        "interrupted": interrupted,
-        "abandoned": [p.batch_id for p in planned if p.index in state.sent and p.index not in state.done],
-        "not_sent": [p.batch_id for p in planned if p.index not in state.sent],
-        "load": settings, "results": results,
-    }
+    summary = _summary(planned, kept, state, settings, interrupted, length, in_progress=False)
     requests = _request_rows(planned, state)
-    run.write_requests(requests)
+    # a stopped run keeps fewer calls than the saved summary lists: the new summary follows
+    # the arrival file at once
+    run.write_arrivals(_sent_trace(kept, state.due, trace, {"load": settings}))
     run.write_summary(summary)
+    run.write_requests(requests)
     return LoadResult(run.path, summary, requests, interrupted)

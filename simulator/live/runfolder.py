@@ -6,8 +6,11 @@
       batch_arrivals.json       the calls as sent (simctl-trace/1): ids, scheduled instants,
                                 tasks, the texts sent; ``read_observed`` finds it here
       batch_0000.json ...       one per finished call, written (atomically) when it finishes
-      simulation_summary.json   every call's record, the run's counts and settings (at the end)
+      simulation_summary.json   every finished call's record, the run's counts and settings
       requests.parquet          one row per prompt request (see :data:`REQUEST_COLUMNS`)
+
+The summary and request log are written (atomically) before the first call, again as calls
+finish and at the end, so the folder reads as a run at any moment (a kill leaves one).
 
 Each call's record has the fields of the users' client: ``batch_id, batch_size,
 scheduled_arrival_time, actual_send_time, request_duration, completion_time, status_code,
