@@ -13,6 +13,10 @@ Endpoints:
   ``{"error": "...", "traceback": "...", "failed": [{"index", "reason", "error"}]}``, as
   the users' server answers (a client tests for ``choices``): a malformed body, a prompt no
   task matches, a full queue, a queue timeout, a backend error, a stalled batch, shutdown.
+  ``traceback`` keeps its name but never holds one: a backend's error is an error id whose
+  details are in the server's log (``simctl.serve``). What the :class:`Guard` refuses before
+  a handler runs (API key, body size, read timeout, requests in flight) is a status code
+  here too (:mod:`simulator.serve.guard`).
 * ``POST /v1/completions`` and ``POST /v1/chat/completions`` — one prompt per request
   (``prompt`` a string or a list of one; ``messages`` joined) and one choice (``n`` other than
   1 is refused), OpenAI's bodies (ids ``cmpl-N`` and ``chatcmpl-N``); with ``"stream": true``
@@ -24,7 +28,8 @@ Endpoints:
   "type", "param", "code"}}`` (``type`` the reason, ``code`` the status, as vLLM fills it):
   400 a malformed body or field, ``n`` > 1, or a prompt no served task takes, 404 a model
   other than the served one (or an unknown route), 429 a full queue (``max_queue``), 503
-  shutdown, 504 a queue timeout or a stalled batch, 500 a backend error. A stream's headers
+  shutdown, 504 a queue timeout or a stalled batch, 500 a backend error (its message an
+  error id only), 413 a prompt over ``max_prompt_tokens``. A stream's headers
   go when its batch starts, so a failure before that is a status code too; one after it is
   an ``{"error": ...}`` event, then ``[DONE]``.
 * ``GET /metrics`` — Prometheus: ``simctl_queue_depth{queue}``, ``simctl_calls_in_flight``,
