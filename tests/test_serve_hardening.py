@@ -300,23 +300,40 @@ _scalars = st.one_of(st.none(), st.booleans(), st.integers(-10, 10**6), st.integ
 _json = st.recursive(_scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
                                                                                            max_size=4), max_leaves=12)
 _texts = st.text(max_size=60) | st.just(Q.format(1))
-_messages = st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "system", 5]),
-                                            "content": _texts | st.lists(st.fixed_dictionaries({"text": _texts | _json}),
-                                                                         max_size=3) | _json}), max_size=4)
-_common = {"max_tokens": st.integers(0, 10) | _json, "max_completion_tokens": st.integers(0, 10) | _json,
-           "n": st.just(1) | _json, "model": st.just("simctl") | _json, "stream": st.booleans() | _json,
-           "stream_options": st.fixed_dictionaries({}, optional={"include_usage": st.booleans() | _json}) | _json,
-           "temperature": _json}
-#: each endpoint's fields (the OpenAI reference's, and the batch endpoint's), each drawn from
-#: a valid value or any JSON value; any field may be missing; the whole body may be any JSON
-SCHEMA = {
-    "/": st.fixed_dictionaries({}, optional={"prompt": st.lists(_texts, max_size=12) | _texts | _json,
-                                             "max_tokens": st.integers(0, 10) | _json}),
-    "/v1/completions": st.fixed_dictionaries({}, optional={"prompt": _texts | st.lists(_texts, max_size=2) | _json,
-                                                           **_common}),
-    "/v1/chat/completions": st.fixed_dictionaries({}, optional={"messages": _messages | _json, **_common}),
+_parts = st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": _texts}), min_size=1, max_size=3)
+_messages = st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "system", "assistant"]),
+                                            "content": _texts | _parts}), min_size=1, max_size=4)
+_tokens = st.integers(1, 10)  # the fuzz server's max_output_tokens is 8: some pass it
+_common = {"max_tokens": _tokens, "max_completion_tokens": _tokens, "n": st.just(1), "model": st.just("simctl"),
+           "stream": st.booleans(), "stream_options": st.fixed_dictionaries({}, optional={
+               "include_usage": st.booleans()}), "temperature": st.floats(0, 2)}
+#: each endpoint's fields (the OpenAI reference's, and the batch endpoint's) with valid values;
+#: a request is a valid body with any one or two of its fields, or the whole body, replaced by
+#: any JSON value (schemathesis' negative cases: one field wrong at a time reaches the checks
+#: after it)
+SCHEMA: dict[str, tuple[dict, dict]] = {
+    "/": ({"prompt": st.lists(_texts, min_size=1, max_size=10) | _texts}, {"max_tokens": _tokens}),
+    "/v1/completions": ({"prompt": _texts | st.lists(_texts, min_size=1, max_size=1)}, _common),
+    "/v1/chat/completions": ({"messages": _messages}, _common),
 }
-_requests = st.sampled_from(sorted(SCHEMA)).flatmap(lambda p: st.tuples(st.just(p), SCHEMA[p] | _json))
+
+
+#: a field's replacement: a value of each JSON type (the wrong one for most fields), or any JSON
+_wrong = st.sampled_from([None, True, False, 0, -1, 5, 1.5, 10**30, "", "x", [], [1], {}, {"a": 1}]) | _json
+
+
+@st.composite
+def _requests(draw: Any) -> tuple[str, Any]:
+    path = draw(st.sampled_from(sorted(SCHEMA)))
+    required, optional = SCHEMA[path]
+    body = draw(st.fixed_dictionaries(required, optional=optional))
+    how = draw(st.sampled_from(["valid", "one", "one", "one", "two", "body"]))
+    if how == "body":
+        return path, draw(_json)
+    fields = sorted({*required, *optional})
+    for field in draw(st.lists(st.sampled_from(fields), min_size=1, max_size=2, unique=True)) if how != "valid" else []:
+        body[field] = draw(_wrong)
+    return path, body
 
 
 @pytest.fixture(scope="module")
@@ -328,7 +345,7 @@ def fuzz_server():
 
 @settings(max_examples=400, derandomize=True, deadline=None, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(_requests)
+@given(_requests())
 def test_fuzzed_requests_get_no_500_no_hang_no_traceback(fuzz_server, request_):
     _, c = fuzz_server
     path, body = request_
