@@ -457,8 +457,10 @@ def test_a_backend_that_errors_or_stalls_gets_error_replies_not_hangs():
         return batch, openai, streamed, stalled, stalled_openai
     batch, openai, streamed, stalled, stalled_openai = run_virtual(main())
     body = batch.json()
-    assert batch.status_code == 200 and "CUBLAS_STATUS_EXECUTION_FAILED" in body["error"]
-    assert "Traceback" in body["traceback"] and body["failed"][0]["reason"] == "backend"
+    # the backend's message and traceback stay in the server's log: the reply has an error id
+    assert batch.status_code == 200 and "CUBLAS" not in batch.text and "Traceback" not in batch.text
+    assert "error id err-" in body["error"] and "error id err-" in body["traceback"]
+    assert body["failed"][0]["reason"] == "backend"
     assert openai.status_code == 500 and openai.json()["error"]["type"] == "backend"
     # the backend failed before the batch started: no byte of the stream was sent, a status tells
     assert streamed.status_code == 500 and streamed.json()["error"]["type"] == "backend"
@@ -748,7 +750,8 @@ def test_load_against_serve_with_a_failing_engine_records_failed_calls(tmp_path)
     assert "choices" in recs[0]["response"] and "choices" in recs[4]["response"]
     for i in (1, 2, 3):   # the server's error replies: HTTP 200 with an error body, as the users' server
         assert recs[i]["status_code"] == 200 and "choices" not in recs[i]["response"], recs[i]
-    assert "HTTP 500" in recs[1]["response"]["error"]
+    # the engine's own reply stays in the server's log; the client gets an error id
+    assert "error id err-" in recs[1]["response"]["error"] and "HTTP 500" not in json.dumps(recs[1]["response"])
     assert recs[2]["response"]["failed"][0]["reason"] == "backend"
     assert recs[3]["response"]["failed"][0]["reason"] == "timeout"
     run = read_observed(tmp_path / "run")
@@ -873,7 +876,8 @@ def test_a_failure_after_the_stream_began_is_an_error_event():
     events = _events(reply.text)
     assert events[-1] == "[DONE]"
     error = json.loads(events[-2])["error"]
-    assert error["type"] == "backend" and "lost the GPU" in error["message"] and error["code"] == 500
+    assert error["type"] == "backend" and "error id err-" in error["message"] and error["code"] == 500
+    assert "lost the GPU" not in reply.text
 
 
 def test_the_sleep_backends_text_counts_as_its_tokens():

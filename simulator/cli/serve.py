@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import math
 from typing import Any
 
 import typer
@@ -12,7 +13,7 @@ from simulator.cli import app
 from simulator.cli._common import console, user_errors
 from simulator.errors import ScenarioError, ServeError
 from simulator.profile import DEFAULT_PROFILE
-from simulator.settings import LARGEST_JOBS, LARGEST_SEED
+from simulator.settings import LARGEST_COUNT, LARGEST_JOBS, LARGEST_SEED, LARGEST_TOKENS
 
 #: The packages of the ``serve`` extra (imported only when a server starts).
 SERVE_EXTRA = ("fastapi", "uvicorn", "prometheus_client")
@@ -55,6 +56,22 @@ def serve_cli(
                                         "Default: the profile's first task that runs on a GPU in the scenario (infobench for "
                                         "design-notes)."),
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn's log level (critical, error, warning, info, debug)."),
+    api_key: str | None = typer.Option(None, "--api-key", envvar="SIMCTL_API_KEY", show_envvar=True,
+                                       help="Require 'Authorization: Bearer KEY' on every endpoint but /health (else 401). "
+                                       "Prefer the environment variable: a command line is visible to other users."),
+    max_body: str = typer.Option("16MiB", "--max-body", help="Largest request body: bytes, or with a unit (512kB, 16MiB, 1GB); "
+                                 "larger is refused with 413 before it is read."),
+    max_prompts: int = typer.Option(1024, "--max-prompts", min=1, max=LARGEST_COUNT, help="Most prompts in one call of the batch endpoint."),
+    max_prompt_tokens: int = typer.Option(1_000_000, "--max-prompt-tokens", min=1, max=LARGEST_TOKENS,
+                                          help="Most tokens in one prompt (estimated, 4 characters a token); longer is refused."),
+    max_output_tokens: int = typer.Option(1_000_000, "--max-output-tokens", min=1, max=LARGEST_TOKENS,
+                                          help="Largest max_tokens a request may ask for."),
+    read_timeout: float = typer.Option(30.0, "--read-timeout", help="Seconds a client has to send a request's headers, and "
+                                       "then its body; a stalled one is closed (408 for a body)."),
+    max_concurrent: int = typer.Option(1024, "--max-concurrent", min=0, max=LARGEST_COUNT,
+                                       help="Most requests in flight; one more gets 429 with Retry-After (0: no limit)."),
+    max_json_depth: int = typer.Option(64, "--max-json-depth", min=1, max=10_000, help="Deepest nesting of arrays and objects "
+                                       "in a request body; deeper is refused with 400."),
 ) -> None:
     """Serve SCENARIO over HTTP: its queues, workers, dispatch and GPU locks, for real.
 
@@ -64,16 +81,21 @@ def serve_cli(
     usage in the stream with stream_options.include_usage; failures have proper status codes
     and OpenAI's error body, a stream's too until its batch starts) and Prometheus metrics at
     /metrics. A prompt no keyword rule gives a served task goes to --default-task.
-    SIGINT/SIGTERM: queued calls get error replies, in-flight batches finish.
+    SIGINT/SIGTERM: queued calls get error replies, in-flight batches finish. Limits (--max-body,
+    --max-prompts, --max-prompt-tokens, --read-timeout, --max-concurrent, --max-json-depth) and
+    --api-key refuse what a hostile or broken client sends, with a status code and OpenAI's
+    error body; no reply carries a traceback (an error id points to the server's log).
     """
     with user_errors():
         missing = missing_extra()
         if missing is not None:
             raise ServeError(None, None, None, f"simctl serve needs the serve extra (missing the Python package "
                              f"{missing!r}): pip install 'simctl-llm[serve]'")
+        limits = make_limits(max_body, max_prompts, max_prompt_tokens, max_output_tokens, read_timeout,
+                             max_concurrent, max_json_depth, api_key)
         serve_app = make_server(scenario, profile, backend, time_scale, seed, set_values, batch_timeout, grace,
                                 harness_model, harness_draft, harness_device, engine_model, harness_threads,
-                                default_task=default_task, per_prompt=per_prompt)
+                                default_task=default_task, per_prompt=per_prompt, limits=limits)
         if not 0 <= port <= 65535:
             raise ServeError(None, None, "--port", f"must be between 0 and 65535, got {port}")
         if log_level not in ("critical", "error", "warning", "info", "debug", "trace"):
@@ -82,10 +104,30 @@ def serve_cli(
     run_server(serve_app, host, port, log_level)
 
 
+def make_limits(max_body: str, max_prompts: int, max_prompt_tokens: int, max_output_tokens: int,
+                read_timeout: float, max_concurrent: int, max_json_depth: int, api_key: str | None) -> Any:
+    """The :class:`~simulator.serve.guard.Limits` the options describe (a typed error names a
+    bad one)."""
+    from simulator.serve.guard import Limits, parse_size
+
+    try:
+        body = parse_size(max_body)
+    except ValueError as exc:
+        raise ServeError(None, None, "--max-body", str(exc)) from None
+    if not (read_timeout > 0 and math.isfinite(read_timeout)):
+        raise ServeError(None, None, "--read-timeout", f"must be a number of seconds > 0, got {read_timeout}")
+    if api_key is not None and not api_key.strip():
+        raise ServeError(None, None, "--api-key", "must not be empty")
+    return Limits(max_body=body, read_timeout=read_timeout, max_depth=max_json_depth,
+                  max_concurrent=max_concurrent or None, max_prompts=max_prompts,
+                  max_prompt_tokens=max_prompt_tokens, max_output_tokens=max_output_tokens,
+                  api_key=None if api_key is None else api_key.strip())
+
+
 def make_server(scenario: str, profile: str, backend: str, time_scale: float, seed: int, set_values: list[str],
                 batch_timeout: float, grace: float, harness_model: str, harness_draft: str,
                 harness_device: str | None, engine_model: str | None, harness_threads: int = 1, *,
-                default_task: str | None = None, per_prompt: bool = False) -> Any:
+                default_task: str | None = None, per_prompt: bool = False, limits: Any = None) -> Any:
     """The :class:`~simulator.serve.app.ServeApp` the options describe (typed errors for bad ones).
     ``default_task``: a task name, ``"none"`` (refuse prompts of no served task) or ``None``
     (the profile's first GPU task, :func:`~simulator.serve.runtime.first_gpu_task`)."""
@@ -126,7 +168,7 @@ def make_server(scenario: str, profile: str, backend: str, time_scale: float, se
     chosen = backend_from_spec(backend, target=harness_model, draft=harness_draft, device=harness_device,
                                model=engine_model, threads=harness_threads, per_prompt=per_prompt)
     return build_app(scen, prof, chosen, seed=seed, time_scale=time_scale, batch_timeout=batch_timeout,
-                     grace=grace, model_name=engine_model or "simctl", default_task=fallback)
+                     grace=grace, model_name=engine_model or "simctl", default_task=fallback, limits=limits)
 
 
 def run_server(serve_app: Any, host: str, port: int, log_level: str) -> None:
@@ -143,7 +185,7 @@ def run_server(serve_app: Any, host: str, port: int, log_level: str) -> None:
             super().handle_exit(sig, frame)
 
     config = uvicorn.Config(serve_app.app, host=host, port=port, log_level=log_level, lifespan="on",
-                            timeout_graceful_shutdown=int(serve_app.grace) + 5)
+                            timeout_graceful_shutdown=int(serve_app.grace) + 5, http=serve_app.http_protocol())
     server = Server(config)
     runtime = serve_app.runtime
 
@@ -170,4 +212,4 @@ def run_server(serve_app: Any, host: str, port: int, log_level: str) -> None:
         raise typer.Exit(1)
 
 
-__all__ = ["make_server", "run_server", "serve_cli"]
+__all__ = ["make_limits", "make_server", "run_server", "serve_cli"]

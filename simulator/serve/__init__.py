@@ -5,7 +5,8 @@ engines, dispatch rules, GPU locks and queue limits on asyncio, deciding with th
 own policy, dispatch and continuous-batching classes; :mod:`simulator.serve.backends` serves batches (``sleep`` on the profile's times,
 ``harness`` on the torch decoder, ``openai`` on real engines); :mod:`simulator.serve.app` is
 the HTTP layer (FastAPI): the users' batch endpoint, OpenAI-compatible completions,
-Prometheus metrics. Needs the ``serve`` extra (fastapi, uvicorn, prometheus-client), which
+Prometheus metrics, behind :mod:`simulator.serve.guard`'s limits (API key, body size, read
+timeout, JSON nesting, requests in flight). Needs the ``serve`` extra (fastapi, uvicorn, prometheus-client), which
 only :mod:`simulator.serve.app` imports.
 """
 

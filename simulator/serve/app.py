@@ -13,6 +13,10 @@ Endpoints:
   ``{"error": "...", "traceback": "...", "failed": [{"index", "reason", "error"}]}``, as
   the users' server answers (a client tests for ``choices``): a malformed body, a prompt no
   task matches, a full queue, a queue timeout, a backend error, a stalled batch, shutdown.
+  ``traceback`` keeps its name but never holds one: a backend's error is an error id whose
+  details are in the server's log (``simctl.serve``). What the :class:`Guard` refuses before
+  a handler runs (API key, body size, read timeout, requests in flight) is a status code
+  here too (:mod:`simulator.serve.guard`).
 * ``POST /v1/completions`` and ``POST /v1/chat/completions`` — one prompt per request
   (``prompt`` a string or a list of one; ``messages`` joined) and one choice (``n`` other than
   1 is refused), OpenAI's bodies (ids ``cmpl-N`` and ``chatcmpl-N``); with ``"stream": true``
@@ -24,7 +28,8 @@ Endpoints:
   "type", "param", "code"}}`` (``type`` the reason, ``code`` the status, as vLLM fills it):
   400 a malformed body or field, ``n`` > 1, or a prompt no served task takes, 404 a model
   other than the served one (or an unknown route), 429 a full queue (``max_queue``), 503
-  shutdown, 504 a queue timeout or a stalled batch, 500 a backend error. A stream's headers
+  shutdown, 504 a queue timeout or a stalled batch, 500 a backend error (its message an
+  error id only), 413 a prompt over ``max_prompt_tokens``. A stream's headers
   go when its batch starts, so a failure before that is a status code too; one after it is
   an ``{"error": ...}`` event, then ``[DONE]``.
 * ``GET /metrics`` — Prometheus: ``simctl_queue_depth{queue}``, ``simctl_calls_in_flight``,
@@ -42,7 +47,9 @@ in-flight batches finish within the grace period.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -58,11 +65,17 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from simulator.profile import Profile
 from simulator.scenario import Scenario
 from simulator.serve.backends import Backend, pieces
+from simulator.serve.guard import BodyRefused, Guard, Limits, error_id, guarded_protocol, parse_json
 from simulator.serve.runtime import PromptFailed, PromptJob, Runtime, ServeBatch
+
+#: Where the details of an error a client sees only by its id go (its traceback, its
+#: backend's or engine's message).
+log = logging.getLogger("simctl.serve")
 
 #: HTTP status of each failure on the OpenAI endpoints.
 STATUS = {"rejected": 429, "dropped": 504, "timeout": 504, "shutdown": 503, "backend": 500, "unknown-task": 400,
-          "invalid": 400, "unknown-model": 404, "not-found": 404, "method-not-allowed": 405}
+          "invalid": 400, "unknown-model": 404, "not-found": 404, "method-not-allowed": 405, "too-large": 413,
+          "internal": 500}
 _SIZE_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64, 128, 256)
 _LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 40, 60, 120, 240, 600, 1200)
 
@@ -117,17 +130,28 @@ class Metrics:
 
 
 class ServeApp:
-    """A runtime, its metrics and the FastAPI app over them (:func:`build_app`)."""
+    """A runtime, its metrics and the FastAPI app over them (:func:`build_app`); ``app`` is
+    the ASGI app to serve: the FastAPI app (``fastapi``) behind the :class:`Guard` of
+    ``limits``."""
 
-    def __init__(self, runtime: Runtime, *, grace: float = 30.0, model_name: str = "simctl") -> None:
+    def __init__(self, runtime: Runtime, *, grace: float = 30.0, model_name: str = "simctl",
+                 limits: Limits | None = None) -> None:
         self.runtime = runtime
         self.grace = grace
         self.model_name = model_name
+        self.limits = limits or Limits()
         self.metrics = Metrics(runtime)
         self._shutdown: asyncio.Task | None = None
         #: the loop serving the app (set at startup; a signal handler schedules shutdown on it)
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.app = self._build()
+        self.fastapi = self._build()
+        self.guard = Guard(self.fastapi, self.limits)
+        self.app = self.guard
+
+    def http_protocol(self) -> type[asyncio.Protocol]:
+        """The HTTP protocol class to give uvicorn: its h11 protocol with a deadline on a
+        request's headers (``limits.read_timeout``)."""
+        return guarded_protocol(self.limits.read_timeout)
 
     def begin_shutdown(self) -> asyncio.Task:
         """Start the graceful shutdown (idempotent): queued prompts fail now, batches finish."""
@@ -155,32 +179,38 @@ class ServeApp:
             return JSONResponse(body, status_code=status, headers=getattr(exc, "headers", None))
 
         app.add_exception_handler(StarletteHTTPException, http_error)
-        app.add_api_route("/", self.batch, methods=["POST"])
-        app.add_api_route("/batch", self.batch, methods=["POST"])
-        app.add_api_route("/v1/completions", self.completions, methods=["POST"])
-        app.add_api_route("/v1/chat/completions", self.chat, methods=["POST"])
-        app.add_api_route("/v1/models", self.models, methods=["GET"])
-        app.add_api_route("/metrics", self.prometheus, methods=["GET"])
-        app.add_api_route("/health", self.health, methods=["GET"])
+        batch = _caught(self.batch, legacy=True)
+        app.add_api_route("/", batch, methods=["POST"])
+        app.add_api_route("/batch", batch, methods=["POST"])
+        app.add_api_route("/v1/completions", _caught(self.completions), methods=["POST"])
+        app.add_api_route("/v1/chat/completions", _caught(self.chat), methods=["POST"])
+        app.add_api_route("/v1/models", _caught(self.models), methods=["GET"])
+        app.add_api_route("/metrics", _caught(self.prometheus), methods=["GET"])
+        app.add_api_route("/health", _caught(self.health), methods=["GET"])
         return app
+
+    async def _body(self, request: Request) -> Any:
+        """The request's JSON body (:class:`BodyRefused` for one too deep or not JSON)."""
+        return parse_json(await request.body(), self.limits.max_depth)
 
     # -- the users' batch endpoint ---------------------------------------------------------
     async def batch(self, request: Request) -> JSONResponse:
         await self.runtime.start()
         started = self.runtime.clock.now()
         try:
-            body = await request.json()
-        except ValueError:
-            return _batch_error("the request body is not JSON")
-        texts, max_tokens, problem = _batch_body(body)
+            body = await self._body(request)
+        except BodyRefused as refused:
+            return _batch_error(refused.message)
+        texts, max_tokens, problem = _batch_body(body, self.limits)
         if problem:
             return _batch_error(problem)
         results = await self.runtime.submit_call(texts, max_tokens)
         failed = [(i, r) for i, r in enumerate(results) if isinstance(r, PromptFailed)]
         if failed:
             first = failed[0][1]
-            return _batch_error(f"prompt {failed[0][0]}: {first.message}", first.detail,
-                                [{"index": i, "reason": r.reason, "error": r.message} for i, r in failed])
+            # the traceback stays in the server's log: the reply has its id only
+            return _batch_error(f"prompt {failed[0][0]}: {_public(first)}", _reference(first),
+                                [{"index": i, "reason": r.reason, "error": _public(r)} for i, r in failed])
         self.metrics.call_latency.observe(self.runtime.clock.now() - started)
         tasks = [self.runtime.classify(t) for t in texts]
         choices = [{"index": i, "text": text, "task": tasks[i], "finish_reason": "length"}
@@ -205,28 +235,49 @@ class ServeApp:
         # admission (unknown task, full queue, shutdown) and its wait for a batch (queue
         # timeout). A stream's headers go when its batch starts.
         try:
-            body = await request.json()
-        except ValueError:
-            return _openai_error("invalid", "the request body is not JSON")
+            body = await self._body(request)
+        except BodyRefused as refused:
+            return _openai_error(refused.reason, refused.message)
         text, problem, param = _openai_prompt(body, chat)
         if problem or text is None:
             return _openai_error("invalid", problem or "no prompt", param)
-        key = "max_tokens" if body.get("max_tokens") is not None else "max_completion_tokens"
-        max_tokens = body.get(key)
-        if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
-            return _openai_error("invalid", f"{key} must be an integer >= 1, got {max_tokens!r}", key)
+        limits = self.limits
+        if _tokens(text) > limits.max_prompt_tokens:
+            return _openai_error("too-large", f"the prompt is about {_tokens(text):,} tokens, more than the server's "
+                                 f"limit of {limits.max_prompt_tokens:,} tokens a prompt", "messages" if chat else "prompt")
+        for key in ("max_tokens", "max_completion_tokens"):
+            value = body.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                return _openai_error("invalid", f"{key} must be an integer >= 1, got {_shown(value)}", key)
+            if value is not None and value > limits.max_output_tokens:
+                return _openai_error("invalid", f"{key} must be at most {limits.max_output_tokens:,} (the server's "
+                                     f"limit), got {_shown(value)}", key)
+        # max_tokens wins where a client sends both (the older name, as vLLM reads them)
+        max_tokens = body.get("max_tokens")
+        if max_tokens is None:
+            max_tokens = body.get("max_completion_tokens")
         n = body.get("n")
-        if n is not None and n != 1:
-            return _openai_error("invalid", f"n must be 1 (this server answers one choice per request), got {n!r}", "n")
+        if n is not None and (isinstance(n, bool) or n != 1):
+            return _openai_error("invalid", f"n must be 1 (this server answers one choice per request), "
+                                 f"got {_shown(n)}", "n")
         model = body.get("model")
+        if model is not None and not isinstance(model, str):
+            return _openai_error("invalid", f"model must be a string, got {_shown(model)}", "model")
         if model is not None and model != self.model_name:
-            return _openai_error("unknown-model", f"the model {model!r} does not exist; this server serves "
+            return _openai_error("unknown-model", f"the model {_shown(model)} does not exist; this server serves "
                                  f"{self.model_name!r} (GET /v1/models)", "model")
+        stream = body.get("stream")
+        if stream is not None and not isinstance(stream, bool):
+            return _openai_error("invalid", f"stream must be true or false, got {_shown(stream)}", "stream")
         options = body.get("stream_options")
         if options is not None and not isinstance(options, dict):
             return _openai_error("invalid", "stream_options must be an object", "stream_options")
-        stream = bool(body.get("stream"))
-        usage = bool((options or {}).get("include_usage")) if stream else True
+        include = (options or {}).get("include_usage")
+        if include is not None and not isinstance(include, bool):
+            return _openai_error("invalid", f"stream_options.include_usage must be true or false, got "
+                                 f"{_shown(include)}", "stream_options")
+        stream = bool(stream)
+        usage = bool(include) if stream else True
         runtime = self.runtime
         runtime.calls_in_flight += 1
         streaming = False
@@ -239,7 +290,7 @@ class ServeApp:
                                          media_type="text/event-stream")
             answer = await job.future
         except PromptFailed as exc:
-            return _openai_error(exc.reason, exc.message)
+            return _openai_error(exc.reason, _public(exc))
         finally:
             if not streaming:
                 runtime.calls_in_flight -= 1
@@ -295,7 +346,7 @@ class ServeApp:
                         yield event(part)
                         sent += 1
             except PromptFailed as exc:
-                yield f"data: {json.dumps(_error_body(exc.reason, exc.message))}\n\n"
+                yield f"data: {json.dumps(_error_body(exc.reason, _public(exc)))}\n\n"
                 yield "data: [DONE]\n\n"
                 return
             yield event(None, "length")
@@ -323,7 +374,7 @@ def _tokens(text: str) -> int:
     return estimate_tokens(text)
 
 
-def _batch_body(body: Any) -> tuple[list[str], int | None, str]:
+def _batch_body(body: Any, limits: Limits) -> tuple[list[str], int | None, str]:
     """(texts, max tokens, problem) of a batch endpoint body."""
     if not isinstance(body, dict):
         return [], None, "the request body must be a JSON object {\"prompt\": [texts], \"max_tokens\": M}"
@@ -332,10 +383,72 @@ def _batch_body(body: Any) -> tuple[list[str], int | None, str]:
         prompt = [prompt]
     if not isinstance(prompt, list) or not prompt or not all(isinstance(p, str) for p in prompt):
         return [], None, "field 'prompt': must be a non-empty list of strings"
+    if len(prompt) > limits.max_prompts:
+        return [], None, (f"field 'prompt': {len(prompt):,} prompts, more than the server's limit of "
+                          f"{limits.max_prompts:,} prompts a call")
+    for index, text in enumerate(prompt):
+        if _tokens(text) > limits.max_prompt_tokens:
+            return [], None, (f"field 'prompt': prompt {index} is about {_tokens(text):,} tokens, more than the "
+                              f"server's limit of {limits.max_prompt_tokens:,} tokens a prompt")
     max_tokens = body.get("max_tokens")
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
-        return [], None, f"field 'max_tokens': must be an integer >= 1, got {max_tokens!r}"
+        return [], None, f"field 'max_tokens': must be an integer >= 1, got {_shown(max_tokens)}"
+    if max_tokens is not None and max_tokens > limits.max_output_tokens:
+        return [], None, (f"field 'max_tokens': must be at most {limits.max_output_tokens:,} (the server's limit), "
+                          f"got {_shown(max_tokens)}")
     return prompt, max_tokens, ""
+
+
+def _shown(value: Any) -> str:
+    """A client's value quoted in an error message: its repr, cut short (a message does not
+    echo a megabyte back)."""
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**30 else f"an integer of {len(str(abs(value)))} digits"
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
+def _public(failure: PromptFailed) -> str:
+    """What a client is told of ``failure``: its message, except for a backend's error, whose
+    message may hold an engine's URL, its reply or a path: a generic message and an error id
+    instead (the details are logged under the id, once per failure)."""
+    if failure.reason != "backend" and not failure.detail:
+        return failure.message
+    return f"the backend failed to serve the prompt (error id {_logged(failure)}; the details are in the server's log)"
+
+
+def _reference(failure: PromptFailed) -> str:
+    """The batch endpoint's ``traceback`` field: never a traceback, only where to find it."""
+    if failure.reason != "backend" and not failure.detail:
+        return ""
+    return f"error id {_logged(failure)}: the traceback is in the server's log"
+
+
+def _logged(failure: PromptFailed) -> str:
+    """The error id of ``failure``, logging its details the first time it is asked."""
+    eid = getattr(failure, "error_id", None)
+    if eid is None:
+        eid = error_id()
+        failure.error_id = eid  # type: ignore[attr-defined]
+        log.error("%s: prompt failed (%s): %s\n%s", eid, failure.reason, failure.message, failure.detail)
+    return eid
+
+
+def _caught(handler: Any, legacy: bool = False) -> Any:
+    """``handler`` with a last line of defence: an exception it did not expect is logged with
+    an error id and answered with a generic message and that id (HTTP 500, OpenAI's body; the
+    batch endpoint's own shape, HTTP 200, there) — never its traceback."""
+
+    @functools.wraps(handler)
+    async def caught(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await handler(*args, **kwargs)
+        except Exception:
+            eid = error_id()
+            log.exception("%s: unexpected error in %s", eid, handler.__name__)
+            message = f"internal server error (error id {eid}; the details are in the server's log)"
+            if legacy:
+                return _batch_error(message, f"error id {eid}: the traceback is in the server's log")
+            return _openai_error("internal", message)
+    return caught
 
 
 def _reply_id(job: PromptJob, chat: bool) -> str:
@@ -354,8 +467,11 @@ def _openai_prompt(body: Any, chat: bool) -> tuple[str | None, str, str | None]:
         texts = []
         for m in messages:
             content = m.get("content") if isinstance(m, dict) else None
-            if isinstance(content, list):  # content parts
-                content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+            if isinstance(content, list):  # content parts: their texts
+                parts = [p.get("text", "") for p in content if isinstance(p, dict)]
+                if not all(isinstance(p, str) for p in parts):
+                    return None, "field 'messages': a content part's 'text' must be a string", "messages"
+                content = " ".join(parts)
             if not isinstance(content, str):
                 return None, "field 'messages': every message needs a string 'content'", "messages"
             texts.append(content)
@@ -387,12 +503,14 @@ def _openai_error(reason: str, message: str, param: str | None = None) -> JSONRe
 
 def build_app(scenario: Scenario, profile: Profile, backend: Backend, *, seed: int = 0, time_scale: float = 1.0,
               batch_timeout: float | None = 600.0, grace: float = 30.0, model_name: str = "simctl",
-              default_task: str | None = None) -> ServeApp:
+              default_task: str | None = None, limits: Limits | None = None) -> ServeApp:
     """The server for ``scenario`` with ``profile``'s tasks on ``backend``: a
     :class:`ServeApp` whose ``.app`` is the ASGI app and ``.runtime`` the runtime.
     ``default_task``: where a prompt whose task this server does not serve goes (``None``: it
     fails; ``simctl serve`` passes :func:`~simulator.serve.runtime.first_gpu_task`).
+    ``limits``: what the server refuses (:class:`~simulator.serve.guard.Limits`; its defaults
+    where ``None``).
     :class:`~simulator.errors.ScenarioError` names a setting the runtime does not serve."""
     runtime = Runtime(scenario, profile, backend, seed=seed, time_scale=time_scale, batch_timeout=batch_timeout,
                       default_task=default_task)
-    return ServeApp(runtime, grace=grace, model_name=model_name)
+    return ServeApp(runtime, grace=grace, model_name=model_name, limits=limits)
