@@ -16,7 +16,7 @@ Every output (trace, summary JSON or CSV, event log) goes through :func:`open_ou
   appended to, so what the shell redirection already holds stays. A block device, a socket
   and a folder are refused.
 * The write of a regular file holds an advisory lock (``fcntl.flock``) on a sidecar file
-  ``NAME.lock`` beside it, removed afterwards, and re-checks under the lock that the file
+  ``.NAME.lock`` beside it (hidden, as the temporary files are), removed afterwards, and re-checks under the lock that the file
   still may be written: of two commands writing one output at once, the second waits for the
   first (saying so through :data:`waiting`) and then, without ``force``, is refused because
   the file now exists, rather than silently replacing it. A lock a killed process held is
@@ -269,7 +269,7 @@ def _ours(path: Path, target: Path) -> bool:
     """Whether ``path`` is ``target``, its lock or one of its temporary files."""
     if path == target or path.parent != target.parent:
         return path == target
-    return path.name == target.name + ".lock" or (path.name.startswith(f".{target.name}.")
+    return path.name == lock_name(target).name or (path.name.startswith(f".{target.name}.")
                                                   and path.name.endswith(".part"))
 
 
@@ -304,7 +304,7 @@ def lock_wait(default: float | None = LOCK_WAIT_S) -> float | None:
 
 @contextlib.contextmanager
 def output_lock(target: str | Path, bounded: bool = True, then: str = "") -> Iterator[None]:
-    """Hold the advisory lock of ``target`` (``fcntl.flock`` on ``NAME.lock`` beside it,
+    """Hold the advisory lock of ``target`` (``fcntl.flock`` on :func:`lock_name` beside it,
     removed on release): one simctl writes an output at a time. Waits for another holder
     up to :func:`lock_wait` seconds (``bounded``: :data:`LOCK_WAIT_S` unless
     ``SIMCTL_LOCK_WAIT`` says otherwise; else as long as it takes), telling :data:`waiting` once
@@ -315,7 +315,7 @@ def output_lock(target: str | Path, bounded: bool = True, then: str = "") -> Ite
     if key in _HELD:
         yield
         return
-    fd = _acquire(target, target.with_name(target.name + ".lock"), lock_wait(LOCK_WAIT_S if bounded else None), then)
+    fd = _acquire(target, lock_name(target), lock_wait(LOCK_WAIT_S if bounded else None), then)
     _HELD.add(key)
     try:
         yield
@@ -325,8 +325,14 @@ def output_lock(target: str | Path, bounded: bool = True, then: str = "") -> Ite
             # Removed while still held: a waiter that opened this lock file finds it gone
             # once it gets it, and tries the path again.
             with contextlib.suppress(OSError):
-                os.unlink(target.with_name(target.name + ".lock"))
+                os.unlink(lock_name(target))
             os.close(fd)
+
+
+def lock_name(target: Path) -> Path:
+    """The lock file of ``target``: ``.NAME.lock`` beside it (hidden, and unlike a name a user
+    would give a file of their own, since it is overwritten and removed)."""
+    return target.with_name(f".{target.name}.lock")
 
 
 def _acquire(target: Path, lock: Path, wait: float | None, then: str = "") -> int | None:

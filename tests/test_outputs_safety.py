@@ -121,7 +121,7 @@ def test_lock_wait_zero_refuses_naming_the_holder(tmp_path):
 def test_lock_file_is_removed_and_lock_is_reentrant(tmp_path):
     target = tmp_path / "out.json"
     with output_lock(target):
-        assert (tmp_path / "out.json.lock").exists()
+        assert (tmp_path / ".out.json.lock").exists()
         with output_lock(target):  # the same process again: no deadlock
             pass
         with open_output(target) as fh:  # a sweep writes the file it holds
