@@ -10,8 +10,25 @@ This module imports nothing heavy: the harness (no simpy) and the CLI listing im
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
+
+#: Characters that steer a terminal's writing direction rather than show (a name holding one
+#: can look like another name).
+_BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f")
+
+
+def shown(text: str) -> str:
+    """``text`` safe to print on a terminal: control characters (an escape sequence, a
+    newline, a carriage return), text-direction marks and undecodable bytes (``\\udcff``)
+    written as Python escapes (``\\x1b``, ``\\n``, ``\\u202e``); every other character,
+    accented or not, as it is. Every path an error or message prints goes through it."""
+    if text.isprintable():
+        return text
+    return "".join(
+        c if c == " " or (c not in _BIDI and unicodedata.category(c) not in ("Cc", "Cs")) else repr(c)[1:-1]
+        for c in text)
 
 
 class SimctlError(Exception):
@@ -42,9 +59,9 @@ class SimctlError(Exception):
             )
         if self.field is not None:
             parts.append(f"field '{self.field}'")
-        where = ": ".join(parts)
+        where = ": ".join(shown(p) for p in parts)
         text = f"{where}: {self.message}" if where else self.message
-        return " ".join(text.split())  # always one line
+        return shown(" ".join(text.split()))  # always one line, never a terminal's control sequence
 
 
 class TraceError(SimctlError):

@@ -24,6 +24,7 @@ base once (scattered) and the configurations as tasks.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import hashlib
 import itertools
 import json
@@ -42,9 +43,10 @@ import pandas as pd
 
 from simulator import inputs
 from simulator.cost import PriceTable
-from simulator.errors import ScenarioError, SweepError
+from simulator.errors import OutputError, ScenarioError, SimctlError, SweepError
 from simulator.interrupts import release_inherited_sigint, sigint_deferred
 from simulator.metrics import FigureError, TokenOptions, figure_key
+from simulator.outputs import os_reason, output_lock, reported, write_through
 from simulator.profile import Profile
 from simulator.replay import simulate_and_summarize
 from simulator.scenario import Scenario
@@ -324,6 +326,15 @@ class ResultStore:
         return {(r["config_key"], int(r["seed"])) for r in self.rows}
 
     def add(self, row: dict[str, Any]) -> None:
+        try:
+            self._append(row)
+        except OSError as exc:  # disk full, quota, size limit: one line naming the results file
+            raise OutputError(self.path, None, None, f"cannot save a finished row in {self.journal.name}: "
+                              f"{os_reason(exc)}; the rows saved so far are kept, "
+                              "run the same command again to resume") from None
+        self.rows.append(row)
+
+    def _append(self, row: dict[str, Any]) -> None:
         if self._handle is None:
             fresh = not self.journal.exists() or self.journal.stat().st_size == 0
             torn = not fresh and not _ends_with_newline(self.journal)
@@ -335,7 +346,6 @@ class ResultStore:
                 self._handle.write("\n")
         self._handle.write(json.dumps(row, default=_json_default) + "\n")
         self._handle.flush()
-        self.rows.append(row)
 
     def frame(self) -> pd.DataFrame:
         df = pd.DataFrame(self.rows)
@@ -354,8 +364,9 @@ class ResultStore:
         from simulator.outputs import open_output
 
         if self._handle is not None:
-            self._handle.close()
-            self._handle = None
+            handle, self._handle = self._handle, None
+            with contextlib.suppress(OSError):  # every row was flushed as it came: nothing is lost
+                handle.close()
         df = self.frame()
         if df.empty and (failed or not self.path.exists()):  # nothing ran: no file, or the old one kept
             self.journal.unlink(missing_ok=True)
@@ -508,6 +519,9 @@ def run_sweep(spec: SweepSpec, base: Base, out: str | Path, *, workers: int | No
     from simulator.outputs import check_writable
 
     check_writable(out, force=True)  # a blank name, a folder, a missing folder: before any run
+    if write_through(out) is not None:
+        raise SweepError(out, None, None, "sweep results are read back to resume: give the name of a regular "
+                         "file, not a device or a pipe")
     if Path(out).suffix.lower() != ".parquet":
         raise SweepError(out, None, None, "sweep results are Parquet (resumable, with their metadata): "
                          "name the file .parquet (pandas.read_parquet turns it into CSV if needed)")
@@ -519,7 +533,15 @@ def run_sweep(spec: SweepSpec, base: Base, out: str | Path, *, workers: int | No
     if owned:
         cluster = connect(cluster)  # before the results file is touched
     try:
-        return _run_jobs(spec, base, out, meta, workers, cluster, force, progress)
+        # One sweep writes a results file at a time, from reading what is there to writing it
+        # back. Another one waits for it (as long as it runs: a killed sweep's lock goes with
+        # it), then reads its rows and runs only the ones still missing: rows of both are kept,
+        # none is run twice.
+        with contextlib.ExitStack() as held:
+            with reported(Path(out), Path(out)):  # a read-only folder: one line naming the results file
+                held.enter_context(output_lock(Path(out), bounded=False,
+                                               then="; then only the rows it did not run are run"))
+            return _run_jobs(spec, base, out, meta, workers, cluster, force, progress)
     finally:
         if owned:
             cluster.close()
@@ -550,7 +572,11 @@ def _run_jobs(spec: SweepSpec, base: Base, out: str | Path, meta: dict[str, Any]
         failed = True
         raise
     finally:
-        frame = store.close(failed)  # every finished row saved, whatever stopped the sweep
+        if failed:  # the failure is what to report; the rows done stay in the journal if not in the file
+            with contextlib.suppress(SimctlError):
+                store.close(failed)
+        else:
+            frame = store.close(failed)  # every finished row saved, whatever stopped the sweep
     if interrupted:
         raise SweepInterrupted(Path(out), len(frame), finished, total) from None
     return SweepResult(frame, finished, skipped, total)

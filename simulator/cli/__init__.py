@@ -181,6 +181,17 @@ def _say_interrupted() -> None:
                err=True)
 
 
+def _file_size_limit_as_error() -> None:
+    """Have a write past the file-size limit (``ulimit -f``) fail with EFBIG, reported in one
+    line naming the output, rather than kill the process (SIGXFSZ's default) with a
+    half-written temporary file left behind. (CPython ignores SIGXFSZ already; an embedding
+    interpreter may not.)"""
+    import signal
+
+    if hasattr(signal, "SIGXFSZ"):
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+
 def main() -> None:
     """Console-script entry point. A Ctrl-C after the command line has ended (as the process
     exits) is said in one line and exit status 130, as one during the command."""
@@ -189,6 +200,7 @@ def main() -> None:
 
         carry_lost_interrupts()
         _map_large_allocations()
+        _file_size_limit_as_error()
         app()
     except KeyboardInterrupt:
         from simulator.cli import _common

@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from simulator import settings
-from simulator.errors import ScenarioError, SimctlError, SimctlWarning
+from simulator.errors import ScenarioError, SimctlError, SimctlWarning, shown
 
 #: Tables and progress go to stdout; errors and warnings to stderr.
 console = Console()
@@ -49,17 +49,27 @@ def user_errors() -> Iterator[None]:
 
     Warnings the library issues (:class:`SimctlWarning`) are printed as ``warning: ...``.
     """
+    from simulator import outputs
+
+    before, outputs.waiting = outputs.waiting, _say_waiting
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SimctlWarning)
         try:
             with _errors_to_exit():
                 yield
         finally:
+            outputs.waiting = before
             for w in list(caught):  # re-emitting below appends to ``caught``
                 if issubclass(w.category, SimctlWarning):
                     warn(str(w.message))
                 else:
                     warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
+def _say_waiting(line: str) -> None:
+    """Say at once, on stderr, that an output waits for another simctl writing it."""
+    err_console.print(shown(line), markup=False)
+    sys.stderr.flush()
 
 
 @contextlib.contextmanager
@@ -75,8 +85,8 @@ def _errors_to_exit() -> Iterator[None]:
         # Any file the system refuses (missing, a folder, no permission, a name too long):
         # the name, shortened when it is longer than a line, and the system's reason.
         name = str(exc.filename)
-        shown = name if len(name) <= 200 else f"{name[:60]}...{name[-20:]} ({len(name):,} characters)"
-        err_console.print(f"error: {shown}: {exc.strerror}", markup=False)
+        short = name if len(name) <= 200 else f"{name[:60]}...{name[-20:]} ({len(name):,} characters)"
+        err_console.print(f"error: {shown(short)}: {exc.strerror}", markup=False)
         raise typer.Exit(EXIT_INPUT_ERROR) from None
 
 
@@ -111,7 +121,7 @@ def summary_csv_rows(summary: Mapping[str, Any], run: Mapping[str, Any]) -> list
 
 def warn(message: str) -> None:
     """Print a one-line warning on stderr."""
-    err_console.print(f"warning: {message}", markup=False)
+    err_console.print(f"warning: {shown(message)}", markup=False)
     sys.stderr.flush()
 
 
