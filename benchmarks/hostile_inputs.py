@@ -7,6 +7,10 @@ on local processes and on a Dask cluster, and calibrate), and writes the table i
 
     python benchmarks/hostile_inputs.py --write-docs     # 1000 cases a class, 3 moments a fault
     python benchmarks/hostile_inputs.py --quick          # 10 cases a class, replay interrupted twice
+
+and the hostile-case classes of ``tests/hostile_*.py`` (outputs onto special files,
+concurrent writers, full disks, hostile HTTP clients, hostile servers for ``load``, ...),
+``--hostile-cases`` a class (100 by default; 2 in quick mode).
 """
 
 from __future__ import annotations
@@ -36,8 +40,11 @@ def hostile_classes() -> dict:
     return classes
 
 
-def run(examples: int, moments: int, seed: int, kinds: tuple[str, ...] | None = None) -> dict:
-    """``kinds``: the interrupted commands (default: every one of ``tests/faults.py``)."""
+def run(examples: int, moments: int, seed: int, kinds: tuple[str, ...] | None = None,
+        hostile_cases: int | None = None) -> dict:
+    """``kinds``: the interrupted commands (default: every one of ``tests/faults.py``);
+    ``hostile_cases``: cases a class of :func:`hostile_classes` (default ``examples``: their
+    cases start processes and servers, seconds each, where a fuzz case takes milliseconds)."""
     sys.path.insert(0, str(TESTS))
     import faults
     import fuzzing
@@ -55,7 +62,7 @@ def run(examples: int, moments: int, seed: int, kinds: tuple[str, ...] | None = 
         tried, handled = fuzzing.TALLY[klass]
         classes[klass] = {"tried": tried, "handled": handled}
     for klass, attempt in hostile_classes().items():
-        tried, handled = attempt(examples)
+        tried, handled = attempt(examples if hostile_cases is None else hostile_cases)
         classes[klass] = {"tried": tried, "handled": handled}
     rng = random.Random(seed)
     base = Path(tempfile.mkdtemp(prefix="simctl-faults-"))
@@ -103,15 +110,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--examples", type=int, default=1000, help="fuzz cases a class")
     parser.add_argument("--moments", type=int, default=3, help="interruptions per command and signal")
+    parser.add_argument("--hostile-cases", type=int, default=100,
+                        help="cases a class of tests/hostile_*.py (outputs, writers, HTTP clients, servers for load)")
     parser.add_argument("--quick", action="store_true", help="10 cases a class; replay killed and interrupted once each")
     parser.add_argument("--seed", type=int, default=19)
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--write-docs", action="store_true", help="write the table into docs/robustness.md")
     args = parser.parse_args(argv)
     if args.quick:  # the script's own check; tests/test_fuzz_inputs.py and test_faults.py cover the rest
-        result = run(10, 1, args.seed, kinds=("replay",))
+        result = run(10, 1, args.seed, kinds=("replay",), hostile_cases=2)
     else:
-        result = run(args.examples, args.moments, args.seed)
+        result = run(args.examples, args.moments, args.seed, hostile_cases=args.hostile_cases)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from docs_tables import report
 
