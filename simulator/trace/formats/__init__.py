@@ -58,11 +58,22 @@ def detect_format(obj: Any) -> str:
     return "native"
 
 
+#: The most of a file :func:`sniff` reads to find its first line: a first line longer than
+#: this is no production format's (their first lines are a header or one short record).
+SNIFF_BYTES = 1 << 20
+
+
 def sniff(path: str | Path) -> str:
     """The format of the file at ``path`` from its first line: a production format's name,
-    or ``"json"`` for the JSON formats (told apart by :func:`detect_format`)."""
-    with inputs.open_text(path, TraceError, "trace file") as fh:
-        first = next((line.strip() for line in fh if line.strip()), "")
+    or ``"json"`` for the JSON formats (told apart by :func:`detect_format`).
+
+    Only the file's head is read: a binary file, or one whose first character begins neither
+    a JSON document nor a format's first line, is refused here (:class:`TraceError` naming
+    the file) before the whole of it is read."""
+    with inputs.readable(path, TraceError, "trace file") as p:
+        inputs.check_head(p, TraceError, "trace file (JSON, JSON lines or CSV)")
+        text = inputs.head(p, SNIFF_BYTES).decode("utf-8", errors="replace")
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
     for name in TRACE_IMPORTERS:
         if TRACE_IMPORTERS.get(name).looks_like(first):
             return name
@@ -97,6 +108,8 @@ def load_trace(path: str | Path, classifier: KeywordClassifier = DEFAULT_CLASSIF
                              f"{' '.join(str(exc).split())[:160]})") from None
     if kind not in ("json", *FORMATS):
         raise ValueError(f"unknown trace format {kind!r}")
+    with inputs.readable(path, TraceError, "trace file") as p:
+        inputs.check_head(p, TraceError, "trace file", json=True)
     with inputs.gc_paused():
         with inputs.open_binary(path, TraceError, "trace file") as handle:
             trace = read_native_lines(handle, path)
