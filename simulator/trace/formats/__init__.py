@@ -14,6 +14,7 @@ from the file name.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +101,9 @@ def load_trace(path: str | Path, classifier: KeywordClassifier = DEFAULT_CLASSIF
     if kind in IMPORTERS:
         try:
             return IMPORTERS[kind](path, options)
-        except (UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError, ValueError, TypeError,
+        except pd.errors.ParserError as exc:
+            raise _csv_error(Path(path), kind, exc) from None
+        except (UnicodeDecodeError, pd.errors.EmptyDataError, ValueError, TypeError,
                 KeyError, IndexError) as exc:
             # A file that is not the production format it was taken for (binary, ragged rows,
             # other columns): the readers check the records of files that are, and name them.
@@ -123,6 +126,19 @@ def load_trace(path: str | Path, classifier: KeywordClassifier = DEFAULT_CLASSIF
         if detect_format(obj) == "client":
             return read_client(obj, path, classifier)
         return read_native(obj, path)
+
+
+def _csv_error(path: Path, kind: str, exc: Exception) -> TraceError:
+    """The :class:`TraceError` of a CSV the parser gave up on, naming the line where it did."""
+    text = " ".join(str(exc).split())
+    if found := re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", text):
+        expected, line, saw = found.groups()
+        return TraceError(path, f"line {line}", None, f"has {saw} fields; the lines before it have {expected}")
+    if found := re.search(r"EOF inside string starting at row (\d+)", text):
+        # (pandas counts rows from 0, the header included: row N is line N + 1)
+        return TraceError(path, f"line {int(found.group(1)) + 1}", None,
+                          "a quoted field (opened with \") is never closed")
+    return TraceError(path, None, None, f"not a readable {kind} trace (not CSV: {text[:160]})")
 
 
 def save_trace(
