@@ -58,7 +58,7 @@ from simulator.metrics import (
 from simulator.model import simulate
 from simulator.observed import ObservedRun, compare_calls
 from simulator.profile import Profile, profile_from_dict
-from simulator.scenario import Scenario
+from simulator.scenario import Scenario, check_tasks
 from simulator.trace.model import Trace
 
 #: The fewest calls a quantile (of the run, or of one call composition) is fitted from.
@@ -294,6 +294,10 @@ def calibrate(observed: ObservedRun, trace: Trace, scenario: Scenario, start: di
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}")
     params = free_parameters(start, where)
+    start_tasks = start.get("tasks")
+    if isinstance(start_tasks, dict):
+        for run_trace, run_scenario in [(trace, scenario), *((t, s) for _, t, s in also)]:
+            check_tasks(run_scenario, start_tasks, run_trace.tasks, f"the profile {where}")
     targets = [_Target(observed, trace, scenario)] + [_Target(*run) for run in also]
     low = np.log([p.low for p in params])
     high = np.log([p.high for p in params])
@@ -426,6 +430,7 @@ def predict(observed: ObservedRun, trace: Trace, scenario: Scenario, profile: Pr
     compares its token figures (:func:`simulator.metrics.token_figures`, percentiles by
     ``tokens``) the same way: one row per timing and statistic both sides have, ``observed``,
     ``predicted`` (mean over seeds), ``sd`` and ``err``; else it is ``None``."""
+    check_tasks(scenario, profile.tasks, trace.tasks, f"the profile {profile.name}")
     reference = observed.classified(scenario.compositions).calls
     # (each run's log is kept only when there are token figures to compare)
     logs: list[pd.DataFrame] | None = [] if observed.requests is not None else None

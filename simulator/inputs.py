@@ -14,12 +14,18 @@ Reading is never the place a traceback starts, a hang, or a silent wrong number:
   loops, folders, permissions, and things that are not regular files (a FIFO or a device
   such as ``/dev/zero`` would block or never end) each get their own message;
 * the size: a file over :data:`MAX_INPUT_BYTES` is refused before it is read;
+* the head: a text reader first reads the file's first :data:`HEAD_BYTES` and refuses a
+  binary file (a NUL byte, or bytes that are not UTF-8, there) at once, and
+  :func:`read_json` one whose first character can start no JSON value, before a gigabyte of
+  it is read (:func:`check_head`);
 * the encoding: bytes that are not UTF-8 are named by their offset;
 * the structure: JSON and TOML nested deeper than the parser (or :data:`MAX_DEPTH`, for the
   small configuration documents) are refused;
 * the numbers: an integer of more digits than Python converts (4300) is refused at parse,
   and :func:`finite` is the one check of a field that needs a finite number in a range
-  (NaN, infinities, floats past 1.8e308, integers past 64 bits).
+  (NaN, infinities, floats past 1.8e308, integers past 64 bits);
+* the names: a task, queue or class name holding a control character (a newline, a NUL, an
+  escape) would break every line that prints it; :func:`control_character` says so.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import gc
 import json
 import math
 import os
+import re
 import stat
 import tomllib
 from collections.abc import Iterator
@@ -46,6 +53,23 @@ MAX_INPUT_BYTES = 16 * 2**30
 MAX_DEPTH = 64
 #: The largest integer a count in an input file may hold: it becomes a 64-bit integer.
 INT64_MAX = 2**63 - 1
+#: How much of a text file is read to tell whether it can be the text expected, before the
+#: whole of it is: a file of zeros or a binary file is refused from this much.
+HEAD_BYTES = 4096
+#: The characters that can begin a JSON document (Python's parser reads ``NaN`` and
+#: ``Infinity`` too), after any whitespace.
+JSON_STARTS = frozenset('{["-0123456789tfnNI')
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def control_character(name: str) -> str | None:
+    """Why ``name`` cannot name a task, queue or class (it holds a control character: a
+    newline, tab, NUL, escape or DEL), or ``None``. Such a name would split or garble every
+    table, log line and message that prints it."""
+    found = _CONTROL.search(name)
+    if found is None:
+        return None
+    return f"holds a control character ({found.group()!r} at position {found.start()}); names must be printable"
 
 
 def check_source(path: str | Path, error: type[SimctlError], what: str = "file") -> Path:
@@ -101,8 +125,10 @@ def open_text(path: str | Path, error: type[SimctlError], what: str = "file", er
               newline: str | None = None) -> Iterator[IO[str]]:
     """``path`` open as UTF-8 text, for readers that stream it line by line; a byte that is
     not UTF-8 met while iterating is reported like one met by :func:`read_text`."""
-    with readable(path, error, what) as p, open(p, encoding="utf-8", errors=errors, newline=newline) as fh:
-        yield fh
+    with readable(path, error, what) as p:
+        check_head(p, error, what)
+        with open(p, encoding="utf-8", errors=errors, newline=newline) as fh:
+            yield fh
 
 
 @contextlib.contextmanager
@@ -110,6 +136,36 @@ def open_binary(path: str | Path, error: type[SimctlError], what: str = "file") 
     """``path`` open for reading bytes (checked by :func:`check_source`)."""
     with readable(path, error, what) as p, open(p, "rb") as fh:
         yield fh
+
+
+def head(path: Path, size: int = HEAD_BYTES) -> bytes:
+    """The first ``size`` bytes of ``path`` (a checked regular file)."""
+    with open(path, "rb") as fh:
+        return fh.read(size)
+
+
+def check_head(path: Path, error: type[SimctlError], what: str = "file", json: bool = False) -> None:
+    """Refuse ``path`` from its first :data:`HEAD_BYTES` when it cannot be the text file
+    expected: a NUL byte (no text format simctl reads has one: the file is binary, or
+    zeros), a byte that is not UTF-8, or, with ``json``, a first character that begins no
+    JSON value. The rest of the file is not read: a sparse file of zeros the size of the
+    disk is refused at once, not after its gigabytes were read into memory."""
+    first = head(path)
+    nul = first.find(b"\0")
+    if nul >= 0:
+        raise error(path, None, None, f"not a text file (a NUL byte at offset {nul}); expected a {what}")
+    try:
+        first.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if len(first) < HEAD_BYTES or exc.start < len(first) - 3:  # (not a character the head's end cut)
+            raise error(path, None, None, f"not a UTF-8 text file (bad byte at offset {exc.start})") from None
+    if json:
+        # (a byte-order mark is left to the parser, which names it)
+        stripped = first.lstrip(b" \t\r\n")
+        if stripped and not stripped.startswith(b"\xef\xbb\xbf") and chr(stripped[0]) not in JSON_STARTS:
+            before = first[:len(first) - len(stripped)]
+            line, column = before.count(b"\n") + 1, len(before) - (before.rfind(b"\n") + 1) + 1
+            raise error(path, None, None, f"not valid JSON: Expecting value at line {line}, column {column}")
 
 
 def read_head(path: str | Path, size: int = 4096) -> str | None:
@@ -129,6 +185,7 @@ def read_csv(path: str | Path, error: type[SimctlError], what: str = "CSV file",
     import pandas as pd
 
     with readable(path, error, what) as p:
+        check_head(p, error, what)
         return pd.read_csv(p, **options)
 
 
@@ -176,9 +233,11 @@ def depth(obj: Any, limit: int = MAX_DEPTH) -> int:
     return deepest
 
 
-def read_text(path: str | Path, error: type[SimctlError], what: str = "file") -> str:
-    """The UTF-8 text of ``path``."""
+def read_text(path: str | Path, error: type[SimctlError], what: str = "file", json: bool = False) -> str:
+    """The UTF-8 text of ``path``, once its head is that of a text file (of JSON, with
+    ``json``; :func:`check_head`)."""
     with readable(path, error, what) as p:
+        check_head(p, error, what, json=json)
         return p.read_text(encoding="utf-8")
 
 
@@ -232,7 +291,7 @@ def read_json(path: str | Path, error: type[SimctlError], what: str = "JSON file
               max_depth: int | None = MAX_DEPTH) -> Any:
     """The parsed JSON content of ``path``; an empty file is an error too, and so is one
     nested deeper than ``max_depth`` (``None``: as deep as the parser goes)."""
-    text = read_text(path, error, what)
+    text = read_text(path, error, what, json=True)
     if not text.strip():
         raise error(path, None, None, f"empty file (expected a {what})")
     obj = parse_json(text, path, error)

@@ -14,7 +14,7 @@ from simulator.model import simulate
 from simulator.profile import DEFAULT_PROFILE, Profile, load_profile
 from simulator.profile.grid import outside_grid
 from simulator.profile.identity import describe
-from simulator.scenario import Scenario, build_scenario
+from simulator.scenario import Scenario, build_scenario, check_tasks
 from simulator.trace.model import Trace
 
 
@@ -77,6 +77,7 @@ def replay(
         profile = load_profile(profile)
     if not isinstance(prices, PriceTable):
         prices = load_prices(prices)
+    check_tasks(scenario, profile.tasks, trace.tasks, f"the profile {profile.name}")
     log, summary = simulate_and_summarize(trace, scenario, profile, seed,
                                           resolved_config(trace, scenario, profile, seed), prices=prices,
                                           tokens=tokens)

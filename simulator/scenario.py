@@ -39,13 +39,16 @@ values are.
 
 from __future__ import annotations
 
+import difflib
 import tomllib
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from simulator.errors import ScenarioError
+from simulator.errors import ScenarioError, SimctlWarning
+from simulator.inputs import control_character
 from simulator.settings import ENGINES, RUN, ClosedLoop, RunSettings, TaskConfig, check_values, parse_client
 
 #: The conditions a composition class may set on a call's set of tasks.
@@ -87,7 +90,9 @@ class Compositions:
             raise ScenarioError(where, "compositions", None, "must be a table of classes")
         rules = []
         for label, test in data.items():
-            record = f"compositions.{label}"
+            record = f"compositions.{label!r}" if control_character(label) else f"compositions.{label}"
+            if why := control_character(label):
+                raise ScenarioError(where, record, None, f"the class name {why}")
             if label == "other":
                 raise ScenarioError(where, record, None, "'other' is the class of calls no rule matches")
             if not isinstance(test, dict) or not test:
@@ -98,6 +103,9 @@ class Compositions:
                     raise ScenarioError(where, record, key, f"unknown condition; valid: {', '.join(COMPOSITION_TESTS)}")
                 if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
                     raise ScenarioError(where, record, key, f"must be a list of task names, got {names!r}")
+                for name in names:
+                    if why := control_character(name):
+                        raise ScenarioError(where, record, key, f"task name {name!r} {why}")
                 parsed[key] = frozenset(names)
             rules.append((str(label), parsed))
         return Compositions(tuple(rules))
@@ -214,6 +222,9 @@ def build_scenario(
     merged_defaults = check_values("task", file_defaults, where, "defaults")
     merged_defaults.update(check_values("task", _given(defaults), None, "option"))
     task_overrides: dict[str, dict[str, Any]] = {}
+    for name in [*file_tasks, *(tasks or {}), *(k.split(".")[1] for k in overrides or {} if k.startswith("tasks."))]:
+        if why := control_character(name):
+            raise ScenarioError(where if name in file_tasks else None, f"tasks.{name!r}", None, f"the task name {why}")
     for name, values in file_tasks.items():
         if not isinstance(values, dict):
             raise ScenarioError(where, f"tasks.{name}", None, "must be a table")
@@ -225,6 +236,8 @@ def build_scenario(
     header = {"name": str(data.get("name", Path(path).stem if path else "cli")),
               "description": str(data.get("description", ""))}
     _apply_set(overrides or {}, merged_defaults, task_overrides, run_values, header)
+    if why := control_character(header["name"]):
+        raise ScenarioError(where, None, "name", why)
     return Scenario(
         name=header["name"],
         description=header["description"],
@@ -234,6 +247,34 @@ def build_scenario(
         compositions=Compositions.parse(data["compositions"], where) if "compositions" in data else Compositions(),
         source=where,
     )
+
+
+def check_tasks(scenario: Scenario, profile_tasks: Collection[str], trace_tasks: Collection[str] | None = None,
+                profile_name: str = "the profile") -> None:
+    """Check the tasks ``scenario`` sets (its ``[tasks.NAME]`` tables) against those the run
+    knows: the profile's ``profile_tasks`` and, where a trace is replayed, its ``trace_tasks``.
+    The one check of a scenario meeting a profile and a trace (replay, sweep, plan, predict,
+    calibrate, serve).
+
+    A task neither knows is a typo that would otherwise go unnoticed (its settings applied to
+    nothing, the task meant run with defaults): :class:`ScenarioError` naming the file, the
+    table (``tasks.mmluu``), the nearest known names and every known one. A task the profile
+    serves but the trace has no prompt of is legitimate (one scenario, many traces) and only
+    warned about (:class:`~simulator.errors.SimctlWarning`), as its settings change nothing."""
+    known = list(dict.fromkeys([*(trace_tasks or ()), *profile_tasks]))
+    for name in scenario.tasks:
+        if name in known and (trace_tasks is None or name in trace_tasks):
+            continue
+        if name in profile_tasks:
+            warnings.warn(SimctlWarning(
+                f"{scenario.source or 'scenario'}: tasks.{name}: the trace has no prompt of task '{name}'; "
+                f"its settings change nothing"), stacklevel=2)
+            continue
+        close = difflib.get_close_matches(name, known, n=3)
+        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        whose = f"the trace and {profile_name}" if trace_tasks is not None else profile_name
+        raise ScenarioError(scenario.source, f"tasks.{name}", None,
+                            f"unknown task '{name}'{hint} (tasks {whose} know: {', '.join(known)})")
 
 
 def _given(values: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -249,6 +290,7 @@ __all__ = [
     "Scenario",
     "TaskConfig",
     "build_scenario",
+    "check_tasks",
     "parse_client",
     "parse_set",
 ]

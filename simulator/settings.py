@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, TypeVar
 
 from simulator.errors import ScenarioError
+from simulator.inputs import control_character
 from simulator.registry import Registry, UnknownName
 
 T = TypeVar("T")
@@ -164,6 +165,11 @@ class Setting:
             raise TypeError(f"setting {self.name}: no check for type {self.value_type}")
         if not ok:
             raise ScenarioError(where, record, self.name, f"must be {self.expected()}, got {value!r}")
+        # A name (a task, a dispatch group) printed in tables and messages must be one line.
+        for name in (value if self.value_type is tuple else (value,) if self.value_type is str and self.grammar is None
+                     else ()):
+            if why := control_character(name):
+                raise ScenarioError(where, record, self.name, f"{name!r} {why}")
         if self.grammar is not None:
             try:
                 self.grammar(value)

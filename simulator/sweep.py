@@ -49,7 +49,7 @@ from simulator.metrics import FigureError, TokenOptions, figure_key
 from simulator.outputs import os_reason, output_lock, reported, write_through
 from simulator.profile import Profile
 from simulator.replay import simulate_and_summarize
-from simulator.scenario import Scenario
+from simulator.scenario import Scenario, check_tasks
 from simulator.settings import AXES, RUN_AXES, SETTINGS, TASK_AXES, ignored_by
 from simulator.trace.model import Trace
 
@@ -160,6 +160,7 @@ def validate(spec: SweepSpec, base: Base) -> None:
     """Check every axis value once (types, ranges, registered names), then the scenario of
     every configuration (settings that contradict each other, such as a replica pool's
     settings without a pool), before any replay."""
+    check_tasks(base.scenario, base.profile.tasks, base.trace.tasks, f"the profile {base.profile.name}")
     base.swept_tasks(spec.task)
     for name, values in spec.axes.items():
         for value in values:

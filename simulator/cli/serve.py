@@ -11,7 +11,7 @@ import typer
 
 from simulator.cli import app
 from simulator.cli._common import console, user_errors
-from simulator.errors import ScenarioError, ServeError
+from simulator.errors import ServeError
 from simulator.profile import DEFAULT_PROFILE
 from simulator.settings import LARGEST_COUNT, LARGEST_JOBS, LARGEST_SEED, LARGEST_TOKENS
 
@@ -132,7 +132,7 @@ def make_server(scenario: str, profile: str, backend: str, time_scale: float, se
     ``default_task``: a task name, ``"none"`` (refuse prompts of no served task) or ``None``
     (the profile's first GPU task, :func:`~simulator.serve.runtime.first_gpu_task`)."""
     from simulator.profile import load_profile
-    from simulator.scenario import build_scenario, parse_set
+    from simulator.scenario import build_scenario, check_tasks, parse_set
     from simulator.serve.app import build_app
     from simulator.serve.backends import backend_from_spec
     from simulator.serve.runtime import first_gpu_task
@@ -152,10 +152,7 @@ def make_server(scenario: str, profile: str, backend: str, time_scale: float, se
         raise ServeError(None, None, "--per-prompt", "only the openai backend sends requests to engines")
     prof = load_profile(profile)
     scen = build_scenario(path=scenario, overrides=parse_set(set_values))
-    unknown = sorted(set(scen.tasks) - set(prof.tasks))
-    if unknown:
-        raise ScenarioError(scen.source, f"tasks.{unknown[0]}", None,
-                            f"the profile {prof.name} has no task {unknown[0]!r} (it has: {', '.join(prof.tasks)})")
+    check_tasks(scen, prof.tasks, None, f"the profile {prof.name}")
     if default_task is None:
         fallback = first_gpu_task(scen, prof)
     elif default_task == "none":

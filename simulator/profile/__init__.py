@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from simulator.errors import ProfileError, UnknownName
+from simulator.inputs import control_character
 from simulator.profile.kinds import KINDS, BatchShape, ServiceModel
 from simulator.profile.spec import Where, need_number
 
@@ -168,6 +169,8 @@ def profile_from_dict(data: Any, path: str | None = None) -> Profile:
         raise ProfileError(where_path, None, "tasks", "must be a non-empty object of task -> profile")
     tasks: dict[str, TaskProfile] = {}
     for name, spec in tasks_raw.items():
+        if why := control_character(name):
+            raise ProfileError(where_path, f"task {name!r}", None, f"the task name {why}")
         if not isinstance(spec, dict):
             raise ProfileError(where_path, f"task '{name}'", None, "must be an object")
         resource = spec.get("resource", "gpu")
@@ -199,6 +202,8 @@ def profile_from_dict(data: Any, path: str | None = None) -> Profile:
             host_fraction=host_fraction,
         )
     name = data.get("name") or (Path(path).stem if path else "unnamed")
+    if isinstance(name, str) and (why := control_character(name)):
+        raise ProfileError(where_path, None, "name", why)
     texts = {}
     for key in ("source", "describes", "answers"):
         texts[key] = data.get(key, "")

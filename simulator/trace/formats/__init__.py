@@ -14,6 +14,7 @@ from the file name.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -58,11 +59,22 @@ def detect_format(obj: Any) -> str:
     return "native"
 
 
+#: The most of a file :func:`sniff` reads to find its first line: a first line longer than
+#: this is no production format's (their first lines are a header or one short record).
+SNIFF_BYTES = 1 << 20
+
+
 def sniff(path: str | Path) -> str:
     """The format of the file at ``path`` from its first line: a production format's name,
-    or ``"json"`` for the JSON formats (told apart by :func:`detect_format`)."""
-    with inputs.open_text(path, TraceError, "trace file") as fh:
-        first = next((line.strip() for line in fh if line.strip()), "")
+    or ``"json"`` for the JSON formats (told apart by :func:`detect_format`).
+
+    Only the file's head is read: a binary file, or one whose first character begins neither
+    a JSON document nor a format's first line, is refused here (:class:`TraceError` naming
+    the file) before the whole of it is read."""
+    with inputs.readable(path, TraceError, "trace file") as p:
+        inputs.check_head(p, TraceError, "trace file (JSON, JSON lines or CSV)")
+        text = inputs.head(p, SNIFF_BYTES).decode("utf-8", errors="replace")
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
     for name in TRACE_IMPORTERS:
         if TRACE_IMPORTERS.get(name).looks_like(first):
             return name
@@ -89,7 +101,9 @@ def load_trace(path: str | Path, classifier: KeywordClassifier = DEFAULT_CLASSIF
     if kind in IMPORTERS:
         try:
             return IMPORTERS[kind](path, options)
-        except (UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError, ValueError, TypeError,
+        except pd.errors.ParserError as exc:
+            raise _csv_error(Path(path), kind, exc) from None
+        except (UnicodeDecodeError, pd.errors.EmptyDataError, ValueError, TypeError,
                 KeyError, IndexError) as exc:
             # A file that is not the production format it was taken for (binary, ragged rows,
             # other columns): the readers check the records of files that are, and name them.
@@ -97,6 +111,8 @@ def load_trace(path: str | Path, classifier: KeywordClassifier = DEFAULT_CLASSIF
                              f"{' '.join(str(exc).split())[:160]})") from None
     if kind not in ("json", *FORMATS):
         raise ValueError(f"unknown trace format {kind!r}")
+    with inputs.readable(path, TraceError, "trace file") as p:
+        inputs.check_head(p, TraceError, "trace file", json=True)
     with inputs.gc_paused():
         with inputs.open_binary(path, TraceError, "trace file") as handle:
             trace = read_native_lines(handle, path)
@@ -110,6 +126,19 @@ def load_trace(path: str | Path, classifier: KeywordClassifier = DEFAULT_CLASSIF
         if detect_format(obj) == "client":
             return read_client(obj, path, classifier)
         return read_native(obj, path)
+
+
+def _csv_error(path: Path, kind: str, exc: Exception) -> TraceError:
+    """The :class:`TraceError` of a CSV the parser gave up on, naming the line where it did."""
+    text = " ".join(str(exc).split())
+    if found := re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", text):
+        expected, line, saw = found.groups()
+        return TraceError(path, f"line {line}", None, f"has {saw} fields; the lines before it have {expected}")
+    if found := re.search(r"EOF inside string starting at row (\d+)", text):
+        # (pandas counts rows from 0, the header included: row N is line N + 1)
+        return TraceError(path, f"line {int(found.group(1)) + 1}", None,
+                          "a quoted field (opened with \") is never closed")
+    return TraceError(path, None, None, f"not a readable {kind} trace (not CSV: {text[:160]})")
 
 
 def save_trace(

@@ -98,9 +98,11 @@ def check_count(path: Path, record: int, field: str, value: Any, minimum: int) -
 
 
 def check_task(path: Path, record: int, field: str, value: Any) -> str:
-    """A non-empty task name, else :class:`TraceError`."""
+    """A non-empty task name without control characters, else :class:`TraceError`."""
     if not isinstance(value, str) or not value.strip():
         raise TraceError(path, record, field, f"must be a non-empty task name, got {show(value)}")
+    if why := inputs.control_character(value):
+        raise TraceError(path, record, field, f"task name {show(value)} {why}")
     return value
 
 

@@ -54,11 +54,16 @@ def read_mooncake(path: str | Path, options: ImportOptions = DEFAULT_OPTIONS) ->
             values = []
             for key in FIELDS:
                 v = rec.get(key)
-                if reason is None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
-                                       or v < 0 or v > MAX_COUNT or (key != "timestamp" and v != int(v))):
-                    reason = (key, "missing" if v is None else f"must be a finite number >= 0, got {json.dumps(v)}")
+                # (an integer is compared before math.isfinite, which overflows past 1.8e308)
+                if reason is None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or v > MAX_COUNT
+                                       or not math.isfinite(v) or (key != "timestamp" and v != int(v))):
+                    shown = f"an integer of {len(str(v))} digits" if isinstance(v, int) and v > MAX_COUNT else json.dumps(v)
+                    reason = (key, "missing" if v is None else f"must be a finite number >= 0, got {shown}")
                 values.append(v if reason is None else 0)
-            blocks += len(rec.get("hash_ids") or []) if reason is None else 0
+            hash_ids = rec.get("hash_ids")
+            if reason is None and hash_ids is not None and not isinstance(hash_ids, list):
+                reason = ("hash_ids", f"must be a list of block hashes, got {json.dumps(hash_ids)[:40]}")
+            blocks += len(hash_ids or []) if reason is None else 0
             t.append(values[0] / 1000.0)
             inp.append(int(values[1]))
             out.append(int(values[2]))

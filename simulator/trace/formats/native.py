@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.errors import TraceError
+from simulator.inputs import control_character
 from simulator.trace.formats._common import (
     EPOCH_THRESHOLD,
     MAX_COUNT,
@@ -75,7 +76,8 @@ class _Prompt(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 class _Call(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     t: Annotated[float, msgspec.Meta(ge=0)]
     prompts: Annotated[list[str | _Prompt], msgspec.Meta(min_length=1)]
-    id: Annotated[str, msgspec.Meta(min_length=1)] | None = None
+    # (absent, not null: a null id is an error the general reader names)
+    id: Annotated[str, msgspec.Meta(min_length=1)] | msgspec.UnsetType = msgspec.UNSET
 
 
 class _File(msgspec.Struct):
@@ -107,7 +109,7 @@ class _ColumnBlocks:
         n_calls = len(calls)
         first = self.n_calls
         call_t = np.fromiter((c.t for c in calls), dtype=float, count=n_calls)
-        call_ids = id_column([str(first + i) if c.id is None else c.id for i, c in enumerate(calls)])
+        call_ids = id_column([str(first + i) if c.id is msgspec.UNSET else c.id for i, c in enumerate(calls)])
         sizes = np.fromiter((len(c.prompts) for c in calls), dtype=np.int64, count=n_calls)
         prompts = [p for c in calls for p in c.prompts]
         n = len(prompts)
@@ -132,8 +134,9 @@ class _ColumnBlocks:
 
     def trace(self, meta: dict[str, Any], path: str | Path) -> Trace | None:
         """The trace of the calls added, or ``None`` where the general reader must look
-        (no calls, unsorted times, a repeated id, a blank task name)."""
-        if not self.n_calls or any(not name.strip() for name in self.codes):
+        (no calls, unsorted times, a repeated id, a blank task name or one holding a control
+        character)."""
+        if not self.n_calls or any(not name.strip() or control_character(name) for name in self.codes):
             return None
         call_t, call_ids, sizes, task_of, prompt_tokens, max_tokens = (
             np.concatenate(part) for part in zip(*self.blocks, strict=True))
@@ -278,7 +281,7 @@ def _read_call(path: Path, i: int, rec: Any, unknown: UnknownFields) -> CallReco
     if is_int(call_id):
         call_id = str(call_id)
     if not isinstance(call_id, str) or not call_id:
-        raise TraceError(path, i, "id", f"must be a non-empty string, got {show(call_id)}")
+        raise TraceError(path, i, "id", f"must be a non-empty string or an integer, got {show(call_id)}")
 
     time_key = one_of(path, i, rec, TIME_KEYS)
     if time_key is None:
