@@ -64,7 +64,7 @@ from live_twin import stop, wait_http  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO, PROFILE, SEED = "design-notes", "seed-calibrated", 0
 DEFAULT_TASK = "mmlu"
-TIME_SCALE = 5.0
+TIME_SCALE = 2.0
 TOLERANCE = 0.05
 READER_TOLERANCE = 0.01
 FIGURES = ("ttft", "itl", "e2e")
@@ -417,7 +417,7 @@ def run(tools: Path, time_scale: float, requests: int, fixtures: Path | None) ->
         single = guidellm(tools, url, tokenizer, work, "guidellm-constant", [1.0], requests)
     rows += check_file("GuideLLM", single, "guidellm", time_scale)
     with simctl_serve(work, "guidellm-sweep", time_scale) as url:
-        sweep = guidellm(tools, url, tokenizer, work, "guidellm-sweep", [0.5, 1.0, 2.0], max(10, requests // 2))
+        sweep = guidellm(tools, url, tokenizer, work, "guidellm-sweep", [0.25, 0.5, 1.0], max(10, requests // 2))
     rows += check_file("GuideLLM sweep", sweep, "guidellm", time_scale)
     with simctl_serve(work, "aiperf", time_scale) as url:
         folder = aiperf(tools, url, tokenizer, work, "aiperf", 1.0, requests)

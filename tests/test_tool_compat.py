@@ -14,6 +14,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "data" / "tool_fixtures" / "simctl-serve"
+#: the --time-scale of the server these files were written against (their README)
+TIME_SCALE = 5.0
 
 
 def _bench():
@@ -29,7 +31,7 @@ def bench():
 
 
 def test_guidellm_sweep_against_simctl_serve(bench):
-    rows = bench.check_file("GuideLLM sweep", FIXTURES / "guidellm-sweep.json", "guidellm", bench.TIME_SCALE)
+    rows = bench.check_file("GuideLLM sweep", FIXTURES / "guidellm-sweep.json", "guidellm", TIME_SCALE)
     benchmarks = json.loads((FIXTURES / "guidellm-sweep.json").read_text())["benchmarks"]
     assert len(rows) == len(benchmarks) == 3
     for row, b in zip(rows, benchmarks, strict=True):
@@ -40,7 +42,7 @@ def test_guidellm_sweep_against_simctl_serve(bench):
 
 
 def test_aiperf_against_simctl_serve(bench):
-    (row,) = bench.check_file("AIPerf", FIXTURES / "aiperf", "aiperf", bench.TIME_SCALE, "rate 1/s")
+    (row,) = bench.check_file("AIPerf", FIXTURES / "aiperf", "aiperf", TIME_SCALE, "rate 1/s")
     summary = json.loads((FIXTURES / "aiperf" / "profile_export_aiperf.json").read_text())
     assert row["requests"] == row["ok"] == int(summary["request_count"]["avg"]) == row["reader_ok"]
     assert row["reader_worst"] <= bench.READER_TOLERANCE and row["replay_worst"] <= bench.TOLERANCE, row
@@ -51,7 +53,7 @@ def test_aiperf_against_simctl_serve(bench):
 
 def test_a_replay_that_disagrees_fails_the_check(bench):
     """The check can fail: the same schedule replayed at twice the time scale is off."""
-    rows = bench.check_file("GuideLLM sweep", FIXTURES / "guidellm-sweep.json", "guidellm", 2 * bench.TIME_SCALE)
+    rows = bench.check_file("GuideLLM sweep", FIXTURES / "guidellm-sweep.json", "guidellm", 2 * TIME_SCALE)
     assert not any(r["pass"] for r in rows)
 
 
