@@ -236,10 +236,10 @@ def second_writer(target: Path, option: str, force: bool, folder: Path) -> bool:
         code = second.wait(HANG_GUARD)
     if "waiting for another simctl" not in said or str(target.name) not in said:
         return False
-    text = target.read_text()
+    content = target.read_bytes()  # an event log is Parquet: bytes, not text
     if force:
-        return code == 0 and text != "first writer\n" and not rest.strip() and not leftovers(folder)
-    return code == 2 and one_error_line(rest, target.name) and "exists" in rest and text == "first writer\n" \
+        return code == 0 and content != b"first writer\n" and not rest.strip() and not leftovers(folder)
+    return code == 2 and one_error_line(rest, target.name) and "exists" in rest and content == b"first writer\n" \
         and not leftovers(folder)
 
 
