@@ -35,7 +35,6 @@ import json
 import os
 import platform
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -45,6 +44,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from live_twin import stop  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "scenarios" / "harness-cpu.toml"
 #: the profile serve is given: it names the tasks (the harness backend takes its own time)
@@ -135,12 +136,7 @@ def serve_and_load(trace: Path, flush: float, out: Path, timeout: float, rate_sc
         seconds = time.monotonic() - t0
     finally:
         if server.poll() is None:
-            server.send_signal(signal.SIGINT)
-            try:
-                server.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+            stop(server, timeout=60)
     return {"load": done.stdout.strip().splitlines()[-1], "seconds": seconds}
 
 

@@ -106,11 +106,11 @@ def wait_http(url: str, seconds: float = 30.0) -> None:
         time.sleep(0.1)
 
 
-def stop(proc: subprocess.Popen) -> None:
-    """Stop a server as Ctrl-C would (it finishes what it serves), killing it after 30 s."""
+def stop(proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    """Stop a server as Ctrl-C would (it finishes what it serves), killing it after ``timeout`` s."""
     proc.send_signal(signal.SIGINT)
     try:
-        proc.wait(timeout=30)
+        proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
