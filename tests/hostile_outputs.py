@@ -182,12 +182,17 @@ def special_case(i: int, folder: Path) -> bool:
             p.unlink()
 
 
-def try_special(examples: int) -> tuple[int, int]:
+def _tally(case: Callable[[int, Path], bool], examples: int, name: str) -> tuple[int, int]:
+    """``(tried, handled)`` of cases ``0 .. examples-1``, each in a folder of its own."""
     handled = 0
-    with tempfile.TemporaryDirectory(prefix="simctl-special-") as d:
+    with tempfile.TemporaryDirectory(prefix=f"simctl-{name}-") as d:
         for i in range(examples):
-            handled += bool(special_case(i, Path(d) / f"case{i}"))
+            handled += bool(case(i, Path(d) / f"case{i}"))
     return examples, handled
+
+
+def try_special(examples: int) -> tuple[int, int]:
+    return _tally(special_case, examples, "special")
 
 
 # -- concurrent writers -------------------------------------------------------------------
@@ -298,11 +303,7 @@ def concurrent_case(i: int, folder: Path) -> bool:
 
 
 def try_concurrent(examples: int) -> tuple[int, int]:
-    handled = 0
-    with tempfile.TemporaryDirectory(prefix="simctl-concurrent-") as d:
-        for i in range(examples):
-            handled += bool(concurrent_case(i, Path(d) / f"case{i}"))
-    return examples, handled
+    return _tally(concurrent_case, examples, "concurrent")
 
 
 # -- disk full, file-size limit, read-only -------------------------------------------------
@@ -380,11 +381,7 @@ def full_case(i: int, folder: Path) -> bool:
 
 
 def try_full(examples: int) -> tuple[int, int]:
-    handled = 0
-    with tempfile.TemporaryDirectory(prefix="simctl-full-") as d:
-        for i in range(examples):
-            handled += bool(full_case(i, Path(d) / f"case{i}"))
-    return examples, handled
+    return _tally(full_case, examples, "full")
 
 
 CLASSES: dict[str, Callable[[int], tuple[int, int]]] = {
