@@ -192,8 +192,9 @@ class Evaluator:
         jobs = [(k, c, s) for k, c in todo.items() for s in self.seeds]
         sums: dict[str, list[dict[str, Any]]] = {k: [] for k in todo}
         workers = self.workers if self.workers is not None else (os.cpu_count() or 1)
-        for row in _local_results(jobs, self.task, self.base, workers):
-            sums[row["config_key"]].append(row)
+        for rows, _ in _local_results(jobs, self.task, self.base, workers, lines=False):
+            for row in rows:
+                sums[row["config_key"]].append(row)
         self.replays += len(jobs)
         for k, rows in sums.items():
             keys = [n for n, v in rows[0].items() if isinstance(v, (int, float)) and n != "seed"]

@@ -170,8 +170,15 @@ def validate(spec: SweepSpec, base: Base) -> None:
                 raise SweepError(None, None, name, exc.message) from None
     from simulator.model.replicas import check_pool_settings
 
+    # The pool settings are run settings: configurations that differ only in task axes share
+    # one check (a sweep of 10,000 configurations has a few dozen run-axis combinations).
+    checked: set[str] = set()
     for config in spec.configurations():
-        check_pool_settings(scenario_for(base, config, spec.task))
+        run_part = {k: v for k, v in config.items() if k in RUN_AXES}
+        key = config_key(run_part)
+        if key not in checked:
+            checked.add(key)
+            check_pool_settings(scenario_for(base, run_part, spec.task))
 
 
 # -- one replay -------------------------------------------------------------------------
@@ -327,15 +334,23 @@ class ResultStore:
         return {(r["config_key"], int(r["seed"])) for r in self.rows}
 
     def add(self, row: dict[str, Any]) -> None:
+        """Save one finished row (journal line written and flushed)."""
+        self.add_many([row])
+
+    def add_many(self, rows: Sequence[dict[str, Any]], lines: Sequence[str] | None = None) -> None:
+        """Save finished rows with one write and flush; ``lines``: their :func:`journal_line`
+        texts when already made (by the workers that ran them)."""
+        if not rows:
+            return
         try:
-            self._append(row)
+            self._append([journal_line(r) for r in rows] if lines is None else lines)
         except OSError as exc:  # disk full, quota, size limit: one line naming the results file
             raise OutputError(self.path, None, None, f"cannot save a finished row in {self.journal.name}: "
                               f"{os_reason(exc)}; the rows saved so far are kept, "
                               "run the same command again to resume") from None
-        self.rows.append(row)
+        self.rows.extend(rows)
 
-    def _append(self, row: dict[str, Any]) -> None:
+    def _append(self, lines: Sequence[str]) -> None:
         if self._handle is None:
             fresh = not self.journal.exists() or self.journal.stat().st_size == 0
             torn = not fresh and not _ends_with_newline(self.journal)
@@ -345,7 +360,7 @@ class ResultStore:
                 self._handle.write(json.dumps(self.meta) + "\n")
             elif torn:  # end the line an interruption cut short, so the next row stands alone
                 self._handle.write("\n")
-        self._handle.write(json.dumps(row, default=_json_default) + "\n")
+        self._handle.write("".join(line + "\n" for line in lines))
         self._handle.flush()
 
     def frame(self) -> pd.DataFrame:
@@ -387,6 +402,26 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
+_ENCODER: Any = None
+
+
+def journal_line(row: Mapping[str, Any]) -> str:
+    """``row`` as one journal line (JSON, no newline), read back by :class:`ResultStore`.
+
+    msgspec writes a row's few hundred floats several times faster than :func:`json.dumps`
+    (the journal was a sweep's largest cost after the replays), but writes NaN and infinity
+    as ``null``; a row holding one (a figure of prompts that never finished) goes through
+    :func:`json.dumps`, whose ``NaN``/``Infinity`` read back as the same floats."""
+    global _ENCODER
+    if any(isinstance(v, float) and not math.isfinite(v) for v in row.values()):
+        return json.dumps(row, default=_json_default)
+    if _ENCODER is None:
+        import msgspec
+
+        _ENCODER = msgspec.json.Encoder(enc_hook=_json_default)
+    return _ENCODER.encode(row).decode()
+
+
 # -- running ----------------------------------------------------------------------------
 
 
@@ -406,38 +441,59 @@ class SweepResult:
     total: int
 
 
-def _local_results(jobs: list, task: str | None, base: Base, workers: int) -> Iterator[dict[str, Any]]:
+#: Rows with their journal lines, as a batch of finished replays comes back.
+Batch = tuple[list[dict[str, Any]], list[str] | None]
+
+#: Most replays a pool worker runs per task it is sent: enough that the round trip to the
+#: parent and the parent's write are small beside a chunk's replays, few enough that a Ctrl-C
+#: loses little and the last chunks still spread over every worker.
+LARGEST_CHUNK = 32
+
+
+def chunk_size(jobs: int, workers: int) -> int:
+    """Replays per pool task: at least 8 tasks per worker (the load stays balanced when
+    replays differ in cost), at most :data:`LARGEST_CHUNK`."""
+    return max(1, min(LARGEST_CHUNK, jobs // (8 * max(1, workers))))
+
+
+def _local_results(jobs: list, task: str | None, base: Base, workers: int, lines: bool = True) -> Iterator[Batch]:
+    """Replay ``jobs`` on ``workers`` local processes; batches of rows as they finish, with
+    their journal lines when the pool's workers ran them and ``lines`` asks for them (``None``
+    otherwise)."""
     if workers <= 1 or len(jobs) <= 1:
         _set_base(base)
-        for job in jobs:
-            yield run_job(job, task)
+        for job in jobs:  # in this process a row is saved as soon as its replay ends
+            yield [run_job(job, task)], None
         return
     ctx = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
     if ctx is not None:
         # The first job runs here: forked workers then inherit the loaded compiled kernel
         # instead of each loading it again (a plan makes a pool per step).
         _set_base(base)
-        yield run_job(jobs[0], task)
+        yield [run_job(jobs[0], task)], None
         jobs = jobs[1:]
     # Never more processes than jobs: a forked pool starts all of its workers at once.
     with cf.ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx, initializer=_worker_start,
                                 initargs=(base, os.getpid())) as pool:
-        # Chunks amortise the inter-process round trip over several millisecond-long replays.
-        chunk = max(1, min(8, len(jobs) // (4 * min(workers, len(jobs)))))
+        # Chunks amortise the inter-process round trip over several millisecond-long replays;
+        # the workers also write the rows' journal lines, so the parent only appends them.
+        chunk = chunk_size(len(jobs), min(workers, len(jobs)))
         futures: list[cf.Future] = []
         try:
             with sigint_deferred():  # the first submit forks every worker (see simulator.interrupts)
-                futures = [pool.submit(_run_chunk, jobs[i:i + chunk], task) for i in range(0, len(jobs), chunk)]
+                futures = [pool.submit(_run_chunk, jobs[i:i + chunk], task, None, lines) for i in range(0, len(jobs), chunk)]
             for fut in cf.as_completed(futures):
-                yield from fut.result()
+                yield fut.result()
         except BaseException:
             for fut in futures:
                 fut.cancel()
             raise
 
 
-def _run_chunk(jobs: list, task: str | None, base: Base | None = None) -> list[dict[str, Any]]:
-    return [run_job(job, task, base) for job in jobs]
+def _run_chunk(jobs: list, task: str | None, base: Base | None = None, lines: bool = True) -> Batch:
+    """Replay ``jobs``; their rows, and their journal lines if ``lines``."""
+    rows = [run_job(job, task, base) for job in jobs]
+    return rows, [journal_line(r) for r in rows] if lines else None
 
 
 #: Seconds to reach a cluster's scheduler before a sweep gives up on it.
@@ -503,14 +559,14 @@ def connect(cluster: str, timeout: float = CONNECT_TIMEOUT) -> Any:
                      f"{timeout:g} s ({reason})")
 
 
-def _dask_results(jobs: list, task: str | None, base: Base, client: Any) -> Iterator[dict[str, Any]]:
+def _dask_results(jobs: list, task: str | None, base: Base, client: Any) -> Iterator[Batch]:
     from distributed import as_completed
 
     remote_base = client.scatter(base, broadcast=True)
     futures = [client.submit(_run_chunk, jobs[i:i + 4], task, remote_base, pure=False)
                for i in range(0, len(jobs), 4)]
     for fut in as_completed(futures):
-        yield from fut.result()
+        yield fut.result()
 
 
 def run_sweep(spec: SweepSpec, base: Base, out: str | Path, *, workers: int | None = None,
@@ -552,8 +608,9 @@ def _run_jobs(spec: SweepSpec, base: Base, out: str | Path, meta: dict[str, Any]
               cluster: Any, force: bool, progress: Callable[[int, int], None] | None) -> SweepResult:
     store = ResultStore(out, meta, force=force)
     done = store.done()
-    jobs = [j for j in spec.jobs() if (j[0], j[2]) not in done]
-    total = len(spec.jobs())
+    every = spec.jobs()
+    jobs = [j for j in every if (j[0], j[2]) not in done]
+    total = len(every)
     skipped = total - len(jobs)
     finished = 0
     if progress:
@@ -562,9 +619,9 @@ def _run_jobs(spec: SweepSpec, base: Base, out: str | Path, meta: dict[str, Any]
                else _local_results(jobs, spec.task, base, workers or os.cpu_count() or 1))
     interrupted = failed = False
     try:
-        for row in results:
-            store.add(row)
-            finished += 1
+        for rows, lines in results:
+            store.add_many(rows, lines)
+            finished += len(rows)
             if progress:
                 progress(skipped + finished, total)
     except KeyboardInterrupt:
@@ -631,14 +688,19 @@ def aggregate(frame: pd.DataFrame, metric: str, by: Sequence[str]) -> pd.DataFra
 
     Rows are ordered by :func:`axis_order` of the ``by`` values, so axes that hold numbers,
     names and absent values side by side still sort."""
-    from scipy import stats
-
     metric = metric_column(frame, metric)
     grouped = frame.groupby(list(by), sort=False, dropna=False)[metric]
     out = grouped.agg(["mean", "std", "count"]).reset_index()
     order = sorted(range(len(out)), key=lambda i: tuple(axis_order(out[c].iloc[i]) for c in by))
     out = out.iloc[order].reset_index(drop=True)
-    t = np.array([stats.t.ppf(0.975, n - 1) if n > 1 else math.nan for n in out["count"]])
+    count = out["count"].to_numpy()
+    t = np.full(len(out), math.nan)
+    if (count > 1).any():
+        # Student t's quantile function itself (what scipy.stats.t.ppf calls), without
+        # scipy.stats, whose import costs a command most of a second.
+        from scipy.special import stdtrit
+
+        t[count > 1] = stdtrit(count[count > 1] - 1, 0.975)
     out["ci95"] = t * out["std"] / np.sqrt(out["count"])
     return out.rename(columns={"count": "n"})
 
