@@ -259,15 +259,19 @@ def _token_figures(ok: np.ndarray, sent: np.ndarray, first: np.ndarray, done: np
     """:func:`token_figures` of a table given as its columns (``measured_itl``: ``itl_s``,
     ``None`` where the table has none)."""
     pcts = options.percentiles
-    with np.errstate(invalid="ignore", divide="ignore"):
-        timings = {
-            "ttft": first - sent,
-            "tpot": np.where(out_tokens > 1, (done - first) / (out_tokens - 1), np.nan),
-            "e2e": done - sent,
-        }
-    # Without measured gaps a request's ITL is its TPOT: the same values, one set of statistics.
-    timings["itl"] = timings["tpot"] if measured_itl is None else \
-        np.where(np.isfinite(measured_itl), measured_itl, timings["tpot"])
+
+    def timing(name: str) -> np.ndarray:
+        """One request timing, made when asked (one column-long array at a time)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            if name == "ttft":
+                return first - sent
+            if name == "e2e":
+                return done - sent
+            tpot = np.where(out_tokens > 1, (done - first) / (out_tokens - 1), np.nan)
+            if name == "tpot" or measured_itl is None:
+                return tpot  # (without measured gaps a request's ITL is its TPOT)
+            return np.where(np.isfinite(measured_itl), measured_itl, tpot)
+
     if span is None:
         span = float(np.nanmax(done[ok]) - np.nanmin(sent)) if ok.any() else 0.0
     figures: dict[str, Any] = {"requests": int(ok.size), "completed": int(ok.sum()),
@@ -275,10 +279,11 @@ def _token_figures(ok: np.ndarray, sent: np.ndarray, first: np.ndarray, done: np
     stats: dict[str, dict[str, float | None]] = {}
     for name in ("ttft", "tpot", "e2e", "itl"):
         if name == "itl" and measured_itl is None:
-            stats[name] = dict(stats["tpot"])
+            stats[name] = dict(stats["tpot"])  # the same values: one set of statistics
             continue
-        x = timings[name][ok]
+        x = timing(name)[ok]
         stats[name] = _stats(x[np.isfinite(x)], pcts, 1000.0)
+        del x
     for name in TOKEN_TIMINGS:
         figures[f"{name}_{TOKEN_UNIT}"] = stats[name]
     produced = float(np.nansum(out_tokens[ok]))
@@ -290,7 +295,7 @@ def _token_figures(ok: np.ndarray, sent: np.ndarray, first: np.ndarray, done: np
     if options.goodput is not None:
         good = ok.copy()
         for name, bound in options.goodput:
-            x = timings[name]
+            x = timing(name)
             # (a one-token request has no gap after its first token: no TPOT or ITL to miss)
             good &= (x <= bound) | (np.isnan(x) & (name in ("tpot", "itl")))
         figures["goodput"] = {f"{k}_{TOKEN_UNIT}": 1000.0 * v for k, v in options.goodput}
