@@ -1,14 +1,32 @@
-"""How fast is each engine, as a multiple of plain simpy measured in the same run?
+"""How fast is a replay, whole command first, against an idiomatic simpy model of the same queue?
 
-Every figure is divided by the yardstick of :mod:`simpy_baseline` (an idiomatic simpy M/M/4,
-measured first, in this process), so a figure reads "N times plain simpy on this machine,
-now"; absolute rates are printed beside it. Cases:
+Every comparison with simpy is like for like: customers through the same M/M/4 queue (Poisson
+arrivals of one-prompt calls at load 0.8, four exclusive GPUs behind one shared queue, batches
+of one, exponential service of mean 1 s), the same arrival instants, CPU time on both sides:
 
-* ``M/M/4``: Poisson arrivals of one-prompt calls, four exclusive GPUs, one shared queue
-  with a worker per GPU, batches of one, exponential service (load 0.8): the model simpy
-  itself computes, in simctl's terms.
-* ``flush-window batching``: the same arrivals and GPUs, a flush window of 0.5 s and batches
-  of up to 8, gamma service growing with the batch.
+* **whole command**: ``simctl replay`` of the ``simctl-trace/1`` JSON file of those
+  ``--mm4-calls`` calls (200,000) in a fresh process, against ``simpy_baseline.py --once``
+  simulating the same calls in a fresh process; each the CPU time of the child, start-up,
+  imports, reading (or drawing) the input, the run and its results included. The compiled
+  kernel is loaded from its on-disk cache (put there beforehand), as on every replay after
+  the first on an installation;
+* **library call**: ``simulate()`` on the trace already in memory as columns, against
+  :func:`simpy_baseline.simpy_mmc` on arrays already drawn, both in this process, best of
+  ``--repeat``.
+
+Then, also whole commands, ``simctl replay`` of a file of ``--calls`` (1,000,000) such calls:
+prompts per second of CPU time, and its peak memory per prompt over that of the same command
+on a 1,000-call file (interpreter, imports, the kernel: the part no trace size changes).
+
+The library table times ``simulate`` (lowering the scenario, the run, the event log; file
+parsing not counted) of the fast engine and, on a smaller trace, the reference engine, per
+case; simpy appears there only beside M/M/4, the one case it models:
+
+* ``M/M/4``: the queue above.
+* ``flush-window batching``: the same GPUs at twice the arrival rate (6.4 calls/s), a flush
+  window of 0.5 s and batches of up to 8, gamma service growing with the batch (0.6 s + 0.4 s
+  a prompt): full batches would serve 8.4 calls/s, so the queue keeps up, its batches below
+  the largest (``tests/test_benchmarks.py`` checks that no backlog builds).
 * ``design-notes``: the users' server (``scenarios/design-notes.toml``: a CPU task, a
   one-worker queue taking a GPU per batch, a two-worker queue, processor-sharing GPUs) on a
   synthetic trace with the production statistics of the bundled one (1-8 prompts per call).
@@ -17,14 +35,10 @@ now"; absolute rates are printed beside it. Cases:
   (mmlu) and ``distribution`` (graph): batch times drawn per iteration and per row as
   batches form.
 
-For each, ``simulate`` is timed (lowering the scenario, the run, building the event log;
-the trace is already in memory as columns: file parsing is not counted), best of
-``--repeat``, for the fast engine and, on a smaller trace, the reference engine. The
-compiled kernel is loaded (or compiled and cached) before timing. Peak memory per prompt of
-the fast engine is measured in a child process (its peak resident set size, less the size
-before the run, over the prompts).
+Peak memory per prompt of the fast engine's library call is measured in a child process (its
+peak resident set size, less the size before the run, over the prompts).
 
-    python benchmarks/engine_speed.py --write-docs        # full sizes (1,000,000 calls)
+    python benchmarks/engine_speed.py --write-docs        # full sizes; docs and README rows
     python benchmarks/engine_speed.py --quick             # a quick check
 """
 
@@ -33,6 +47,8 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import re
+import resource
 import subprocess
 import sys
 import time
@@ -42,18 +58,51 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 ROOT = Path(__file__).resolve().parent.parent
 
 
+#: The flush-window case's arrival rate over the M/M/4's (3.2 calls/s): 6.4 calls/s, against
+#: 8.4/s that four GPUs serve in full batches of 8 (8 prompts per 0.6 s + 8 × 0.4 s each).
+BATCHING_SPEEDUP = 2.0
+
+
+def mm4_trace(arrivals):
+    """A trace of one-prompt calls of task ``q`` at ``arrivals``, built as columns."""
+    import numpy as np
+
+    from simulator.trace.model import Trace, TraceColumns, id_column
+
+    n = len(arrivals)
+    columns = TraceColumns.of_sizes(
+        call_t=np.asarray(arrivals, dtype=float), call_ids=id_column([str(i) for i in range(n)]),
+        sizes=np.ones(n, dtype=np.int64), task_names=("q",), task_of=np.zeros(n, dtype=np.int32),
+        prompt_tokens=np.full(n, -1, dtype=np.int32), max_tokens=np.zeros(n, dtype=np.int32))
+    return Trace(columns=columns)
+
+
+#: The M/M/4 as the command reads it: the scenario file and the profile (one task ``q``).
+MM4_SCENARIO = """name = "mm4"
+[run]
+gpus = 4
+gpu_sharing = "exclusive"
+[tasks.q]
+topology = "shared"
+policy = "oldest"
+flush = 0.0
+max_batch = 1
+"""
+MM4_PROFILE = {"tasks": {"q": {"resource": "gpu",
+                               "service": {"kind": "distribution", "dist": "exponential", "mean": 1.0}}}}
+
+
 def mmc_case(calls: int, seed: int, batching: bool):
     """Trace, scenario and profile of the M/M/4 or flush-window batching case."""
     from simpy_baseline import mmc_inputs
 
     from simulator import build_scenario
     from simulator.profile import profile_from_dict
-    from simulator.trace.model import Call, Prompt, Trace
 
     arrivals, _ = mmc_inputs(calls, 4, 0.8, seed)
     if batching:
-        arrivals = arrivals / 4.0  # four times the load: batches of ~4 keep up
-    trace = Trace(tuple(Call(str(i), float(t), (Prompt("q"),)) for i, t in enumerate(arrivals)))
+        arrivals = arrivals / BATCHING_SPEEDUP
+    trace = mm4_trace(arrivals)
     service = ({"kind": "distribution", "dist": "gamma", "cv": 0.5, "mean": {"base": 0.6, "per_prompt": 0.4}}
                if batching else {"kind": "distribution", "dist": "exponential", "mean": 1.0})
     profile = profile_from_dict({"tasks": {"q": {"resource": "gpu", "service": service}}})
@@ -82,14 +131,15 @@ def spec_decode_case(calls: int, seed: int):
 
 
 def time_engine(trace, scenario, profile, engine: str, repeat: int, seed: int = 0) -> float:
+    """CPU seconds of ``simulate`` (best of ``repeat``), the trace already in columns."""
     from simulator.model import simulate
 
     trace.columns  # noqa: B018 - the trace in memory as columns, before the clock starts
     best = float("inf")
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         log = simulate(trace, scenario, profile, seed, engine=engine)
-        best = min(best, time.perf_counter() - t0)
+        best = min(best, time.process_time() - t0)
         assert log.attrs["engine"] == engine and len(log) == trace.n_prompts
     return best
 
@@ -135,11 +185,13 @@ REPORT_PEAK = ("import atexit, sys\n"
 
 
 def child(code: str, *args: str) -> tuple[float, int]:
-    """Wall seconds and peak resident set size (bytes) of a child Python running ``code``."""
-    t0 = time.perf_counter()
+    """CPU seconds (user + system) and peak resident set size (bytes) of a fresh child Python
+    running ``code``: the whole command, its start-up and imports included."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run([sys.executable, "-c", REPORT_PEAK + code, *args], cwd=ROOT, stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE, text=True)
-    seconds = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    seconds = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     peaks = [int(line.split()[1]) for line in out.stderr.splitlines() if line.startswith("simctl-peak-kb ")]
     if out.returncode or not peaks:
         raise RuntimeError(f"{code} {' '.join(args)} failed: {out.stderr[-2000:]}")
@@ -148,56 +200,76 @@ def child(code: str, *args: str) -> tuple[float, int]:
 
 #: Calls of the small trace whose replay measures the fixed part of a replay's memory.
 SMALL_CALLS = 1000
+#: The command a child runs: ``simctl`` itself.
+SIMCTL = "import sys; sys.argv[0] = 'simctl'; from simulator.cli import main; main()"
 
 
-def cli_figures(calls: int, seed: int, repeat: int) -> dict:
-    """``simctl replay`` on a design-notes trace file of ``calls`` calls, end to end (start,
-    reading the file, the run, the summary, writing it): prompts per second, and the peak
-    memory of the process per prompt over that of a process that only imports what the
-    command imports; the same for reading the file alone (over a process importing the
-    reader). Best of ``repeat``."""
-    import tempfile
+def write_mm4(folder: Path, calls: int, seed: int) -> Path:
+    """The M/M/4's ``calls`` arrivals as a ``simctl-trace/1`` file in ``folder`` (with the
+    scenario and profile files beside it); the trace's path."""
+    from simpy_baseline import mmc_inputs
 
     from simulator import save_trace
 
-    imports = "import simulator.cli.replay, simulator.model.batch_kernel, simulator.trace.formats"
+    (folder / "mm4.toml").write_text(MM4_SCENARIO)
+    (folder / "mm4-profile.json").write_text(json.dumps(MM4_PROFILE))
+    path = folder / f"mm4-{calls}.json"
+    save_trace(mm4_trace(mmc_inputs(calls, 4, 0.8, seed)[0]), path, force=True)
+    return path
+
+
+def replay_command(path: Path) -> tuple[str, ...]:
+    """``simctl replay`` of an M/M/4 trace file, its summary written as JSON."""
+    folder = path.parent
+    return (SIMCTL, "replay", str(path), "-c", str(folder / "mm4.toml"), "-p", str(folder / "mm4-profile.json"),
+            "--json", str(folder / "summary.json"), "--force")
+
+
+def command_figures(mm4_calls: int, calls: int, seed: int, repeat: int) -> dict:
+    """Whole commands, each in a fresh process, best of ``repeat`` (CPU time): ``simctl
+    replay`` of the ``mm4_calls``-call M/M/4 file against the simpy model of the same calls;
+    ``simctl replay`` of a ``calls``-call file (prompts/s, and peak memory per prompt over the
+    same command on a :data:`SMALL_CALLS`-call file); reading the large file alone."""
+    import tempfile
+
+    simpy_script = str(Path(__file__).resolve().parent / "simpy_baseline.py")
+    simpy_code = f"import sys, runpy; sys.argv = [{simpy_script!r}] + sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
     with tempfile.TemporaryDirectory() as tmp:
-        path, small_path = Path(tmp) / "trace.json", Path(tmp) / "small.json"
-        trace = design_case(calls, seed)[0]
-        prompts = trace.n_prompts
-        save_trace(trace, path)
-        small = design_case(SMALL_CALLS, seed)[0]
-        save_trace(small, small_path)
-
-        def replay(trace_path: Path) -> tuple[str, ...]:
-            return ("from simulator.cli import main; main()", "replay", str(trace_path), "-c", "design-notes",
-                    "--json", str(Path(tmp) / "summary.json"), "--force")
-
-        del trace
-        _, base = child(imports)
-        _, parse_base = child("from simulator import load_trace")
-        # the same command on a small trace: the fixed part (interpreter, imports, the
-        # compiled kernel loaded from its cache), which no trace size changes
-        _, fixed = min(child(*replay(small_path)) for _ in range(repeat))
-        whole = min(child(*replay(path)) for _ in range(repeat))
-        parse = min(child(f"from simulator import load_trace; load_trace({str(path)!r}).columns")
+        folder = Path(tmp)
+        small, compared, large = (write_mm4(folder, n, seed) for n in (SMALL_CALLS, mm4_calls, calls))
+        child(*replay_command(small))  # the kernel in its on-disk cache, before any clock runs
+        simpy_cpu = min(child(simpy_code, "--once", "--customers", str(mm4_calls), "--seed", str(seed))[0]
+                        for _ in range(repeat))
+        simctl_cpu = min(child(*replay_command(compared))[0] for _ in range(repeat))
+        _, fixed = min(child(*replay_command(small)) for _ in range(repeat))
+        whole = min(child(*replay_command(large)) for _ in range(repeat))
+        parse = min(child(f"from simulator import load_trace; load_trace({str(large)!r}).columns")[0]
                     for _ in range(repeat))
-    return {"cli_calls": calls, "cli_prompts": prompts,
-            "cli_prompts_per_s": prompts / whole[0], "parse_prompts_per_s": prompts / parse[0],
-            "cli_bytes_per_prompt": (whole[1] - base) / prompts, "parse_bytes_per_prompt": (parse[1] - parse_base) / prompts,
-            "import_bytes": base, "cli_peak_bytes": whole[1], "small_calls": SMALL_CALLS, "small_peak_bytes": fixed,
-            "cli_marginal_bytes_per_prompt": (whole[1] - fixed) / (prompts - small.n_prompts)}
+    return {"mm4_calls": mm4_calls, "command_simpy_customers_per_s": mm4_calls / simpy_cpu,
+            "command_simctl_customers_per_s": mm4_calls / simctl_cpu, "command_x_simpy": simpy_cpu / simctl_cpu,
+            "cli_calls": calls, "cli_prompts": calls, "cli_prompts_per_s": calls / whole[0],
+            "cli_cpu_s": whole[0], "cli_peak_bytes": whole[1], "small_calls": SMALL_CALLS, "small_peak_bytes": fixed,
+            "cli_bytes_per_prompt": (whole[1] - fixed) / (calls - SMALL_CALLS),
+            "parse_prompts_per_s": calls / parse}
 
 
-def run(calls: int, reference_calls: int, repeat: int, seed: int, memory: bool, spec_decode: bool = False) -> dict:
+def run(calls: int, mm4_calls: int, reference_calls: int, repeat: int, seed: int, memory: bool,
+        spec_decode: bool = False) -> dict:
     from simpy_baseline import simpy_customers_per_second
 
     from simulator.model import simulate
 
+    result: dict = {"python": platform.python_version(), "machine": platform.machine(), "repeat": repeat,
+                    "seed": seed, "reference_calls": reference_calls}
+    result.update(command_figures(mm4_calls, calls, seed, repeat))
     # Load (or compile once, then cache) the kernel before any clock runs.
     for warm in (design_case(50, seed), spec_decode_case(50, seed)) if spec_decode else (design_case(50, seed),):
         simulate(*warm, engine="fast")
-    baseline = simpy_customers_per_second(min(calls, 200_000), 4, repeat=repeat)
+    baseline = simpy_customers_per_second(mm4_calls, 4, seed=seed, repeat=repeat)
+    mm4 = mmc_case(mm4_calls, seed, False)
+    library = mm4[0].n_prompts / time_engine(*mm4, "fast", repeat)
+    result.update({"simpy_customers_per_s": baseline, "library_customers_per_s": library,
+                   "library_x_simpy": library / baseline})
     rows = []
     cases = [("M/M/4", lambda n: mmc_case(n, seed, False)),
              ("flush-window batching", lambda n: mmc_case(n, seed, True)),
@@ -211,12 +283,8 @@ def run(calls: int, reference_calls: int, repeat: int, seed: int, memory: bool, 
         reference = small[0].n_prompts / time_engine(*small, "reference", 1)
         rows.append({"case": name, "calls": len(trace), "prompts": trace.n_prompts,
                      "fast_prompts_per_s": fast, "reference_prompts_per_s": reference,
-                     "fast_x_simpy": fast / baseline, "reference_x_simpy": reference / baseline,
                      "fast_x_reference": fast / reference})
-    result = {"simpy_customers_per_s": baseline, "rows": rows, "python": platform.python_version(),
-              "machine": platform.machine(), "repeat": repeat, "seed": seed,
-              "reference_calls": reference_calls}
-    result.update(cli_figures(calls, seed, repeat))
+    result["rows"] = rows
     if memory and Path("/proc/self/clear_refs").exists():
         result["bytes_per_prompt"] = memory_per_prompt(calls, seed)
         result["memory_calls"] = calls
@@ -224,39 +292,75 @@ def run(calls: int, reference_calls: int, repeat: int, seed: int, memory: bool, 
 
 
 def table(result: dict) -> str:
-    lines = ["| case | calls | prompts | fast engine, prompts/s | × simpy | reference engine, prompts/s | × simpy | fast ÷ reference |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in result["rows"]:
-        lines.append(f"| {r['case']} | {r['calls']:,} | {r['prompts']:,} | {r['fast_prompts_per_s']:,.0f} | "
-                     f"{r['fast_x_simpy']:.1f} | {r['reference_prompts_per_s']:,.0f} | {r['reference_x_simpy']:.2f} | "
-                     f"{r['fast_x_reference']:.0f} |")
+    r = result
+    lines = [
+        f"**Whole command**, M/M/4 at load 0.8, {r['mm4_calls']:,} one-prompt calls, each in a fresh process "
+        f"(CPU time, start-up and imports included, best of {r['repeat']}): `simctl replay` of the trace file "
+        f"(`simctl-trace/1` JSON; summary written as JSON) **{r['command_simctl_customers_per_s']:,.0f} customers/s**, "
+        f"an idiomatic simpy model of the same calls {r['command_simpy_customers_per_s']:,.0f} customers/s: "
+        f"**{r['command_x_simpy']:.2f}× simpy**.",
+        "",
+        f"**Whole command** at {r['cli_calls']:,} one-prompt calls (`simctl replay` of the M/M/4 trace file): "
+        f"**{r['cli_prompts_per_s']:,.0f} prompts/s** ({r['cli_cpu_s']:.2f} CPU-s); its peak memory, "
+        f"{r['cli_peak_bytes'] / 2**20:,.0f} MiB, is **{r['cli_bytes_per_prompt']:,.0f} bytes per prompt** over the "
+        f"{r['small_peak_bytes'] / 2**20:,.0f} MiB of the same command on a {r['small_calls']:,}-call file "
+        f"(interpreter, imports, the compiled kernel loaded from its cache). Reading the file alone (a fresh process "
+        f"loading it into columns): {r['parse_prompts_per_s']:,.0f} prompts/s.",
+        "",
+        f"**Library call** `simulate()`, the trace already in memory (the same {r['mm4_calls']:,} calls): "
+        f"{r['library_customers_per_s']:,.0f} customers/s against simpy's {r['simpy_customers_per_s']:,.0f} in this "
+        f"process: **{r['library_x_simpy']:.1f}× simpy**. Per case (library calls, best of {r['repeat']}):",
+        "",
+        "| case | calls | prompts | fast engine, prompts/s | reference engine, prompts/s | fast ÷ reference |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in r["rows"]:
+        lines.append(f"| {row['case']} | {row['calls']:,} | {row['prompts']:,} | {row['fast_prompts_per_s']:,.0f} | "
+                     f"{row['reference_prompts_per_s']:,.0f} | {row['fast_x_reference']:.0f} |")
     lines.append("")
-    lines.append(f"Yardstick: idiomatic simpy M/M/4, {result['simpy_customers_per_s']:,.0f} customers/s in the same "
-                 f"run. The reference engine ran {result['reference_calls']:,} calls of each case. Best of "
-                 f"{result['repeat']}, one core, Python {result['python']} on {result['machine']}.")
-    lines.append(f"Through the CLI, end to end (`simctl replay TRACE -c design-notes --json F` on a "
-                 f"{result['cli_calls']:,}-call trace file of {result['cli_prompts']:,} prompts): "
-                 f"**{result['cli_prompts_per_s']:,.0f} prompts/s**. Its peak memory, "
-                 f"{result['cli_peak_bytes'] / 2**20:,.0f} MiB, is "
-                 f"**{result['cli_marginal_bytes_per_prompt']:,.0f} bytes per prompt** over the "
-                 f"{result['small_peak_bytes'] / 2**20:,.0f} MiB of the same command on a "
-                 f"{result['small_calls']:,}-call trace (interpreter, imports and the compiled kernel loaded "
-                 f"from its cache), {result['cli_bytes_per_prompt']:,.0f} over the "
-                 f"{result['import_bytes'] / 2**20:,.0f} MiB of a process that only imports the command; "
-                 f"reading the file alone runs at {result['parse_prompts_per_s']:,.0f} prompts/s "
-                 f"({result['parse_bytes_per_prompt']:,.0f} bytes per prompt at its peak, the trace's "
-                 f"columns included).")
-    if "bytes_per_prompt" in result:
-        memory = result["bytes_per_prompt"]
-        lines.append(f"Peak memory of a fast replay of the design-notes case at {result['memory_calls']:,} calls: "
+    lines.append(f"The reference engine ran {r['reference_calls']:,} calls of each case. CPU time, one core, "
+                 f"Python {r['python']} on {r['machine']}.")
+    if "bytes_per_prompt" in r:
+        memory = r["bytes_per_prompt"]
+        lines.append(f"Peak memory of a fast `simulate()` of the design-notes case at {r['memory_calls']:,} calls: "
                      f"**{memory['run']:,.0f} bytes per prompt** for the run (lowering, kernel and event log), "
                      f"on top of {memory['columns']:,.0f} bytes per prompt for the trace's columns.")
     return "\n".join(lines)
 
 
+def headline(result: dict) -> str:
+    """The README's headline row of replay speed."""
+    r = result
+    design = next(row for row in r["rows"] if row["case"] == "design-notes")
+    return (f"| replay speed, one core, CPU time (fast engine: compiled kernel, same event log as the simpy reference "
+            f"engine) | whole command `simctl replay`, M/M/4 at load 0.8, {r['mm4_calls']:,} one-prompt calls from "
+            f"a JSON trace file: {r['command_x_simpy']:.2f}× an idiomatic simpy model of the same calls "
+            f"(customers/s, both fresh processes); at {r['cli_calls']:,} calls {r['cli_prompts_per_s']:,.0f} "
+            f"prompts/s at {r['cli_bytes_per_prompt']:,.0f} bytes per prompt of peak memory over the same command on "
+            f"a small trace; library call `simulate()` (trace in memory): M/M/4 {r['library_x_simpy']:.1f}× simpy, "
+            f"design-notes {design['fast_prompts_per_s']:,.0f} prompts/s "
+            f"({design['fast_x_reference']:.0f}× the reference engine) | `benchmarks/engine_speed.py`, "
+            f"`benchmarks/continuous_speed.py`, [docs/benchmarks.md](docs/benchmarks.md) |")
+
+
+def write_readme_row(row: str) -> None:
+    """Replace the README's headline row of replay speed with ``row``."""
+    path = ROOT / "README.md"
+    lines = path.read_text().split("\n")
+    at = [i for i, line in enumerate(lines) if line.startswith("| replay speed,")]
+    if len(at) != 1:
+        raise SystemExit(f"{path}: no single headline row of replay speed")
+    # the clause of continuous_speed.py's figure, which that script measures, is carried over
+    kept = re.search(r"; continuous batching.*?(?= \| `benchmarks/)", lines[at[0]])
+    lines[at[0]] = row.replace(" | `benchmarks/engine_speed.py`", (kept.group(0) if kept else "")
+                               + " | `benchmarks/engine_speed.py`", 1)
+    path.write_text("\n".join(lines))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=1_000_000, help="calls per case for the fast engine")
+    parser.add_argument("--mm4-calls", type=int, default=200_000, help="calls of the M/M/4 compared with simpy")
     parser.add_argument("--reference-calls", type=int, default=50_000, help="calls per case for the reference engine")
     parser.add_argument("--repeat", type=int, default=3, help="runs; the best is reported")
     parser.add_argument("--seed", type=int, default=0)
@@ -264,16 +368,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--spec-decode", action="store_true",
                         help="also time the design-notes case on a spec_decode/iteration profile")
-    parser.add_argument("--write-docs", action="store_true", help="write the table into docs/benchmarks.md")
+    parser.add_argument("--write-docs", action="store_true",
+                        help="write the figures into docs/benchmarks.md and the README's headline row")
+    parser.add_argument("--from-json", type=Path, metavar="FILE",
+                        help="measure nothing: take the result an earlier --json run printed into FILE")
     args = parser.parse_args(argv)
     if args.quick:
-        args.calls, args.reference_calls, args.repeat = 3000, 1000, 1
-    result = run(args.calls, args.reference_calls, args.repeat, args.seed, memory=not args.quick,
-                 spec_decode=args.spec_decode)
+        args.calls, args.mm4_calls, args.reference_calls, args.repeat = 3000, 2000, 500, 1
+    if args.from_json is not None:
+        result = json.loads(args.from_json.read_text())
+    else:
+        result = run(args.calls, args.mm4_calls, args.reference_calls, args.repeat, args.seed,
+                     memory=not args.quick, spec_decode=args.spec_decode)
     if args.write_docs:
         from docs_tables import write_generated
 
         write_generated("engine-speed", table(result))
+        write_readme_row(headline(result))
     print(json.dumps(result, indent=2) if args.json else table(result))
     return 0
 

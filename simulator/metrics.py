@@ -41,6 +41,7 @@ over the calls that contain that task.
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -242,32 +243,49 @@ def token_figures(requests: pd.DataFrame, options: TokenOptions | None = None,
     met by a one-token request); ``goodput_per_s = good / span`` and ``goodput_fraction =
     good / requests``.
     """
-    options = options or TokenOptions()
-    pcts = options.percentiles
-    ok = requests["ok"].to_numpy(bool)
-    sent = requests["sent_at"].to_numpy(float)
-    first = requests["first_token_at"].to_numpy(float)
-    done = requests["done_at"].to_numpy(float)
-    out_tokens = pd.to_numeric(requests["output_tokens"], errors="coerce").to_numpy(float)
-    in_tokens = pd.to_numeric(requests["prompt_tokens"], errors="coerce").to_numpy(float)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        timings = {
-            "ttft": first - sent,
-            "tpot": np.where(out_tokens > 1, (done - first) / (out_tokens - 1), np.nan),
-            "e2e": done - sent,
-        }
-    itl = timings["tpot"].copy()
+    itl = None
     if "itl_s" in requests:
-        measured = pd.to_numeric(requests["itl_s"], errors="coerce").to_numpy(float)
-        itl = np.where(np.isfinite(measured), measured, itl)
-    timings["itl"] = itl
+        itl = pd.to_numeric(requests["itl_s"], errors="coerce").to_numpy(float)
+    return _token_figures(requests["ok"].to_numpy(bool), requests["sent_at"].to_numpy(float),
+                          requests["first_token_at"].to_numpy(float), requests["done_at"].to_numpy(float),
+                          pd.to_numeric(requests["output_tokens"], errors="coerce").to_numpy(float),
+                          pd.to_numeric(requests["prompt_tokens"], errors="coerce").to_numpy(float),
+                          itl, options or TokenOptions(), span)
+
+
+def _token_figures(ok: np.ndarray, sent: np.ndarray, first: np.ndarray, done: np.ndarray, out_tokens: np.ndarray,
+                   in_tokens: np.ndarray, measured_itl: np.ndarray | None, options: TokenOptions,
+                   span: float | None) -> dict[str, Any]:
+    """:func:`token_figures` of a table given as its columns (``measured_itl``: ``itl_s``,
+    ``None`` where the table has none)."""
+    pcts = options.percentiles
+
+    def timing(name: str) -> np.ndarray:
+        """One request timing, made when asked (one column-long array at a time)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            if name == "ttft":
+                return first - sent
+            if name == "e2e":
+                return done - sent
+            tpot = np.where(out_tokens > 1, (done - first) / (out_tokens - 1), np.nan)
+            if name == "tpot" or measured_itl is None:
+                return tpot  # (without measured gaps a request's ITL is its TPOT)
+            return np.where(np.isfinite(measured_itl), measured_itl, tpot)
+
     if span is None:
         span = float(np.nanmax(done[ok]) - np.nanmin(sent)) if ok.any() else 0.0
     figures: dict[str, Any] = {"requests": int(ok.size), "completed": int(ok.sum()),
                                "percentiles": list(pcts)}
+    stats: dict[str, dict[str, float | None]] = {}
+    for name in ("ttft", "tpot", "e2e", "itl"):
+        if name == "itl" and measured_itl is None:
+            stats[name] = dict(stats["tpot"])  # the same values: one set of statistics
+            continue
+        x = timing(name)[ok]
+        stats[name] = _stats(x[np.isfinite(x)], pcts, 1000.0)
+        del x
     for name in TOKEN_TIMINGS:
-        x = timings[name][ok]
-        figures[f"{name}_{TOKEN_UNIT}"] = _stats(x[np.isfinite(x)], pcts, 1000.0)
+        figures[f"{name}_{TOKEN_UNIT}"] = stats[name]
     produced = float(np.nansum(out_tokens[ok]))
     figures["span_s"] = span
     figures["output_tokens"] = int(produced)
@@ -277,7 +295,7 @@ def token_figures(requests: pd.DataFrame, options: TokenOptions | None = None,
     if options.goodput is not None:
         good = ok.copy()
         for name, bound in options.goodput:
-            x = timings[name]
+            x = timing(name)
             # (a one-token request has no gap after its first token: no TPOT or ITL to miss)
             good &= (x <= bound) | (np.isnan(x) & (name in ("tpot", "itl")))
         figures["goodput"] = {f"{k}_{TOKEN_UNIT}": 1000.0 * v for k, v in options.goodput}
@@ -478,6 +496,29 @@ def _codes(column: pd.Series) -> tuple[np.ndarray, list[str]]:
     return codes, list(names)
 
 
+class _PerCall:
+    """Reductions of per-prompt values to their calls (codes 0..calls-1): by segments where
+    each call's prompts are consecutive (the engines' logs), else ``ufunc.at``. Max, min,
+    and, or are exact whichever way they are taken."""
+
+    def __init__(self, call_of: np.ndarray, n_calls: int) -> None:
+        self.call_of, self.n_calls = call_of, n_calls
+        self.starts: np.ndarray | None = None
+        if call_of.size and bool(np.all(call_of[1:] >= call_of[:-1])) and int(call_of[-1]) == n_calls - 1 \
+                and int(call_of[0]) == 0:
+            self.starts = np.flatnonzero(np.concatenate([[True], call_of[1:] != call_of[:-1]]))
+
+    def reduce(self, ufunc: np.ufunc, values: np.ndarray, initial: Any) -> np.ndarray:
+        """``ufunc`` of each call's ``values`` (``initial`` for a call without prompts)."""
+        if self.starts is not None and len(self.starts) == self.n_calls:
+            if self.n_calls == len(values):  # (a prompt per call: the values are the calls')
+                return np.array(values, copy=True)
+            return ufunc.reduceat(values, self.starts)
+        out = np.full(self.n_calls, initial, dtype=np.result_type(values, np.asarray(initial)))
+        ufunc.at(out, self.call_of, values)
+        return out
+
+
 def _call_codes(call_index: np.ndarray) -> np.ndarray:
     """Each row's call as 0..calls-1 in order of call index (``pd.factorize(sort=True)``);
     the column itself where it is that already (the engines' logs: calls in order, from 0)."""
@@ -559,12 +600,10 @@ def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
     # calls: latency of the last prompt, completed if every prompt is
     call_of = _call_codes(log["call_index"].to_numpy())
     n_calls = int(call_of.max()) + 1 if call_of.size else 0
-    call_done = np.full(n_calls, -np.inf)
-    np.maximum.at(call_done, call_of, np.where(served, done, np.inf))
-    call_served = np.ones(n_calls, dtype=bool)
-    np.logical_and.at(call_served, call_of, served)
-    call_arrived = np.full(n_calls, np.inf)
-    np.minimum.at(call_arrived, call_of, arrived)
+    per_call = _PerCall(call_of, n_calls)
+    call_done = per_call.reduce(np.maximum, np.where(served, done, np.inf), -np.inf)
+    call_served = per_call.reduce(np.logical_and, served, True)
+    call_arrived = per_call.reduce(np.minimum, arrived, np.inf)
     call_ok = call_served & (call_done <= limit)
     call_latency = call_done
     call_latency -= call_arrived  # (in place: a call's finish is not needed again)
@@ -580,12 +619,17 @@ def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
     # padding: per batch once (its padded and actual tokens, its task), summed per group
     padded, actual, batch_task = batch_work(batch_ids, log["prompt_tokens"].to_numpy(), max_tokens,
                                             continuous_rows(log), task_codes)
+    # the token figures' columns (prompt_requests' table, as columns: no frame per group)
+    ok_tokens = served & (done <= limit)
+    out_tokens = max_tokens.astype(float)
+    in_tokens = log["prompt_tokens"].to_numpy().astype(float)
+    options = tokens or TokenOptions()
 
-    def group(mask: np.ndarray | None, task: int | None = None) -> dict[str, Any]:
-        """The figures of the prompts ``mask`` selects (``None``: every prompt, uncopied),
-        those of task code ``task`` (``None``: every task)."""
+    def group(rows: np.ndarray | None, task: int | None = None) -> dict[str, Any]:
+        """The figures of the prompts at ``rows`` (increasing indices; ``None``: every
+        prompt, uncopied), those of task code ``task`` (``None``: every task)."""
         def pick(x: np.ndarray) -> np.ndarray:
-            return x if mask is None else x[mask]
+            return x if rows is None else x[rows]
 
         def tpot() -> np.ndarray:
             """The TPOT of the completed prompts that have one (more than one token)."""
@@ -610,42 +654,58 @@ def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
             "service": lambda: pick(done) - pick(started), "ttft": lambda: pick(first) - pick(arrived),
             "tpot": tpot,
         }
-        in_call = np.zeros(n_calls, dtype=bool)
-        in_call[pick(call_of)] = True
-        batched = batch_ids >= 0 if mask is None else mask & (batch_ids >= 0)
-        if mask is None and batched.all():  # (every prompt batched: the columns, uncopied)
-            batched = slice(None)
+        in_call: slice | np.ndarray = slice(None)
+        if rows is not None:
+            in_call = np.zeros(n_calls, dtype=bool)
+            in_call[call_of[rows]] = True
+        group_batches = pick(batch_ids)
+        batched = group_batches >= 0
         figures = _group_summary(columns, pick(done_ok), {k: pick(t) for k, t in turned.items()},
-                                 batch_sizes_of(batch_ids[batched], sizes[batched]), call_latency[in_call],
-                                 call_ok[in_call], makespan)
+                                 batch_sizes_of(group_batches if batched.all() else group_batches[batched],
+                                                pick(sizes) if batched.all() else pick(sizes)[batched]),
+                                 call_latency[in_call], call_ok[in_call], makespan)
+        del group_batches, batched
         mine = slice(None) if task is None else batch_task == task
         figures["padding"] = padding_totals(padded[mine], actual[mine])
+        figures["tokens"] = _token_figures(pick(ok_tokens), pick(arrived), pick(first), pick(done), pick(out_tokens),
+                                           pick(in_tokens), None, options, makespan)
         return figures
 
-    tasks = {str(name): group(task_codes == i, i) for i, name in enumerate(task_names)}
     overall = group(None)
-    requests = prompt_requests(log, deadline)
-    overall["tokens"] = token_figures(requests, tokens, span=makespan)
-    for i, name in enumerate(task_names):
-        tasks[str(name)]["tokens"] = token_figures(requests[task_codes == i], tokens, span=makespan)
+    if len(task_names) == 1:
+        # one task: its prompts are every prompt, in the same order, so its figures are
+        # overall's (computed once)
+        tasks = {str(task_names[0]): copy.deepcopy(overall)}
+    else:
+        # The rows of each task, found with one stable sort of the task codes (not a pass over
+        # the log per task): each task's rows in log order, so its figures are those a mask
+        # would pick.
+        order = np.argsort(task_codes, kind="stable").astype(np.int64 if len(task_codes) >= 2**31 else np.int32)
+        bounds = np.concatenate([[0], np.cumsum(np.bincount(task_codes, minlength=len(task_names)))])
+        tasks = {str(name): group(order[bounds[i]:bounds[i + 1]], i) for i, name in enumerate(task_names)}
+        del order
+        tasks = {name: tasks[name] for name in (str(n) for n in task_names)}
 
     gpu_rows, total_busy = _gpu_figures(log["gpu"], served, started, done, batch_ids, sizes, gpus, makespan)
     # compositions: the figures call_figures(client_calls(log)) gives (a test holds them equal),
     # computed here with numpy because sweeps summarise thousands of runs. A call's task set
     # is a bit mask, mapped to its class (few distinct masks).
     bits = np.uint8 if len(task_names) <= 8 else np.int64  # (a byte a prompt where it suffices)
-    mask = np.zeros(n_calls, dtype=bits)
-    np.bitwise_or.at(mask, call_of, np.left_shift(bits(1), task_codes.astype(bits)))
+    mask = per_call.reduce(np.bitwise_or, np.left_shift(bits(1), task_codes.astype(bits)), bits(0))
     rules = compositions or Compositions()
-    classes = {m: rules.classify(frozenset(str(task_names[i]) for i in range(len(task_names)) if m >> i & 1))
-               for m in np.unique(mask).tolist()}
-    call_class = np.array([classes[m] for m in mask.tolist()], dtype=object)
+    distinct, mask_of = np.unique(mask, return_inverse=True)
+    del mask
+    labels = list(rules.labels)
+    label_of = np.array([labels.index(c) if (c := rules.classify(frozenset(
+        str(task_names[i]) for i in range(len(task_names)) if m >> i & 1))) in labels else -1
+        for m in distinct.tolist()], dtype=np.int64)
+    call_class = label_of[mask_of] if len(distinct) else np.zeros(0, dtype=np.int64)
     # Without a client timeout a failed call is censored at nothing: its latency as it was
     # (calls with a prompt turned away have none and are left out).
     censored = np.where(call_ok, call_latency, client_timeout if client_timeout is not None else call_latency)
     by_composition: dict[str, dict[str, Any]] = {}
-    for label in rules.labels:
-        mine = call_class == label
+    for code, label in enumerate(labels):
+        mine = call_class == code
         if mine.any():
             by_composition[label] = {
                 "calls": int(mine.sum()), "ok": int((mine & call_ok).sum()), "failed": int((mine & ~call_ok).sum()),

@@ -25,9 +25,29 @@ def test_engine_speed_quick_mode(capsys):
     result = json.loads(capsys.readouterr().out)
     assert [r["case"] for r in result["rows"]] == ["M/M/4", "flush-window batching", "design-notes"]
     for row in result["rows"]:
-        assert row["fast_x_simpy"] == pytest.approx(row["fast_prompts_per_s"] / result["simpy_customers_per_s"])
+        assert row["fast_x_reference"] == pytest.approx(row["fast_prompts_per_s"] / row["reference_prompts_per_s"])
         assert row["fast_prompts_per_s"] > 0 and row["reference_prompts_per_s"] > 0
-    assert result["cli_prompts_per_s"] > 0
+    # like for like: customers of the same M/M/4 calls, whole commands and library calls apart
+    assert result["command_x_simpy"] == pytest.approx(result["command_simctl_customers_per_s"]
+                                                      / result["command_simpy_customers_per_s"])
+    assert result["library_x_simpy"] == pytest.approx(result["library_customers_per_s"]
+                                                      / result["simpy_customers_per_s"])
+    assert result["cli_prompts_per_s"] > 0 and result["cli_prompts"] == result["cli_calls"]
+    text = bench.table(result)
+    assert text.index("**Whole command**") < text.index("**Library call**")
+
+
+def test_engine_speed_flush_window_case_keeps_up():
+    """The flush-window case is offered less than its GPUs serve: no backlog builds, so the
+    last calls wait no longer than the first ones."""
+    bench = load("engine_speed")
+    from simulator.model import simulate
+
+    trace, scenario, profile = bench.mmc_case(20_000, 0, True)
+    log = simulate(trace, scenario, profile, 0)
+    wait = (log["started_at"] - log["arrived_at"]).to_numpy()
+    assert wait[-2000:].mean() < 2 * wait[:2000].mean() + 1.0
+    assert log["batch_size"].mean() < 8
 
 
 @pytest.mark.benchmark

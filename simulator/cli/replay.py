@@ -43,7 +43,6 @@ from simulator.profile.identity import describe
 from simulator.replay import ReplayResult, replay
 from simulator.scenario import build_scenario, parse_set
 from simulator.settings import LARGEST_SEED, TASK
-from simulator.sweep import Base
 
 
 @app.command("replay")
@@ -122,6 +121,8 @@ def replay_cli(
         scenario = build_scenario(path=config, run=run_flags, overrides=overrides)
         if task_flags:
             # Task flags apply to the trace's GPU tasks, as sweep and plan axes do.
+            from simulator.sweep import Base
+
             gpu_tasks = Base(loaded, prof, scenario).swept_tasks(None)
             scenario = build_scenario(path=config, run=run_flags, tasks={t: task_flags for t in gpu_tasks},
                                       overrides=overrides)

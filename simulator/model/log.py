@@ -65,8 +65,13 @@ def text_column(names: np.ndarray | list[str] | tuple[str, ...], codes: np.ndarr
     string per row where pandas holds text in pyarrow (one ``take`` in C)."""
     if _ARROW_TEXT:
         text = names if isinstance(names, np.ndarray) and names.dtype.kind == "T" else np.asarray(names, dtype=object)
-        taken = pa.array(text, pa.large_string()).take(pa.array(codes, pa.int64()))
-        return pd.Series(taken, dtype=TEXT_DTYPE)
+        array = pa.array(text, pa.large_string())
+        n = len(codes)
+        if n == len(array) and (n == 0 or (codes[0] == 0 and bool(np.all(np.diff(codes) == 1)))):
+            # every name once, in order (a trace of one-prompt calls): the names are the
+            # column, with no second copy taken of them
+            return pd.Series(array, dtype=TEXT_DTYPE)
+        return pd.Series(array.take(pa.array(codes, pa.int64())), dtype=TEXT_DTYPE)
     return pd.Series(np.asarray(names, dtype=object)[codes]).astype(str)
 
 
