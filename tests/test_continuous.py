@@ -93,7 +93,7 @@ def test_one_row_at_a_time_with_exponential_iterations_is_mg1_on_tokens(tokens):
     means = []
     for r in range(10):
         rng = np.random.default_rng([701, tokens, r])
-        times = np.cumsum(rng.exponential(1 / lam, size=12_000))
+        times = np.cumsum(rng.exponential(1 / lam, size=4_000))
         trace = token_trace([(float(t), [tokens]) for t in times])
         log = simulate(trace, scen, profile, seed=r)
         means.append(steady(log)["latency_s"].mean())

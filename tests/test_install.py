@@ -2,8 +2,12 @@
 
 The last test builds a wheel, installs it into a fresh virtualenv outside the checkout and
 runs the documented commands and a notebook from a temporary folder, as a ``pip`` user
-would. It needs PyPI (for the dependencies; pip's cache makes it quick after the first
-time).
+would. The wheel's dependencies are not downloaded and installed again: the virtualenv sees
+exactly the distributions the wheel declares (``simctl-llm[test]``, followed transitively
+through their own requirements), linked from the environment running the tests, and nothing
+else of it. So a dependency missing from pyproject.toml still fails the test (its import
+fails), a declared one that the environment lacks or has at a version outside the declared
+range fails it too, and the test costs no download nor unpacking of numpy, pandas and the rest.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import subprocess
 import sys
 import venv
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -101,6 +106,53 @@ def _venv_bin(root: Path, name: str) -> Path:
     return root / ("Scripts" if os.name == "nt" else "bin") / name
 
 
+def _requirements_closure(wheel: Path, extras: set[str]) -> dict[str, Any]:
+    """The installed distributions ``wheel`` needs with ``extras``: its ``Requires-Dist``,
+    then theirs, transitively (environment markers evaluated, a requirement's own extras
+    followed); canonical name -> distribution. Fails naming a requirement that is not
+    installed here, or is at a version outside its declared range."""
+    import email
+    import zipfile
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    with zipfile.ZipFile(wheel) as zf:
+        (name,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
+        declared = email.message_from_string(zf.read(name).decode()).get_all("Requires-Dist") or []
+    pending = [(Requirement(r), {"", *extras}) for r in declared]
+    found: dict[str, Any] = {}
+    while pending:
+        req, wanted = pending.pop()
+        if req.marker is not None and not any(req.marker.evaluate({"extra": e}) for e in wanted):
+            continue
+        key = canonicalize_name(req.name)
+        try:
+            dist = metadata.distribution(req.name)
+        except metadata.PackageNotFoundError:
+            pytest.fail(f"{req} (required by the wheel, transitively) is not installed in the test environment")
+        assert req.specifier.contains(dist.version, prereleases=True), (
+            f"{req}: the test environment has {dist.version}, outside the declared range")
+        if key in found:
+            continue
+        found[key] = dist
+        pending += [(Requirement(r), {"", *req.extras}) for r in dist.requires or []]
+    return found
+
+
+def _dependency_view(dists: dict[str, Any], view: Path) -> None:
+    """Links in ``view`` to the top-level files of ``dists`` (their packages, modules and
+    ``.dist-info`` folders), so a path entry to ``view`` imports those and nothing else."""
+    view.mkdir()
+    for dist in dists.values():
+        assert dist.files, f"{dist.metadata['Name']} lists no files (no RECORD)"
+        for top in {f.parts[0] for f in dist.files if f.parts and f.parts[0] != ".."}:
+            source = Path(dist.locate_file(top))
+            if source.exists() and not (view / top).exists() and not top.endswith(".pth"):
+                (view / top).symlink_to(source)
+
+
 @pytest.mark.install
 def test_wheel_installs_and_runs_from_a_temporary_folder(tmp_path):
     wheels = tmp_path / "wheels"
@@ -108,12 +160,21 @@ def test_wheel_installs_and_runs_from_a_temporary_folder(tmp_path):
                    check=True, capture_output=True, text=True)
     wheel = next(wheels.glob("simctl_llm-*.whl"))
     env_dir = tmp_path / "venv"
-    venv.create(env_dir, with_pip=True)
+    venv.create(env_dir, with_pip=False)
     # Nothing of the checkout on the path: pip would take its simctl_llm.egg-info for an installed simctl-llm.
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    pip = subprocess.run([str(_venv_bin(env_dir, "python")), "-m", "pip", "install", "-q",
-                          f"simctl-llm[test] @ {wheel.as_uri()}"], env=env, capture_output=True, text=True)
-    assert pip.returncode == 0, f"installing the wheel and its dependencies from PyPI failed:\n{pip.stderr[-3000:]}"
+    # This environment's pip installs into the new one (--python): the wheel alone, its
+    # dependencies come from the view below
+    pip = subprocess.run([sys.executable, "-m", "pip", "--python", str(_venv_bin(env_dir, "python")), "install",
+                          "-q", "--no-deps", str(wheel)], env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert pip.returncode == 0, f"installing the wheel failed:\n{pip.stderr[-3000:]}"
+    # After the wheel (pip must not see this environment's editable simctl-llm through it):
+    # a path entry, after the virtualenv's own site-packages, to the declared dependencies only.
+    _dependency_view(_requirements_closure(wheel, {"test"}), tmp_path / "dependencies")
+    site_packages = subprocess.run([str(_venv_bin(env_dir, "python")), "-c", "import sysconfig; "
+                                    "print(sysconfig.get_path('purelib'))"], env=env, cwd=tmp_path,
+                                   capture_output=True, text=True, check=True).stdout.strip()
+    (Path(site_packages) / "simctl-test-dependencies.pth").write_text(str(tmp_path / "dependencies") + "\n")
 
     work = tmp_path / "elsewhere"
     work.mkdir()

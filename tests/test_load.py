@@ -4,7 +4,9 @@ No test depends on how fast the machine is: times are checked as bounds that hol
 slow it runs (a call is never sent before it is due; a closed loop's call never before its
 predecessor ended), concurrency by the fake server's ``[hold=N]`` (it answers once N requests
 are in), the gaps between streamed tokens on a clock the test sets, traces are tiny and
-compressed with a large time scale, and every request is bounded by a short timeout.
+compressed with a large time scale, and every request is bounded by a timeout: short enough
+that a stalled request costs a few seconds of waiting (no CPU), long enough that no answered
+request meets it however busy the machine.
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ from simulator.trace.formats import save_trace  # noqa: E402
 from simulator.trace.model import Call, Prompt, Trace  # noqa: E402
 
 DATA = Path(__file__).parent / "data" / "loadgen"
+#: the client timeout of the runs with a stalling request: the stall is what meets it, while
+#: the fake server's other answers come within milliseconds (a margin of seconds for load)
+TIMEOUT = 3.0
 runner = CliRunner()
 
 
@@ -122,13 +127,13 @@ def test_failures_are_recorded_not_hung(tmp_path):
                      (0.0, [("mmlu", "[stall]")]), (0.0, ["graph"]))
     start = time.monotonic()
     with FakeServer() as server:
-        result = run_load(trace, LoadOptions(url=server.url, timeout=0.5), tmp_path / "run")
+        result = run_load(trace, LoadOptions(url=server.url, timeout=TIMEOUT), tmp_path / "run")
     assert time.monotonic() - start < 20
     recs = records(tmp_path / "run")
     assert recs[0]["status_code"] == 500 and "HTTP 500" in recs[0]["error"]
     assert recs[1]["status_code"] == 200 and recs[1]["response"]["error"] == "Already borrowed"
     assert recs[2]["status_code"] is None and "connection dropped" in recs[2]["error"]
-    assert recs[3]["status_code"] is None and "timeout" in recs[3]["error"] and "0.5 s" in recs[3]["error"]
+    assert recs[3]["status_code"] is None and "timeout" in recs[3]["error"] and f"{TIMEOUT:g} s" in recs[3]["error"]
     assert result.summary["failed_batches"] == 4 and result.summary["successful_batches"] == 1
     run = read_observed(tmp_path / "run")
     assert list(run.calls["ok"]) == [False, False, False, False, True]
@@ -199,7 +204,8 @@ def test_streamed_calls_that_drop_or_stall_are_failed_calls(tmp_path, api):
     trace = trace_of((0.0, ["mmlu", ("mmlu", "[drop]")]), (0.0, [("mmlu", "[stall]")]), (0.0, ["graph"]))
     start = time.monotonic()
     with FakeServer(tokens=2, itl=0.01) as server:
-        result = run_load(trace, LoadOptions(url=server.url, api=api, model="m", timeout=0.5), tmp_path / "run")
+        result = run_load(trace, LoadOptions(url=server.url, api=api, model="m", timeout=TIMEOUT),
+                          tmp_path / "run")
     assert time.monotonic() - start < 20
     assert result.summary["successful_batches"] == 1 and result.summary["failed_batches"] == 2
     recs = records(tmp_path / "run")
