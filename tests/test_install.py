@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -107,6 +108,9 @@ def test_wheel_installs_and_runs_from_a_temporary_folder(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(REPO)],
                    check=True, capture_output=True, text=True)
     wheel = next(wheels.glob("simctl_llm-*.whl"))
+    with zipfile.ZipFile(wheel) as packed:  # the fast engine compiled at build time (setup.py)
+        assert any(n.startswith("simulator/model/_compiled/model/batch_kernel.run_kernel-") and n.endswith(".nbi")
+                   for n in packed.namelist())
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     # Nothing of the checkout on the path: pip would take its simctl_llm.egg-info for an installed simctl-llm.
@@ -117,7 +121,21 @@ def test_wheel_installs_and_runs_from_a_temporary_folder(tmp_path):
 
     work = tmp_path / "elsewhere"
     work.mkdir()
-    env.update(COLUMNS="100", SIMCTL_HOME=str(tmp_path / "home"))
+    env.update(COLUMNS="100", SIMCTL_HOME=str(tmp_path / "home"), NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"))
+    env.pop("SIMCTL_NO_PACKAGED_CACHE", None)
+
+    # The first replay with an empty numba cache loads the packaged kernel: cache hits, no compile.
+    first = ("import simulator as sim\nfrom simulator.model import batch_kernel\n"
+             "sim.replay('example', sim.build_scenario(path='design-notes'))\n"
+             "s = batch_kernel.run_kernel.stats\nprint(sum(s.cache_hits.values()), sum(s.cache_misses.values()))\n")
+    hits, misses = subprocess.run([str(_venv_bin(env_dir, "python")), "-c", first], cwd=work, env=env,
+                                  capture_output=True, text=True, check=True).stdout.split()
+    assert int(hits) >= 1 and int(misses) == 0
+    env["NUMBA_CACHE_DIR"] = str(tmp_path / "numba-cache-cli")
+    done = subprocess.run([str(_venv_bin(env_dir, "simctl")), "replay", "example", "-c", "design-notes"], cwd=work,
+                          env=env, capture_output=True, text=True)
+    assert done.returncode == 0 and "engine=fast" in done.stdout
+    assert "compiling the fast engine" not in done.stderr
 
     def simctl(*args: str) -> str:
         done = subprocess.run([str(_venv_bin(env_dir, "simctl")), *args], cwd=work, env=env,
