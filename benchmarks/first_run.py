@@ -28,6 +28,7 @@ import os
 import platform
 import re
 import resource
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -45,22 +46,44 @@ README_ROW = "| first replay after `pip install`"
 
 
 def _cpu(args: list[str], **kwargs) -> tuple[float, subprocess.CompletedProcess]:
-    """CPU seconds (user + system) of a child command, and its result."""
+    """CPU seconds (user + system) of a child command, and its result. On failure the
+    command's whole output is kept in a log file outside the temporary folder, named in the
+    error (a wheel build's cause is often far from its last lines)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(args, capture_output=True, text=True, **kwargs)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
-        raise SystemExit(f"{' '.join(args)} failed:\n{done.stderr[-3000:]}")
+        fd, log = tempfile.mkstemp(prefix="simctl-first-run-", suffix=".log")
+        with os.fdopen(fd, "w") as f:
+            f.write(f"$ {' '.join(args)}\nexit status {done.returncode}\n--- stdout\n{done.stdout}\n"
+                    f"--- stderr\n{done.stderr}")
+        raise SystemExit(f"{' '.join(args)} exited {done.returncode}; its whole output: {log}\n"
+                         f"{done.stderr[-1500:]}")
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), done
+
+
+def _snapshot(root: Path) -> Path:
+    """A copy of the checkout's files (tracked, and untracked ones git does not ignore) in
+    ``root``: the wheel is built from what would be committed, never from a ``build/`` folder
+    or a ``_compiled/`` folder an earlier build or ``make env`` left in the checkout."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        src = REPO / name
+        if src.is_file():  # (a file deleted but not yet committed is listed too)
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, root / name)
+    return root
 
 
 def measure(root: Path) -> dict:
     wheels = root / "wheels"
-    build_cpu, _ = _cpu([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                         "-w", str(wheels), str(REPO)])
+    source = _snapshot(root / "source")
+    build_cpu, _ = _cpu([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-v",
+                         "-w", str(wheels), str(source)])
     wheel = next(wheels.glob("simctl_llm-*.whl"))
     env_dir = root / "venv"
-    venv.create(env_dir, with_pip=True)
+    venv.create(env_dir, with_pip=False)  # pip runs from this interpreter (``--python``)
     python = env_dir / "bin" / "python"
     site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           capture_output=True, text=True, check=True).stdout.strip()
@@ -69,8 +92,7 @@ def measure(root: Path) -> dict:
     Path(site, "deps-from-base.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "NUMBA_CACHE_DIR",
                                                             "SIMCTL_NO_PACKAGED_CACHE")}
-    subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "-q", str(wheel)], env=env, check=True,
-                   capture_output=True)
+    _cpu([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", str(wheel)], env=env)
     work = root / "elsewhere"
     work.mkdir()
     where = subprocess.run([str(python), "-c", "import simulator; print(simulator.__file__)"], cwd=work, env=env,
