@@ -3,15 +3,18 @@ editing or upgrading any of them compiles it anew instead of loading a stale ker
 
 from __future__ import annotations
 
+import json
 import os
+import pickle
 import shutil
 
+import pytest
 from numba import njit
 from numba.core import caching, event
 from numba.core.dispatcher import Dispatcher
 
 from simulator import notices
-from simulator.model import batch_kernel, kernel_cache, kernel_service
+from simulator.model import batch_kernel, kernel_cache, kernel_service, precompile
 
 
 def cached_functions():
@@ -85,44 +88,141 @@ def _index(path, base, stamp):
     return caching.IndexDataCacheFile(str(path), base, stamp)
 
 
-def test_packaged_entries_are_copied_into_the_cache_numba_uses(tmp_path, monkeypatch):
+def _function():
+    """A kernel function, its real locator, the base of its cache files' names and its stamp."""
     function = batch_kernel.group_prompts
     real = function._cache._impl.locator
-    base = function._cache._impl.filename_base
-    stamp = real.get_source_stamp()
+    return function, real, function._cache._impl.filename_base, real.get_source_stamp()
+
+
+def test_packaged_entries_are_copied_into_the_cache_numba_uses(tmp_path):
+    _, _, base, stamp = _function()
     packaged = tmp_path / "packaged"
-    monkeypatch.setattr(kernel_cache, "COMPILED", packaged)
-    folder = packaged / "model"
-    folder.mkdir(parents=True)
+    packaged.mkdir()
     # two packaged entries (as the precompile leaves them), one the user's cache has already
-    _index(folder, base, stamp)._save_index({"sig-a": f"{base}.1.nbc", "sig-b": f"{base}.2.nbc"})
-    (folder / f"{base}.1.nbc").write_bytes(b"compiled a")
-    (folder / f"{base}.2.nbc").write_bytes(b"compiled b")
+    _index(packaged, base, stamp)._save_index({"sig-a": f"{base}.1.nbc", "sig-b": f"{base}.2.nbc"})
+    (packaged / f"{base}.1.nbc").write_bytes(b"compiled a")
+    (packaged / f"{base}.2.nbc").write_bytes(b"compiled b")
     user = tmp_path / "user"
     user.mkdir()
     _index(user, base, stamp)._save_index({"sig-b": f"{base}.1.nbc", "sig-c": f"{base}.2.nbc"})
     (user / f"{base}.1.nbc").write_bytes(b"user's b")
     (user / f"{base}.2.nbc").write_bytes(b"user's c")
-    locator = _Locator(real, user)
-    source = function.py_func.__code__.co_filename
 
-    assert kernel_cache.seed(locator, function.py_func, source) == 1
+    assert kernel_cache.seed(user, packaged, base, stamp) == 1
     merged = _index(user, base, stamp)._load_index()
     assert set(merged) == {"sig-a", "sig-b", "sig-c"}
     assert (user / merged["sig-a"]).read_bytes() == b"compiled a"
     assert (user / merged["sig-b"]).read_bytes() == b"user's b"  # the user's own entries kept
     assert (user / merged["sig-c"]).read_bytes() == b"user's c"
-    assert kernel_cache.seed(locator, function.py_func, source) == 0  # nothing left to copy
+    assert kernel_cache.seed(user, packaged, base, stamp) == 0  # nothing left to copy
 
     # entries of other sources (another stamp) are never copied
     stale = tmp_path / "stale"
-    _index(folder, base, ("sources", "another digest"))._save_index({"sig-d": f"{base}.1.nbc"})
-    assert kernel_cache.seed(_Locator(real, stale), function.py_func, source) == 0
+    assert kernel_cache.seed(stale, packaged, base, ("sources", "another digest")) == 0
     assert not stale.exists()
-    # nor anything when told to leave the packaged cache unread
+
+
+def test_an_index_of_another_numba_version_is_not_copied(tmp_path):
+    """A wheel built with another numba than the one installed (an isolated build resolving
+    a newer one): numba's version check leaves its entries unread, so the first replay compiles."""
+    _, _, base, stamp = _function()
+    packaged = tmp_path / "packaged"
+    packaged.mkdir()
+    _index(packaged, base, stamp)._save_index({"sig-a": f"{base}.1.nbc"})
+    (packaged / f"{base}.1.nbc").write_bytes(b"compiled a")
+    index = packaged / f"{base}.nbi"
+    with open(index, "rb") as f:
+        version = pickle.load(f)
+        rest = f.read()
+    with open(index, "wb") as f:
+        pickle.dump(version + ".other", f, protocol=-1)
+        f.write(rest)
+    user = tmp_path / "user"
+    assert kernel_cache.seed(user, packaged, base, stamp) == 0
+    assert not user.exists()
+
+
+def _packaged_cache(tmp_path, monkeypatch, **stamp_changes):
+    """A packaged cache of one entry of a kernel function, its stamp this process's unless
+    ``stamp_changes`` say otherwise; the folder its entry goes into and its files' base."""
+    function, real, base, stamp = _function()
+    compiled = tmp_path / "compiled"
+    folder = compiled / "model"
+    folder.mkdir(parents=True)
     _index(folder, base, stamp)._save_index({"sig-a": f"{base}.1.nbc"})
-    monkeypatch.setenv("SIMCTL_NO_PACKAGED_CACHE", "1")
-    assert kernel_cache.seed(_Locator(real, stale), function.py_func, source) == 0
+    (folder / f"{base}.1.nbc").write_bytes(b"compiled a")
+    import numba
+
+    key = {"sources": kernel_cache.sources_digest(), "numba": numba.__version__, "python": kernel_cache.python_tag(),
+           "codegen": ["x86_64", "some cpu", "+some"], **stamp_changes}
+    (compiled / kernel_cache.STAMP).write_text(json.dumps(key))
+    monkeypatch.setattr(kernel_cache, "COMPILED", compiled)
+    monkeypatch.setattr(kernel_cache, "_checked", set())
+    kernel_cache.packaged_key.cache_clear()
+    monkeypatch.delenv(kernel_cache.NO_PACKAGED_CACHE, raising=False)
+    return function, real, base
+
+
+def test_a_cache_folder_is_seeded_once_then_marked(tmp_path, monkeypatch):
+    function, real, base = _packaged_cache(tmp_path, monkeypatch)
+    user = tmp_path / "user"
+    source = function.py_func.__code__.co_filename
+    try:
+        assert kernel_cache.seed_folder(_Locator(real, user), source) == 1
+        assert (user / _index(user, base, real.get_source_stamp())._load_index()["sig-a"]).read_bytes() == b"compiled a"
+        assert kernel_cache.seed_folder(_Locator(real, user), source) == 0  # once a process
+        markers = list(user.glob(".simctl-packaged-*"))
+        assert len(markers) == 1
+        # another process: the marker alone says the folder holds this packaged cache
+        kernel_cache._checked.clear()
+        (user / f"{base}.nbi").unlink()
+        assert kernel_cache.seed_folder(_Locator(real, user), source) == 0
+        markers[0].unlink()
+        kernel_cache._checked.clear()
+        assert kernel_cache.seed_folder(_Locator(real, user), source) == 1
+        # nothing when told to leave the packaged cache unread
+        kernel_cache._checked.clear()
+        monkeypatch.setenv(kernel_cache.NO_PACKAGED_CACHE, "1")
+        assert kernel_cache.seed_folder(_Locator(real, tmp_path / "other"), source) == 0
+    finally:
+        kernel_cache.packaged_key.cache_clear()
+
+
+@pytest.mark.parametrize("change", [{"numba": "0.1"}, {"python": "2.7"}, {"sources": "another digest"}])
+def test_a_packaged_cache_for_another_numba_python_or_sources_is_not_read(tmp_path, monkeypatch, change):
+    function, real, _ = _packaged_cache(tmp_path, monkeypatch, **change)
+    user = tmp_path / "user"
+    try:
+        assert kernel_cache.packaged_key() is None
+        assert kernel_cache.seed_folder(_Locator(real, user), function.py_func.__code__.co_filename) == 0
+        assert not user.exists()
+    finally:
+        kernel_cache.packaged_key.cache_clear()
+
+
+def test_the_precompile_reuses_a_folder_only_where_its_stamp_is_this_interpreters(tmp_path, monkeypatch):
+    key = precompile.build_key()
+    assert key["sources"] == kernel_cache.sources_digest() and key["codegen"]
+    folder = tmp_path / "checkout-compiled"
+    (folder / "model").mkdir(parents=True)
+    (folder / "model" / "f.nbi").write_bytes(b"index")
+    (folder / kernel_cache.STAMP).write_text(json.dumps(key))
+    compiles: list[object] = []
+    monkeypatch.setattr(precompile.subprocess, "run", lambda *a, **k: compiles.append(a))
+
+    out = tmp_path / "build" / "_compiled"
+    assert precompile.precompile(out, reuse=folder) == (1, True)
+    assert (out / "model" / "f.nbi").read_bytes() == b"index" and compiles == []
+
+    for part, value in [("numba", "0.1"), ("codegen", ["x86_64", "another cpu", ""]), ("sources", "x")]:
+        (folder / kernel_cache.STAMP).write_text(json.dumps({**key, part: value}))
+        assert not precompile.reusable(folder)
+        with pytest.raises(FileNotFoundError):  # (the compile, not run here, wrote no stamp)
+            precompile.precompile(out, reuse=folder)
+        assert len(compiles) == 1
+        compiles.clear()
+    assert not list(out.parent.glob(".compiled-*"))  # nothing half-made left beside it
 
 
 def _compile_event(dispatcher):

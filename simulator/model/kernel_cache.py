@@ -12,23 +12,27 @@ The stamp is the digest alone, not the files' modification times, so that a cach
 from the same sources elsewhere is valid here. That is what makes the packaged cache work: a
 wheel built by ``setup.py`` carries the kernel compiled at build time in :data:`COMPILED`
 (written by :mod:`simulator.model.precompile`), laid out as the package's source folders.
-Before numba first reads a function's cache, the locator copies the packaged entries it
-lacks into the cache numba reads and writes (``NUMBA_CACHE_DIR``, else the package's
-``__pycache__``, else the user's cache folder): the packaged folder is only ever read, so a
-read-only site-packages works, and a specialisation compiled later is saved where numba
-saves it anyway. numba keys an entry on its version, the Python version and the CPU's name
-and features as well: where any of them differs from the build's, the entry is never hit and
-numba compiles once, announcing it (:data:`COMPILING`, through :mod:`simulator.notices`).
-``SIMCTL_NO_PACKAGED_CACHE=1`` leaves the packaged cache unread.
+The first time a process meets a cache folder numba reads and writes (``NUMBA_CACHE_DIR``,
+else the package's ``__pycache__``, else the user's cache folder), before numba reads it, the
+locator copies the packaged entries that folder lacks into it and leaves a marker there named
+after the packaged cache's stamp (:data:`STAMP`), so later processes check that one file
+instead of every function's index. The packaged folder is only ever read, so a read-only
+site-packages works, and a specialisation compiled later is saved where numba saves it
+anyway. numba keys an entry on its version, the Python version and the CPU's name and
+features as well: a packaged cache stamped with another numba or Python is not copied, one
+for another CPU is copied but never hit, and numba compiles once, announcing it
+(:data:`COMPILING`, through :mod:`simulator.notices`). ``SIMCTL_NO_PACKAGED_CACHE=1`` leaves
+the packaged cache unread.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import pickle
 import shutil
 import sys
-import types
 import uuid
 from functools import cache
 from pathlib import Path
@@ -44,6 +48,10 @@ KERNEL_SOURCES = ("model/*.py", "profile/*.py", "profile/kinds/*.py")
 #: The packaged cache: numba's index and data files of every kernel function, compiled when
 #: the wheel was built, in a folder per source folder (``model/``, ``profile/kinds/``).
 COMPILED = PACKAGE / "model" / "_compiled"
+#: The packaged cache's stamp: what it was compiled from and for (written by the precompile).
+STAMP = "stamp.json"
+#: Set (to anything), the packaged cache is left unread.
+NO_PACKAGED_CACHE = "SIMCTL_NO_PACKAGED_CACHE"
 #: The line said before numba compiles a kernel function (no usable cache).
 COMPILING = "simctl: compiling the fast engine for this machine (once, about a minute)..."
 
@@ -73,10 +81,7 @@ def _keyed_on_sources(base: Any) -> Any:
                 return None
             locator = super().from_function(py_func, py_file)  # None: not writable here
             if locator is not None:
-                try:
-                    seed(locator, py_func, py_file)
-                except (OSError, EOFError, ValueError, AttributeError, ImportError):
-                    pass  # an unreadable packaged entry is one not there: numba compiles
+                seed_folder(locator, py_file)
             return locator
 
         def get_source_stamp(self):
@@ -93,29 +98,69 @@ if not any(getattr(c, "__name__", "").startswith("KernelSources") for c in cachi
     caching.CacheImpl._locator_classes[:0] = [_keyed_on_sources(base) for base in _BASES]
 
 
-def _filename_base(locator: Any, py_func: Any) -> str:
-    """The name numba gives the function's cache files (``CacheImpl.get_filename_base``)."""
-    modname = os.path.splitext(os.path.basename(py_func.__code__.co_filename))[0]
-    impl: Any = types.SimpleNamespace(locator=locator)  # all get_filename_base reads of its CacheImpl
-    return caching.CacheImpl.get_filename_base(impl,
-                                               f"{modname}.{py_func.__qualname__}", getattr(sys, "abiflags", ""))
+def python_tag() -> str:
+    """The Python a cache file is for, as numba names it in the file (``3.11``, with ABI flags)."""
+    return f"{sys.version_info[0]}.{sys.version_info[1]}{getattr(sys, 'abiflags', '')}"
 
 
-def seed(locator: Any, py_func: Any, py_file: str) -> int:
-    """Copy the packaged cache entries of ``py_func`` that the cache at ``locator`` lacks
-    into it; the number copied. Entries for other sources, numba versions or Python
-    versions are not read (numba's own index checks); the cache's own entries are kept."""
-    if os.environ.get("SIMCTL_NO_PACKAGED_CACHE"):
+@cache
+def packaged_key() -> str | None:
+    """A digest of the packaged cache's stamp (:data:`STAMP`: the sources, numba, Python and
+    CPU it was compiled from and for), or None where there is none usable here: no packaged
+    cache, one of other sources, or one for another numba or Python (numba would ignore its
+    entries; the CPU is left to numba's own check, which needs its compiler started)."""
+    try:
+        raw = (COMPILED / STAMP).read_bytes()
+        stamp = json.loads(raw)
+    except (OSError, ValueError):
+        return None
+    import numba
+
+    mine = {"sources": sources_digest(), "numba": numba.__version__, "python": python_tag()}
+    if not isinstance(stamp, dict) or any(stamp.get(k) != v for k, v in mine.items()):
+        return None
+    return hashlib.sha256(raw).hexdigest()[:16]
+
+
+#: The cache folders checked in this process (a folder is seeded at most once a process).
+_checked: set[str] = set()
+
+
+def seed_folder(locator: Any, py_file: str) -> int:
+    """Copy the packaged entries of every kernel function of ``py_file``'s folder into the
+    cache at ``locator``, the first time this process meets that cache folder; the number
+    copied. A marker file in the cache folder, named by :func:`packaged_key`, records that
+    this packaged cache was copied there, so later processes check one file instead of
+    unpickling two indexes per function (numba compiles what an entry removed since lacks)."""
+    target = Path(locator.get_cache_path())
+    if os.environ.get(NO_PACKAGED_CACHE) or str(target) in _checked:
         return 0  # (the precompile's own compile, and measurements of a compile from scratch)
-    packaged = COMPILED / Path(py_file).resolve().parent.relative_to(PACKAGE)
-    base = _filename_base(locator, py_func)
-    if not (packaged / f"{base}.nbi").is_file():
+    _checked.add(str(target))
+    key = packaged_key()
+    if key is None:
         return 0
-    stamp = locator.get_source_stamp()
+    marker = target / f".simctl-packaged-{key}"
+    if marker.exists():
+        return 0
+    packaged = COMPILED / Path(py_file).resolve().parent.relative_to(PACKAGE)
+    copied = 0
+    try:
+        for index in sorted(packaged.glob("*.nbi")):
+            copied += seed(target, packaged, index.name[: -len(".nbi")], locator.get_source_stamp())
+        marker.touch()
+    except (OSError, EOFError, ValueError, AttributeError, ImportError, pickle.UnpicklingError):
+        pass  # an unreadable packaged entry is one not there: numba compiles
+    return copied
+
+
+def seed(target: Path, packaged: Path, base: str, stamp: Any) -> int:
+    """Copy the entries of the packaged index ``packaged/base.nbi`` that the index of the
+    same name in ``target`` lacks into it; the number copied. An index of other sources
+    (``stamp``) or of another numba version is not read (numba's own checks); the target's
+    own entries are kept."""
     theirs = caching.IndexDataCacheFile(str(packaged), base, stamp)._load_index()
     if not theirs:
         return 0
-    target = Path(locator.get_cache_path())
     here = caching.IndexDataCacheFile(str(target), base, stamp)
     ours = here._load_index()
     missing = {key: name for key, name in theirs.items() if key not in ours}
