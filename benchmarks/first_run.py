@@ -1,6 +1,7 @@
 """The first replay after ``pip install``: CPU time of a whole command on a fresh install.
 
-Builds the wheel (which compiles the fast engine into its packaged cache, ``setup.py``),
+Builds the wheel from a copy of the checkout's files (so it compiles the fast engine into its
+packaged cache, ``setup.py``, rather than copying a ``_compiled/`` folder ``make env`` left),
 installs it into a fresh virtualenv in a temporary folder and runs ``simctl replay example -c
 design-notes`` from another folder, measuring each command's CPU time (user + system of the
 child processes, so other work on the machine does not count):

@@ -104,13 +104,21 @@ def _venv_bin(root: Path, name: str) -> Path:
 
 @pytest.mark.install
 def test_wheel_installs_and_runs_from_a_temporary_folder(tmp_path):
+    from simulator.model import kernel_cache, precompile
+
     wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(REPO)],
-                   check=True, capture_output=True, text=True)
+    # -v: setup.py's output says whether the kernel was compiled or the checkout's copied
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w", str(wheels), str(REPO)],
+                           check=True, capture_output=True, text=True)
     wheel = next(wheels.glob("simctl_llm-*.whl"))
     with zipfile.ZipFile(wheel) as packed:  # the fast engine compiled at build time (setup.py)
         assert any(n.startswith("simulator/model/_compiled/model/batch_kernel.run_kernel-") and n.endswith(".nbi")
                    for n in packed.namelist())
+        packed_stamp = json.loads(packed.read(f"simulator/model/_compiled/{kernel_cache.STAMP}"))
+    # A checkout whose compiled folder is current (make env) is not compiled again, where the
+    # build's numba is the one it was compiled with (an isolated build may resolve another).
+    if precompile.reusable(kernel_cache.COMPILED) and packed_stamp == precompile.build_key():
+        assert "its stamp matches" in build.stdout + build.stderr
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     # Nothing of the checkout on the path: pip would take its simctl_llm.egg-info for an installed simctl-llm.
