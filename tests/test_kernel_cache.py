@@ -159,6 +159,7 @@ def _packaged_cache(tmp_path, monkeypatch, **stamp_changes):
     (compiled / kernel_cache.STAMP).write_text(json.dumps(key))
     monkeypatch.setattr(kernel_cache, "COMPILED", compiled)
     monkeypatch.setattr(kernel_cache, "_checked", set())
+    monkeypatch.setattr(kernel_cache, "_to_merge", {})
     kernel_cache.packaged_key.cache_clear()
     monkeypatch.delenv(kernel_cache.NO_PACKAGED_CACHE, raising=False)
     return function, real, base
@@ -166,25 +167,51 @@ def _packaged_cache(tmp_path, monkeypatch, **stamp_changes):
 
 def test_a_cache_folder_is_seeded_once_then_marked(tmp_path, monkeypatch):
     function, real, base = _packaged_cache(tmp_path, monkeypatch)
+    # an index the cache lacks is copied as it is, unread: the types its entries name may
+    # belong to a module still being imported
+    index = tmp_path / "compiled" / "model" / f"{base}.nbi"
+    index.write_bytes(index.read_bytes() + b"unread")
     user = tmp_path / "user"
-    source = function.py_func.__code__.co_filename
+    py_func, source = function.py_func, function.py_func.__code__.co_filename
     try:
-        assert kernel_cache.seed_folder(_Locator(real, user), source) == 1
-        assert (user / _index(user, base, real.get_source_stamp())._load_index()["sig-a"]).read_bytes() == b"compiled a"
-        assert kernel_cache.seed_folder(_Locator(real, user), source) == 0  # once a process
+        assert kernel_cache.seed_folder(_Locator(real, user), py_func, source) == 1
+        assert (user / f"{base}.nbi").read_bytes() == index.read_bytes()
+        assert (user / f"{base}.1.nbc").read_bytes() == b"compiled a"
+        assert kernel_cache.seed_folder(_Locator(real, user), py_func, source) == 0  # once a process
         markers = list(user.glob(".simctl-packaged-*"))
         assert len(markers) == 1
         # another process: the marker alone says the folder holds this packaged cache
         kernel_cache._checked.clear()
         (user / f"{base}.nbi").unlink()
-        assert kernel_cache.seed_folder(_Locator(real, user), source) == 0
+        assert kernel_cache.seed_folder(_Locator(real, user), py_func, source) == 0
         markers[0].unlink()
         kernel_cache._checked.clear()
-        assert kernel_cache.seed_folder(_Locator(real, user), source) == 1
+        assert kernel_cache.seed_folder(_Locator(real, user), py_func, source) == 1
         # nothing when told to leave the packaged cache unread
         kernel_cache._checked.clear()
         monkeypatch.setenv(kernel_cache.NO_PACKAGED_CACHE, "1")
-        assert kernel_cache.seed_folder(_Locator(real, tmp_path / "other"), source) == 0
+        assert kernel_cache.seed_folder(_Locator(real, tmp_path / "other"), py_func, source) == 0
+    finally:
+        kernel_cache.packaged_key.cache_clear()
+
+
+def test_an_index_the_cache_holds_already_is_merged_as_its_function_is_met(tmp_path, monkeypatch):
+    function, real, base = _packaged_cache(tmp_path, monkeypatch)
+    user = tmp_path / "user"
+    user.mkdir()
+    stamp = real.get_source_stamp()
+    _index(user, base, stamp)._save_index({"sig-b": f"{base}.1.nbc"})
+    (user / f"{base}.1.nbc").write_bytes(b"user's b")
+    py_func, source = function.py_func, function.py_func.__code__.co_filename
+    try:
+        # met first through another function of the folder: nothing copied, nothing merged
+        other = batch_kernel.run_kernel.py_func
+        assert kernel_cache.seed_folder(_Locator(real, user), other, source) == 0
+        assert kernel_cache.seed_folder(_Locator(real, user), py_func, source) == 1
+        merged = _index(user, base, stamp)._load_index()
+        assert {k: (user / v).read_bytes() for k, v in merged.items()} == {"sig-a": b"compiled a",
+                                                                           "sig-b": b"user's b"}
+        assert kernel_cache.seed_folder(_Locator(real, user), py_func, source) == 0
     finally:
         kernel_cache.packaged_key.cache_clear()
 
@@ -195,7 +222,7 @@ def test_a_packaged_cache_for_another_numba_python_or_sources_is_not_read(tmp_pa
     user = tmp_path / "user"
     try:
         assert kernel_cache.packaged_key() is None
-        assert kernel_cache.seed_folder(_Locator(real, user), function.py_func.__code__.co_filename) == 0
+        assert kernel_cache.seed_folder(_Locator(real, user), function.py_func, function.py_func.__code__.co_filename) == 0
         assert not user.exists()
     finally:
         kernel_cache.packaged_key.cache_clear()

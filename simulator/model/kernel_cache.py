@@ -27,12 +27,14 @@ the packaged cache unread.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
 import pickle
 import shutil
 import sys
+import types
 import uuid
 from functools import cache
 from pathlib import Path
@@ -81,7 +83,7 @@ def _keyed_on_sources(base: Any) -> Any:
                 return None
             locator = super().from_function(py_func, py_file)  # None: not writable here
             if locator is not None:
-                seed_folder(locator, py_file)
+                seed_folder(locator, py_func, py_file)
             return locator
 
         def get_source_stamp(self):
@@ -124,33 +126,73 @@ def packaged_key() -> str | None:
 
 #: The cache folders checked in this process (a folder is seeded at most once a process).
 _checked: set[str] = set()
+#: Per cache folder, the indexes both it and the packaged cache hold, merged entry by entry as
+#: their functions are met (unpickling an index needs its function's module defined).
+_to_merge: dict[str, set[str]] = {}
 
 
-def seed_folder(locator: Any, py_file: str) -> int:
-    """Copy the packaged entries of every kernel function of ``py_file``'s folder into the
-    cache at ``locator``, the first time this process meets that cache folder; the number
-    copied. A marker file in the cache folder, named by :func:`packaged_key`, records that
-    this packaged cache was copied there, so later processes check one file instead of
-    unpickling two indexes per function (numba compiles what an entry removed since lacks)."""
-    target = Path(locator.get_cache_path())
-    if os.environ.get(NO_PACKAGED_CACHE) or str(target) in _checked:
+def _filename_base(locator: Any, py_func: Any) -> str:
+    """The name numba gives the function's cache files (``CacheImpl.get_filename_base``)."""
+    modname = os.path.splitext(os.path.basename(py_func.__code__.co_filename))[0]
+    impl: Any = types.SimpleNamespace(locator=locator)  # all get_filename_base reads of its CacheImpl
+    return caching.CacheImpl.get_filename_base(impl, f"{modname}.{py_func.__qualname__}",
+                                               getattr(sys, "abiflags", ""))
+
+
+def _copy(src: Path, dst: Path) -> None:
+    """``src`` copied to ``dst`` under a temporary name, then renamed: a reader never sees
+    part of a file."""
+    tmp = dst.with_name(f"{dst.name}.tmp.{uuid.uuid4().hex[:16]}")
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
+
+
+def seed_folder(locator: Any, py_func: Any, py_file: str) -> int:
+    """Copy the packaged cache of ``py_file``'s folder into the cache at ``locator`` the first
+    time this process meets that cache folder, and merge the packaged entries of ``py_func``
+    into an index of its own the folder already held; the number of indexes copied and
+    entries merged.
+
+    An index the cache folder lacks is copied as it is, with its data files, unread (its
+    entries name its functions' types, which a module being imported may not have defined
+    yet). A marker file in the cache folder, named by :func:`packaged_key`, records that this
+    packaged cache was copied there, so later processes check that one file (numba compiles
+    what an entry removed since lacks)."""
+    if os.environ.get(NO_PACKAGED_CACHE):
         return 0  # (the precompile's own compile, and measurements of a compile from scratch)
-    _checked.add(str(target))
-    key = packaged_key()
-    if key is None:
-        return 0
-    marker = target / f".simctl-packaged-{key}"
-    if marker.exists():
-        return 0
+    target = Path(locator.get_cache_path())
     packaged = COMPILED / Path(py_file).resolve().parent.relative_to(PACKAGE)
-    copied = 0
-    try:
-        for index in sorted(packaged.glob("*.nbi")):
-            copied += seed(target, packaged, index.name[: -len(".nbi")], locator.get_source_stamp())
-        marker.touch()
-    except (OSError, EOFError, ValueError, AttributeError, ImportError, pickle.UnpicklingError):
-        pass  # an unreadable packaged entry is one not there: numba compiles
-    return copied
+    done = 0
+    if str(target) not in _checked:
+        _checked.add(str(target))
+        key = packaged_key()
+        marker = target / f".simctl-packaged-{key}"
+        if key is None or marker.exists():
+            return 0
+        both: set[str] = set()
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+            for index in sorted(packaged.glob("*.nbi")):
+                base = index.name[: -len(".nbi")]
+                if (target / index.name).exists():
+                    both.add(base)
+                    continue
+                for data in sorted(packaged.glob(f"{glob.escape(base)}.*.nbc")):  # data first, then its index
+                    _copy(data, target / data.name)
+                _copy(index, target / index.name)
+                done += 1
+            marker.touch()
+        except OSError:
+            pass  # a packaged index not copied is one not there: numba compiles
+        _to_merge[str(target)] = both
+    base = _filename_base(locator, py_func)
+    if base in _to_merge.get(str(target), ()):
+        _to_merge[str(target)].discard(base)
+        try:
+            done += seed(target, packaged, base, locator.get_source_stamp())
+        except (OSError, EOFError, ValueError, AttributeError, ImportError, pickle.UnpicklingError):
+            pass  # an unreadable packaged entry is one not there: numba compiles
+    return done
 
 
 def seed(target: Path, packaged: Path, base: str, stamp: Any) -> int:
@@ -175,10 +217,7 @@ def seed(target: Path, packaged: Path, base: str, stamp: Any) -> int:
             new = f"{base}.{number}.nbc"
             if new not in used:
                 break
-        # data first, under a temporary name: a reader never sees an index naming a partial file
-        tmp = target / f"{new}.tmp.{uuid.uuid4().hex[:16]}"
-        shutil.copyfile(packaged / name, tmp)
-        os.replace(tmp, target / new)
+        _copy(packaged / name, target / new)  # data first: an index never names a partial file
         used.add(new)
         ours[key] = new
     here._save_index(ours)
