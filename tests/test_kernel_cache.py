@@ -7,6 +7,8 @@ import json
 import os
 import pickle
 import shutil
+import subprocess
+import sys
 
 import pytest
 from numba import njit
@@ -277,3 +279,23 @@ def test_the_cli_shows_notices_on_stderr_at_once(capsys):
         assert notices.say("a line")
         assert "a line" in capsys.readouterr().err  # before the command ends
     assert notices.show is None and not notices.say("unseen")
+
+
+def test_a_replay_with_an_empty_numba_cache_loads_the_packaged_kernel(tmp_path):
+    """The checkout's packaged cache (``make env`` compiles it) seeds an empty numba cache in
+    a fresh process: every kernel function a replay calls is loaded, none compiled."""
+    if not precompile.reusable(kernel_cache.COMPILED):
+        pytest.skip("simulator/model/_compiled/ is not current: python -m simulator.model.precompile")
+    code = ("import simulator as sim\nfrom numba.core.dispatcher import Dispatcher\n"
+            "from simulator.model import batch_kernel, kernel_service\n"
+            "sim.replay('example', sim.build_scenario(path='design-notes'))\n"
+            "fs = [f for m in (batch_kernel, kernel_service) for f in vars(m).values() if isinstance(f, Dispatcher)]\n"
+            "print(sum(sum(f.stats.cache_hits.values()) for f in fs), "
+            "sum(sum(f.stats.cache_misses.values()) for f in fs))\n")
+    env = {k: v for k, v in os.environ.items() if k != kernel_cache.NO_PACKAGED_CACHE}
+    env.update(NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"), PYTHONPATH=str(kernel_cache.PACKAGE.parent))
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    hits, misses = map(int, done.stdout.split())
+    assert hits >= 1 and misses == 0
