@@ -14,6 +14,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e ".[test,cluster,live,serve]"
 	# The harness extra, CPU build: a plain `torch` requirement would pull a multi-GB CUDA build.
 	$(BIN)/pip install --quiet torch==2.13.0
+	# The fast engine compiled once, into simulator/model/_compiled/ (a wheel carries it too).
+	$(BIN)/python -m simulator.model.precompile
 	touch $(STAMP)
 
 env: $(STAMP)

@@ -3,10 +3,23 @@
 They live at the repository's top level (``profiles/``, ``scenarios/``, ``traces/``, ``prices/``), where
 users of the checkout find them; at build time they are copied into the package as
 ``simulator/_bundled/`` so an installed simctl can resolve them by name
-(:mod:`simulator.bundled`). Everything else is declared in ``pyproject.toml``.
+(:mod:`simulator.bundled`).
+
+The wheel also carries the fast engine compiled for the building machine
+(``simulator/model/_compiled/``, numba's cache files, written by ``python -m
+simulator.model.precompile``), so the first replay after ``pip install`` loads the kernel
+instead of compiling it for about a minute; that is why ``pyproject.toml``'s build-system
+requires the libraries the precompile imports. A checkout's own ``simulator/model/_compiled/``
+(``make env`` writes it) is copied instead of compiling again where its stamp matches the
+sources built and the building interpreter. ``SIMCTL_NO_PRECOMPILE=1`` builds a wheel
+without it (its first replay compiles, once). Everything else is declared in
+``pyproject.toml``.
 """
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from setuptools import setup
@@ -28,6 +41,16 @@ class BuildWithBundledData(build_py):
             for pattern in patterns:
                 for src in sorted((HERE / kind).glob(pattern)):
                     shutil.copy2(src, target / src.name)
+        if not os.environ.get("SIMCTL_NO_PRECOMPILE"):
+            # compiled from the build folder's copy of the package: the cache keys on the
+            # content of its kernel sources, which the installed files keep. The checkout's
+            # own compiled folder (make env) is copied instead where its stamp says it was
+            # compiled from these sources by this interpreter's numba for this CPU.
+            out = Path(self.build_lib) / "simulator" / "model" / "_compiled"
+            env = {**os.environ, "PYTHONPATH": str(Path(self.build_lib).resolve())}
+            subprocess.run([sys.executable, "-m", "simulator.model.precompile", "--out", str(out.resolve()),
+                            "--reuse", str(HERE / "simulator" / "model" / "_compiled")],
+                           env=env, check=True, cwd=self.build_lib)
 
 
 setup(cmdclass={"build_py": BuildWithBundledData})

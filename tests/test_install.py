@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import venv
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -155,10 +156,21 @@ def _dependency_view(dists: dict[str, Any], view: Path) -> None:
 
 @pytest.mark.install
 def test_wheel_installs_and_runs_from_a_temporary_folder(tmp_path):
+    from simulator.model import kernel_cache, precompile
+
     wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(REPO)],
-                   check=True, capture_output=True, text=True)
+    # -v: setup.py's output says whether the kernel was compiled or the checkout's copied
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w", str(wheels), str(REPO)],
+                           check=True, capture_output=True, text=True)
     wheel = next(wheels.glob("simctl_llm-*.whl"))
+    with zipfile.ZipFile(wheel) as packed:  # the fast engine compiled at build time (setup.py)
+        assert any(n.startswith("simulator/model/_compiled/model/batch_kernel.run_kernel-") and n.endswith(".nbi")
+                   for n in packed.namelist())
+        packed_stamp = json.loads(packed.read(f"simulator/model/_compiled/{kernel_cache.STAMP}"))
+    # A checkout whose compiled folder is current (make env) is not compiled again, where the
+    # build's numba is the one it was compiled with (an isolated build may resolve another).
+    if precompile.reusable(kernel_cache.COMPILED) and packed_stamp == precompile.build_key():
+        assert "its stamp matches" in build.stdout + build.stderr
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=False)
     # Nothing of the checkout on the path: pip would take its simctl_llm.egg-info for an installed simctl-llm.
@@ -178,7 +190,21 @@ def test_wheel_installs_and_runs_from_a_temporary_folder(tmp_path):
 
     work = tmp_path / "elsewhere"
     work.mkdir()
-    env.update(COLUMNS="100", SIMCTL_HOME=str(tmp_path / "home"))
+    env.update(COLUMNS="100", SIMCTL_HOME=str(tmp_path / "home"), NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"))
+    env.pop("SIMCTL_NO_PACKAGED_CACHE", None)
+
+    # The first replay with an empty numba cache loads the packaged kernel: cache hits, no compile.
+    first = ("import simulator as sim\nfrom simulator.model import batch_kernel\n"
+             "sim.replay('example', sim.build_scenario(path='design-notes'))\n"
+             "s = batch_kernel.run_kernel.stats\nprint(sum(s.cache_hits.values()), sum(s.cache_misses.values()))\n")
+    hits, misses = subprocess.run([str(_venv_bin(env_dir, "python")), "-c", first], cwd=work, env=env,
+                                  capture_output=True, text=True, check=True).stdout.split()
+    assert int(hits) >= 1 and int(misses) == 0
+    env["NUMBA_CACHE_DIR"] = str(tmp_path / "numba-cache-cli")
+    done = subprocess.run([str(_venv_bin(env_dir, "simctl")), "replay", "example", "-c", "design-notes"], cwd=work,
+                          env=env, capture_output=True, text=True)
+    assert done.returncode == 0 and "engine=fast" in done.stdout
+    assert "compiling the fast engine" not in done.stderr
 
     def simctl(*args: str) -> str:
         done = subprocess.run([str(_venv_bin(env_dir, "simctl")), *args], cwd=work, env=env,

@@ -47,11 +47,13 @@ def interrupted(message: str) -> NoReturn:
 def user_errors() -> Iterator[None]:
     """Report :class:`SimctlError` (and unreadable files) as ``error: ...`` and exit 2.
 
-    Warnings the library issues (:class:`SimctlWarning`) are printed as ``warning: ...``.
+    Warnings the library issues (:class:`SimctlWarning`) are printed as ``warning: ...``;
+    its notices (:mod:`simulator.notices`) at once, as they come.
     """
-    from simulator import outputs
+    from simulator import notices, outputs
 
-    before, outputs.waiting = outputs.waiting, _say_waiting
+    before, outputs.waiting = outputs.waiting, _say_now
+    before_notice, notices.show = notices.show, _say_now
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SimctlWarning)
         try:
@@ -59,6 +61,7 @@ def user_errors() -> Iterator[None]:
                 yield
         finally:
             outputs.waiting = before
+            notices.show = before_notice
             for w in list(caught):  # re-emitting below appends to ``caught``
                 if issubclass(w.category, SimctlWarning):
                     warn(str(w.message))
@@ -66,8 +69,9 @@ def user_errors() -> Iterator[None]:
                     warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
-def _say_waiting(line: str) -> None:
-    """Say at once, on stderr, that an output waits for another simctl writing it."""
+def _say_now(line: str) -> None:
+    """Say a line at once on stderr: an output waits for another simctl writing it, or the
+    fast engine is about to compile."""
     err_console.print(shown(line), markup=False)
     sys.stderr.flush()
 

@@ -255,7 +255,8 @@ def _send(st, ci, now):
         return
     for g in range(st.call_g0[ci], st.call_g0[ci + 1]):
         f = st.g_front[g]
-        lo, hi = st.g_start[g], st.g_start[g + 1]
+        # int64 like every other prompt range: one compiled _add (and _continuous_accept) for all
+        lo, hi = np.int64(st.g_start[g]), np.int64(st.g_start[g + 1])
         fk = st.FI[f, FI_KIND]
         if fk == F_SHARED:
             _add(st, st.FI[f, FI_Q0], lo, hi, now)
@@ -414,8 +415,10 @@ def _form(st, task, name, size, worker_id, worker, q, now):
     st.S[1] += 1
     off = st.S[3]
     st.S[3] += size
-    max_prompt = 0
-    max_out = 0
+    # typed int64 from the start, not the literal 0: numba would compile batch_service once
+    # for the literal as well
+    max_prompt = np.int64(0)
+    max_out = np.int64(0)
     tokens = 0
     for k in range(off, off + size):
         p = st.bp[k]
@@ -923,7 +926,7 @@ def _batch_done(st, b, now):
     for k in range(off, off + st.BI[b, BI_SIZE]):
         st.done_at[st.bp[k]] = now
         st.first_at[st.bp[k]] = first
-    q = st.BI[b, BI_QUEUE]
+    q = np.int64(st.BI[b, BI_QUEUE])  # (int64 as every queue index _poll gets: one compiled _poll)
     if q < 0:
         return
     st.QI[q, QI_IN_SERVICE] -= st.BI[b, BI_SIZE]

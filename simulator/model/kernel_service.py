@@ -402,7 +402,8 @@ def spec_decode_no_cache(si, sf, rng, needs, P):
     """SpecDecodeService._sample_no_cache: ragged rounds without a KV cache."""
     k = si[SI_LOOKAHEAD]
     size = len(needs)
-    horizon = 0
+    # counters start as int64, not the literal 0: numba would compile a callee for the literal too
+    horizon = np.int64(0)
     for b in range(size):
         horizon = max(horizon, needs[b])
     if horizon <= 0:
@@ -410,7 +411,7 @@ def spec_decode_no_cache(si, sf, rng, needs, P):
     accepted = draw_accepted(sf, k, rng, horizon, size)
     made = np.zeros(size, dtype=np.int64)   # tokens before the round (capped at needs)
     t = np.empty(horizon)
-    rounds = 0
+    rounds = np.int64(0)
     for i in range(horizon):
         active = 0
         longest = 0
@@ -437,14 +438,14 @@ def spec_decode_batch(si, sf, rng, rows, P):
     first_token_seconds)."""
     size = len(rows)
     k = si[SI_LOOKAHEAD]
-    max_new = 0
+    max_new = np.int64(0)  # (int64, not the literal 0: one compiled draw_accepted and time_for)
     for m in rows:
         max_new = max(max_new, m)
     if si[SI_KV_CACHE]:
         needs = rows - 1  # the prefill gives every row its first token
         horizon = max(max_new - 1, 0)
         accepted = draw_accepted(sf, k, rng, horizon, size)
-        its = iterations_needed(needs, accepted, si[SI_LOCKSTEP]) if horizon else 0
+        its = iterations_needed(needs, accepted, si[SI_LOCKSTEP]) if horizon else np.int64(0)
         work = spec_decode_time_for(si, sf, size, P, its, max_new)
     else:
         work = spec_decode_no_cache(si, sf, rng, rows, P)
