@@ -418,7 +418,11 @@ def _split_lines(lines: bytes, last: bool) -> tuple[Any, ...] | None:
     encoded = pc.dictionary_encode(lists)
     which = encoded.indices.to_numpy()
     names: dict[str, int] = {}
-    u_size, u_task, u_pt, u_mt, u_text = [], [], [], [], []
+    u_size: list[int] = []
+    u_task: list[int] = []
+    u_pt: list[int] = []
+    u_mt: list[int] = []
+    u_text: list[str | None] = []
     for raw in encoded.dictionary.to_pylist():
         try:
             prompts = _PROMPT_LIST.decode(raw)
@@ -426,16 +430,16 @@ def _split_lines(lines: bytes, last: bool) -> tuple[Any, ...] | None:
             return None
         u_size.append(len(prompts))
         for p in prompts:
-            if p.__class__ is str:
-                u_task.append(names.setdefault(p, len(names)))  # type: ignore[arg-type]
+            if isinstance(p, str):
+                u_task.append(names.setdefault(p, len(names)))
                 u_pt.append(-1)
                 u_mt.append(0)
                 u_text.append(None)
             else:
-                u_task.append(names.setdefault(p.task, len(names)))  # type: ignore[union-attr]
-                u_pt.append(-1 if p.prompt_tokens is None else p.prompt_tokens)  # type: ignore[union-attr]
-                u_mt.append(p.max_tokens or 0)  # type: ignore[union-attr]
-                u_text.append(p.text)  # type: ignore[union-attr]
+                u_task.append(names.setdefault(p.task, len(names)))
+                u_pt.append(-1 if p.prompt_tokens is None else p.prompt_tokens)
+                u_mt.append(p.max_tokens or 0)
+                u_text.append(p.text)
     size_of = np.array(u_size, dtype=np.int64)
     first_of = np.cumsum(size_of) - size_of
     sizes = size_of[which]
