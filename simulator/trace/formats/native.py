@@ -243,8 +243,13 @@ def read_native_lines(handle: IO[bytes], path: str | Path) -> Trace | None:
     blocks = _ColumnBlocks()
     held = b""     # whole lines not yet read into columns
     partial = b""  # the start of a line whose end is not read yet
+    pieces: list[bytes] = []  # (a long line's reads, joined once its end is read: no quadratic copying)
     while data := handle.read(BLOCK_BYTES):
-        buffer = partial + data
+        if b"\n" not in data:
+            pieces.append(data)
+            continue
+        buffer = b"".join([partial, *pieces, data])
+        pieces.clear()
         cut = buffer.rfind(b"\n") + 1
         # A block is read only once the file is known to go on well past it: the closing
         # lines ("  ]", "}") are then never in it.
@@ -253,7 +258,7 @@ def read_native_lines(handle: IO[bytes], path: str | Path) -> Trace | None:
                 return None
             held = b""
         held, partial = held + buffer[:cut], buffer[cut:]
-    tail = (held + partial).rstrip(b" \t\r\n")
+    tail = b"".join([held, partial, *pieces]).rstrip(b" \t\r\n")
     if not tail.endswith(_CLOSE):
         return None
     calls = tail[:len(tail) - len(_CLOSE) + 1]
