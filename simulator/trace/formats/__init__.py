@@ -31,7 +31,7 @@ from simulator.trace.formats._common import read_json
 from simulator.trace.formats._requests import DEFAULT_OPTIONS, TRACE_IMPORTERS, ImportOptions
 from simulator.trace.formats.client import read_client, write_client
 from simulator.trace.formats.native import read_native, read_native_fast, read_native_lines, write_native
-from simulator.trace.formats.parquet import is_parquet, read_parquet, write_parquet
+from simulator.trace.formats.parquet import is_parquet, read_parquet_trace, write_parquet
 from simulator.trace.model import Trace
 
 #: Names of the formats :func:`save_trace` writes.
@@ -117,7 +117,7 @@ def load_trace(path: str | Path, classifier: KeywordClassifier = DEFAULT_CLASSIF
     if kind not in ("json", *FORMATS):
         raise ValueError(f"unknown trace format {kind!r}")
     if kind == "parquet":
-        return read_parquet(path)
+        return read_parquet_trace(path)
     with inputs.readable(path, TraceError, "trace file") as p:
         inputs.check_head(p, TraceError, "trace file", json=True)
     with inputs.gc_paused():

@@ -70,7 +70,7 @@ def write_parquet(trace: Trace, handle: IO[bytes]) -> None:
     pq.write_table(table, handle)
 
 
-def read_parquet(path: str | Path) -> Trace:
+def read_parquet_trace(path: str | Path) -> Trace:
     """The :class:`Trace` in the Parquet trace at ``path``.
 
     Raises :class:`TraceError` (file, record, field) for anything the JSON format refuses;
