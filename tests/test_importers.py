@@ -227,3 +227,26 @@ def test_validate_prints_the_fitted_model():
     result = runner.invoke(app, ["validate", str(real("azure_llm_2023/AzureLLMInferenceTrace_conv.csv"))])
     assert result.exit_code == 0
     assert "Fitted inter-arrival model" in result.stdout and "gamma" in result.stdout
+
+
+def _grouped_by_definition(t: list[float], gap: float, cap: int) -> list[int]:
+    """Call starts as the grouping rule states it, request by request."""
+    starts, start = [0], 0
+    for i in range(1, len(t)):
+        if t[i] - t[start] > gap or i - start >= cap:
+            starts.append(i)
+            start = i
+    return starts
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_grouping_by_array_operations_follows_the_rule(seed):
+    """Ties, gaps at the limit and sums that round across it group as the rule says."""
+    from simulator.trace.formats._requests import group_starts
+
+    rng = np.random.default_rng(seed)
+    # times on a coarse grid (many ties, many gaps exactly the group gap) plus some in between
+    t = np.sort(np.concatenate([rng.integers(0, 300, 800) * 0.1, rng.random(200) * 30]))
+    for gap in (0.0, 0.1, 0.3, 0.7, 2.0):
+        for cap in (1, 2, 8, 1000):
+            assert group_starts(t, gap, cap).tolist() == _grouped_by_definition(t.tolist(), gap, cap)
