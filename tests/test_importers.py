@@ -250,3 +250,17 @@ def test_grouping_by_array_operations_follows_the_rule(seed):
     for gap in (0.0, 0.1, 0.3, 0.7, 2.0):
         for cap in (1, 2, 8, 1000):
             assert group_starts(t, gap, cap).tolist() == _grouped_by_definition(t.tolist(), gap, cap)
+
+
+@pytest.mark.parametrize("name", ["conversation_trace.jsonl", "synthetic_trace.jsonl"])
+def test_mooncake_fast_reader_agrees_with_the_line_reader(name, monkeypatch):
+    """The one-call decoder and the line-by-line reader (which names bad lines) give the same trace."""
+    from simulator.trace.formats import mooncake
+
+    path = real(f"mooncake_fast25/{name}")
+    options = ImportOptions(group_gap=0.5)
+    fast = load_trace(path, options=options)
+    monkeypatch.setattr(mooncake, "_read_columns", lambda path, options: None)
+    slow = load_trace(path, options=options)
+    assert fast == slow and fast.meta == slow.meta
+    assert fast.columns.call_ids.tolist() == slow.columns.call_ids.tolist()
