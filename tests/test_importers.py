@@ -264,3 +264,24 @@ def test_mooncake_fast_reader_agrees_with_the_line_reader(name, monkeypatch):
     slow = load_trace(path, options=options)
     assert fast == slow and fast.meta == slow.meta
     assert fast.columns.call_ids.tolist() == slow.columns.call_ids.tolist()
+
+
+@pytest.mark.parametrize("rel", ["azure_llm_2023/AzureLLMInferenceTrace_code.csv",
+                                 "burstgpt/BurstGPT_1_first400.csv", "burstgpt/BurstGPT_3_first400.csv"])
+def test_csv_column_reader_agrees_with_the_text_reader(rel, monkeypatch):
+    """pyarrow's typed column read and pandas' text read (which names bad rows) give the same trace."""
+    from simulator.trace.formats import _requests, azure, burstgpt
+
+    path = real(rel)
+    used = []
+    for module in (azure, burstgpt):
+        monkeypatch.setattr(module, "read_csv_columns",
+                            lambda path, types: used.append(_requests.read_csv_columns(path, types)) or used[-1])
+    options = {"group_gap": 0.5, "task_map": {"GPT-4": "big"}}
+    fast = quiet_load(path, **options)
+    assert used and used[-1] is not None  # the column reader read this file
+    for module in (azure, burstgpt):
+        monkeypatch.setattr(module, "read_csv_columns", lambda path, types: None)
+    slow = quiet_load(path, **options)
+    assert fast == slow and fast.meta == slow.meta
+    assert fast.columns.call_ids.tolist() == slow.columns.call_ids.tolist()

@@ -42,6 +42,39 @@ def read_csv_table(path: Path) -> pd.DataFrame:
             raise TraceError(path, f"line {line}", None, f"has {fields} fields; the header has {expected}") from None
 
 
+def read_csv_columns(path: Path, types: Mapping[str, str]) -> dict[str, np.ndarray] | None:
+    """The named columns of a CSV file parsed at once by pyarrow (``types``: column -> ``int``,
+    ``float``, ``timestamp`` (as int64 nanoseconds) or ``text`` (as task codes and names)), when every
+    row holds a value of its column's type and no text has the leading blanks
+    :func:`read_csv_table` strips; ``None`` otherwise, and the caller reads the file with
+    :func:`read_csv_table` to name the first bad row."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    arrow = {"int": pa.int64(), "float": pa.float64(), "timestamp": pa.timestamp("ns"), "text": pa.string()}
+    try:
+        table = inputs.read_csv_arrow(path, TraceError, "trace file", {c: arrow[k] for c, k in types.items()})
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    if any(c not in table.column_names for c in types) or table.num_rows == 0:
+        return None
+    out: dict[str, Any] = {}
+    for name, kind in types.items():
+        column = table.column(name)
+        if column.null_count or column.type != arrow[kind]:
+            return None
+        if kind == "text":
+            if pc.any(pc.match_substring_regex(column, r"^\s|^$")).as_py():
+                return None
+            coded = column.dictionary_encode().combine_chunks()  # codes in order of first appearance
+            out[name] = (tuple(coded.dictionary.to_pylist()), coded.indices.to_numpy())
+        elif kind == "timestamp":
+            out[name] = column.cast(pa.int64()).to_numpy()
+        else:
+            out[name] = column.to_numpy()
+    return out
+
+
 def _first_ragged_line(path: Path) -> tuple[int, int, int] | None:
     """(line, fields, header's fields) of the first row whose field count is not the header's."""
     with inputs.open_text(path, TraceError, "trace file", newline="") as fh:
