@@ -26,6 +26,20 @@ def write_generated(name: str, text: str, page: str = "benchmarks.md") -> Path:
     return path
 
 
+def write_row(first_cell: str, text: str, page: str = "benchmarks.md") -> Path:
+    """Replace the Markdown table row of ``page`` (under ``docs/``, or ``README.md``) whose first
+    cell starts with ``first_cell`` by the row ``text``: a marker cannot sit inside a table, so
+    the row's first cell is its name. The page path."""
+    path = DOCS.parent / page if page == "README.md" else DOCS / page
+    lines = path.read_text().split("\n")
+    found = [i for i, line in enumerate(lines) if line.startswith(f"| {first_cell}")]
+    if len(found) != 1:
+        raise SystemExit(f"{path} has {len(found)} table rows starting {first_cell!r}, not one")
+    lines[found[0]] = text
+    path.write_text("\n".join(lines))
+    return path
+
+
 def report(result: dict[str, Any], text: str, name: str, *, write_docs: bool, as_json: bool,
            page: str = "benchmarks.md") -> int:
     """A benchmark's ending: its block ``name`` of ``docs/page`` rewritten with ``text`` when

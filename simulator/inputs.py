@@ -189,6 +189,19 @@ def read_csv(path: str | Path, error: type[SimctlError], what: str = "CSV file",
         return pd.read_csv(p, **options)
 
 
+def read_csv_arrow(path: str | Path, error: type[SimctlError], what: str = "CSV file",
+                   column_types: dict[str, Any] | None = None) -> Any:
+    """The CSV file as a ``pyarrow.Table`` (columns of ``column_types`` parsed as those
+    types), checked as :func:`read_csv` checks it; a file pyarrow cannot read as asked
+    raises ``pyarrow.ArrowInvalid`` for the caller, which reads it again the slow way."""
+    import pyarrow.csv as pa_csv
+
+    with readable(path, error, what) as p:
+        check_head(p, error, what)
+        return pa_csv.read_csv(p, convert_options=pa_csv.ConvertOptions(column_types=column_types or {},
+                                                                         strings_can_be_null=False))
+
+
 def read_parquet(path: str | Path, error: type[SimctlError], what: str = "Parquet file") -> Any:
     """The ``pyarrow.Table`` in the Parquet file ``path``; ``error`` if it is not one."""
     import pyarrow.parquet as pq

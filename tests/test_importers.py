@@ -227,3 +227,61 @@ def test_validate_prints_the_fitted_model():
     result = runner.invoke(app, ["validate", str(real("azure_llm_2023/AzureLLMInferenceTrace_conv.csv"))])
     assert result.exit_code == 0
     assert "Fitted inter-arrival model" in result.stdout and "gamma" in result.stdout
+
+
+def _grouped_by_definition(t: list[float], gap: float, cap: int) -> list[int]:
+    """Call starts as the grouping rule states it, request by request."""
+    starts, start = [0], 0
+    for i in range(1, len(t)):
+        if t[i] - t[start] > gap or i - start >= cap:
+            starts.append(i)
+            start = i
+    return starts
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_grouping_by_array_operations_follows_the_rule(seed):
+    """Ties, gaps at the limit and sums that round across it group as the rule says."""
+    from simulator.trace.formats._requests import group_starts
+
+    rng = np.random.default_rng(seed)
+    # times on a coarse grid (many ties, many gaps exactly the group gap) plus some in between
+    t = np.sort(np.concatenate([rng.integers(0, 300, 800) * 0.1, rng.random(200) * 30]))
+    for gap in (0.0, 0.1, 0.3, 0.7, 2.0):
+        for cap in (1, 2, 8, 1000):
+            assert group_starts(t, gap, cap).tolist() == _grouped_by_definition(t.tolist(), gap, cap)
+
+
+@pytest.mark.parametrize("name", ["conversation_trace.jsonl", "synthetic_trace.jsonl"])
+def test_mooncake_fast_reader_agrees_with_the_line_reader(name, monkeypatch):
+    """The one-call decoder and the line-by-line reader (which names bad lines) give the same trace."""
+    from simulator.trace.formats import mooncake
+
+    path = real(f"mooncake_fast25/{name}")
+    options = ImportOptions(group_gap=0.5)
+    fast = load_trace(path, options=options)
+    monkeypatch.setattr(mooncake, "_read_columns", lambda path, options: None)
+    slow = load_trace(path, options=options)
+    assert fast == slow and fast.meta == slow.meta
+    assert fast.columns.call_ids.tolist() == slow.columns.call_ids.tolist()
+
+
+@pytest.mark.parametrize("rel", ["azure_llm_2023/AzureLLMInferenceTrace_code.csv",
+                                 "burstgpt/BurstGPT_1_first400.csv", "burstgpt/BurstGPT_3_first400.csv"])
+def test_csv_column_reader_agrees_with_the_text_reader(rel, monkeypatch):
+    """pyarrow's typed column read and pandas' text read (which names bad rows) give the same trace."""
+    from simulator.trace.formats import _requests, azure, burstgpt
+
+    path = real(rel)
+    used = []
+    for module in (azure, burstgpt):
+        monkeypatch.setattr(module, "read_csv_columns",
+                            lambda path, types: used.append(_requests.read_csv_columns(path, types)) or used[-1])
+    options = {"group_gap": 0.5, "task_map": {"GPT-4": "big"}}
+    fast = quiet_load(path, **options)
+    assert used and used[-1] is not None  # the column reader read this file
+    for module in (azure, burstgpt):
+        monkeypatch.setattr(module, "read_csv_columns", lambda path, types: None)
+    slow = quiet_load(path, **options)
+    assert fast == slow and fast.meta == slow.meta
+    assert fast.columns.call_ids.tolist() == slow.columns.call_ids.tolist()

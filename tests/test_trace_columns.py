@@ -170,7 +170,7 @@ def pair() -> tuple[Trace, Trace]:
 def test_a_file_is_read_a_block_of_calls_at_a_time(tmp_path, monkeypatch):
     from simulator.trace.formats import native
 
-    monkeypatch.setattr(native, "BLOCK_CALLS", 3)
+    monkeypatch.setattr(native, "BLOCK_BYTES", 64)
     trace = Trace(tuple(Call(f"c{i}", float(i), (Prompt("mmlu" if i % 2 else "graph", i, None, "x" if i == 4 else None),))
                         for i in range(10)), meta={"k": [1]})
     path = tmp_path / "t.json"

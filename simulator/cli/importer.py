@@ -42,15 +42,18 @@ def import_cli(
     include_failed: bool = typer.Option(False, "--include-failed", help="Keep BurstGPT's failed requests (0 response tokens)."),
     seed: int = typer.Option(0, "--seed", min=0, max=LARGEST_SEED, help="ServeGen: seed of the synthesised arrivals and lengths."),
     dataset: Path | None = typer.Option(None, "--dataset", help="ServeGen: the length-PDF JSON (default: the sibling chunk-N-dataset.json)."),
-    out_format: str = typer.Option("native", "--format", help=f"Output format: {' or '.join(FORMATS)}."),
+    out_format: str | None = typer.Option(None, "--format", help=f"Output format: {', '.join(FORMATS)} (default: "
+                                          "parquet for a .parquet output, else native)."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing output file."),
 ) -> None:
     """Convert a production trace to a simctl trace (every command also reads these files directly)."""
     with user_errors():
         if fmt != "auto" and fmt not in IMPORTERS:
             raise TraceError(None, None, None, f"unknown format {fmt!r}; valid: {', '.join(IMPORTERS)}, auto")
+        if out_format is None:
+            out_format = "parquet" if output.suffix.lower() == ".parquet" else "native"
         if out_format not in FORMATS:
-            raise TraceError(None, None, None, f"--format: unknown format {out_format!r} (expected {' or '.join(FORMATS)})")
+            raise TraceError(None, None, None, f"--format: unknown format {out_format!r} (expected {', '.join(FORMATS)})")
         if group_gap is not None and group_gap < 0:
             raise TraceError(None, None, None, f"--group-gap: must be >= 0, got {group_gap:g}")
         check_writable(output, force=force, inputs=(source,))
@@ -61,4 +64,4 @@ def import_cli(
         trace = load_trace(source, options=options, format=None if fmt == "auto" else fmt)
         save_trace(trace, output, format=out_format, force=force)
         console.print(f"wrote {output}: {len(trace):,} calls, {trace.n_prompts:,} prompts over "
-                      f"{trace.calls[-1].t:,.1f} s (from {trace.meta.get('format')} {source})", highlight=False)
+                      f"{float(trace.columns.call_t[-1]):,.1f} s (from {trace.meta.get('format')} {source})", highlight=False)

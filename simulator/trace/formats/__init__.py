@@ -1,12 +1,14 @@
 """Reading and writing trace files; the one place that recognises a file's format.
 
-Two formats (one module each):
+Three formats of simctl's own (one module each):
 
 * ``client`` — the users' load-testing client's ``batch_arrivals.json``
   (:mod:`simulator.trace.formats.client`): prompt *texts*, classified into tasks by
   keyword rules;
 * ``native`` — simctl's own ``simctl-trace/1`` (:mod:`simulator.trace.formats.native`):
-  task names and optional token counts.
+  task names and optional token counts;
+* ``parquet`` — the same as a Parquet table, one row per prompt
+  (:mod:`simulator.trace.formats.parquet`), read as columns.
 
 :func:`load_trace` detects the format from the content (:func:`detect_format`), never
 from the file name.
@@ -29,10 +31,11 @@ from simulator.trace.formats._common import read_json
 from simulator.trace.formats._requests import DEFAULT_OPTIONS, TRACE_IMPORTERS, ImportOptions
 from simulator.trace.formats.client import read_client, write_client
 from simulator.trace.formats.native import read_native, read_native_fast, read_native_lines, write_native
+from simulator.trace.formats.parquet import is_parquet, read_parquet_trace, write_parquet
 from simulator.trace.model import Trace
 
 #: Names of the formats :func:`save_trace` writes.
-FORMATS = ("native", "client")
+FORMATS = ("native", "client", "parquet")
 #: Production formats :func:`load_trace` reads (and ``simctl import`` names): name -> reader,
 #: each registered by its module (imported above, in the order :func:`sniff` tries them).
 IMPORTERS = {name: TRACE_IMPORTERS.get(name).read for name in TRACE_IMPORTERS}
@@ -72,7 +75,9 @@ def sniff(path: str | Path) -> str:
     a JSON document nor a format's first line, is refused here (:class:`TraceError` naming
     the file) before the whole of it is read."""
     with inputs.readable(path, TraceError, "trace file") as p:
-        inputs.check_head(p, TraceError, "trace file (JSON, JSON lines or CSV)")
+        if is_parquet(inputs.head(p, 4)):
+            return "parquet"
+        inputs.check_head(p, TraceError, "trace file (JSON, JSON lines, CSV or Parquet)")
         text = inputs.head(p, SNIFF_BYTES).decode("utf-8", errors="replace")
     first = next((line.strip() for line in text.splitlines() if line.strip()), "")
     for name in TRACE_IMPORTERS:
@@ -111,6 +116,8 @@ def load_trace(path: str | Path, classifier: KeywordClassifier = DEFAULT_CLASSIF
                              f"{' '.join(str(exc).split())[:160]})") from None
     if kind not in ("json", *FORMATS):
         raise ValueError(f"unknown trace format {kind!r}")
+    if kind == "parquet":
+        return read_parquet_trace(path)
     with inputs.readable(path, TraceError, "trace file") as p:
         inputs.check_head(p, TraceError, "trace file", json=True)
     with inputs.gc_paused():
@@ -148,7 +155,8 @@ def save_trace(
     force: bool = False,
     classifier: KeywordClassifier = DEFAULT_CLASSIFIER,
 ) -> Path:
-    """Write ``trace`` to ``path`` in ``format`` (``"native"`` or ``"client"``); return the path.
+    """Write ``trace`` to ``path`` in ``format`` (``"native"``, ``"client"`` or ``"parquet"``);
+    return the path.
 
     The file is written atomically and an existing file is refused
     (:class:`~simulator.errors.OutputError`) unless ``force``. ``classifier`` is used by
@@ -157,6 +165,10 @@ def save_trace(
     """
     if format not in FORMATS:
         raise ValueError(f"unknown trace format {format!r} (expected one of {', '.join(FORMATS)})")
+    if format == "parquet":
+        with open_output(path, mode="wb", force=force) as binary:
+            write_parquet(trace, binary)
+        return Path(path)
     with open_output(path, force=force) as handle:
         if format == "client":
             write_client(trace, handle, classifier)

@@ -22,7 +22,7 @@ from simulator import inputs
 from simulator.errors import SimctlWarning, TraceError
 from simulator.registry import Registry
 from simulator.trace.formats._common import EPOCH_THRESHOLD
-from simulator.trace.model import Call, Prompt, Trace
+from simulator.trace.model import PROMPT_INT, Trace, TraceColumns
 
 
 def read_csv_table(path: Path) -> pd.DataFrame:
@@ -40,6 +40,39 @@ def read_csv_table(path: Path) -> pd.DataFrame:
                 raise
             line, fields, expected = ragged
             raise TraceError(path, f"line {line}", None, f"has {fields} fields; the header has {expected}") from None
+
+
+def read_csv_columns(path: Path, types: Mapping[str, str]) -> dict[str, np.ndarray] | None:
+    """The named columns of a CSV file parsed at once by pyarrow (``types``: column -> ``int``,
+    ``float``, ``timestamp`` (as int64 nanoseconds) or ``text`` (as task codes and names)), when every
+    row holds a value of its column's type and no text has the leading blanks
+    :func:`read_csv_table` strips; ``None`` otherwise, and the caller reads the file with
+    :func:`read_csv_table` to name the first bad row."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    arrow = {"int": pa.int64(), "float": pa.float64(), "timestamp": pa.timestamp("ns"), "text": pa.string()}
+    try:
+        table = inputs.read_csv_arrow(path, TraceError, "trace file", {c: arrow[k] for c, k in types.items()})
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    if any(c not in table.column_names for c in types) or table.num_rows == 0:
+        return None
+    out: dict[str, Any] = {}
+    for name, kind in types.items():
+        column = table.column(name)
+        if column.null_count or column.type != arrow[kind]:
+            return None
+        if kind == "text":
+            if pc.any(pc.match_substring_regex(column, r"^\s|^$")).as_py():
+                return None
+            coded = column.dictionary_encode().combine_chunks()  # codes in order of first appearance
+            out[name] = (tuple(coded.dictionary.to_pylist()), coded.indices.to_numpy())
+        elif kind == "timestamp":
+            out[name] = column.cast(pa.int64()).to_numpy()
+        else:
+            out[name] = column.to_numpy()
+    return out
 
 
 def _first_ragged_line(path: Path) -> tuple[int, int, int] | None:
@@ -118,22 +151,33 @@ def bad_rows(path: Path, lines: np.ndarray, bad: np.ndarray, reasons: list[tuple
 
 
 def build(path: Path, t: np.ndarray, prompt_tokens: np.ndarray | None, max_tokens: np.ndarray | None,
-          tasks: np.ndarray, lines: np.ndarray, meta: dict[str, Any], options: ImportOptions) -> Trace:
-    """The trace of request columns (already valid), with ``options`` applied."""
+          tasks: np.ndarray | tuple[tuple[str, ...], np.ndarray], lines: np.ndarray, meta: dict[str, Any],
+          options: ImportOptions) -> Trace:
+    """The trace of request columns (already valid), with ``options`` applied, as
+    :class:`TraceColumns` made by array operations (no object per request).
+
+    ``tasks``: a task name per request, or (names, an index into them per request) where
+    the reader has them coded already. A call's id is the file line of its first request."""
     if t.size == 0:
         raise TraceError(path, None, None, "no requests (the trace is empty)")
     t = np.asarray(t, dtype=float)
+    if isinstance(tasks, tuple):
+        names, codes = tasks
+    else:
+        codes_, uniques = pd.factorize(tasks, sort=False)  # codes in order of first appearance
+        names, codes = tuple(uniques.tolist()), codes_
+    codes = np.asarray(codes, dtype=PROMPT_INT)
     meta = dict(meta)
     origin = float(t.min())
     if origin >= EPOCH_THRESHOLD or meta.pop("absolute", False):
         meta["epoch_start"] = origin
     t = t - origin
-    order = np.argsort(t, kind="stable")  # equal times keep file order
-    if np.any(order != np.arange(order.size)):
+    if np.any(t[1:] < t[:-1]):
+        order = np.argsort(t, kind="stable")  # equal times keep file order
         meta["resorted"] = True
-    t, lines, tasks = t[order], lines[order], tasks[order]
-    prompt_tokens = None if prompt_tokens is None else prompt_tokens[order]
-    max_tokens = None if max_tokens is None else max_tokens[order]
+        t, lines, codes = t[order], lines[order], codes[order]
+        prompt_tokens = None if prompt_tokens is None else prompt_tokens[order]
+        max_tokens = None if max_tokens is None else max_tokens[order]
 
     if options.start is not None or options.end is not None:
         lo = options.start or 0.0
@@ -144,31 +188,59 @@ def build(path: Path, t: np.ndarray, prompt_tokens: np.ndarray | None, max_token
         if not keep.any():
             raise TraceError(path, None, "window", f"no request arrives in [{lo:g}, {hi:g}) s "
                              f"(the trace spans 0 to {t.max():g} s)")
-        t, lines, tasks = t[keep] - lo, lines[keep], tasks[keep]
+        t, lines, codes = t[keep] - lo, lines[keep], codes[keep]
         prompt_tokens = None if prompt_tokens is None else prompt_tokens[keep]
         max_tokens = None if max_tokens is None else max_tokens[keep]
         meta["window"] = [lo, None if options.end is None else hi]
 
-    names = tasks
     if options.task is not None:
-        names = np.full(t.size, options.task, dtype=object)
-    elif options.task_map:
-        names = np.array([options.task_map.get(x, x) for x in tasks], dtype=object)
-
-    pt = [None] * t.size if prompt_tokens is None else prompt_tokens.tolist()
-    mt = [None] * t.size if max_tokens is None else max_tokens.tolist()
-    prompts = [Prompt(n, p, m) for n, p, m in zip(names.tolist(), pt, mt, strict=True)]
-    times, ids = t.tolist(), lines.tolist()
-    calls = []
-    if options.group_gap is None:
-        calls = [Call(str(i), ti, (p,)) for i, ti, p in zip(ids, times, prompts, strict=True)]
+        names, codes = (options.task,), np.zeros(t.size, dtype=PROMPT_INT)
     else:
-        gap, cap = options.group_gap, options.max_prompts
-        start = 0
-        for i in range(1, len(times) + 1):
-            if i == len(times) or times[i] - times[start] > gap or i - start >= cap:
-                calls.append(Call(str(ids[start]), times[start], tuple(prompts[start:i])))
-                start = i
-        meta["group_gap"] = gap
-    meta["requests"] = int(t.size)
-    return Trace(calls=tuple(calls), meta=meta, source=str(path))
+        # Only the tasks of the requests kept, in order of their first appearance.
+        present, first = np.unique(codes, return_index=True)
+        kept = present[np.argsort(first)]
+        mapped = [options.task_map.get(names[k], names[k]) for k in kept.tolist()]
+        new_names = tuple(dict.fromkeys(mapped))  # two names mapped to one: the first's place
+        remap = np.zeros(len(names), dtype=PROMPT_INT)
+        remap[kept] = [new_names.index(m) for m in mapped]
+        names, codes = new_names, remap[codes]
+
+    n = t.size
+    if options.group_gap is None:
+        starts = np.arange(n)
+    else:
+        starts = group_starts(t, options.group_gap, options.max_prompts)
+        meta["group_gap"] = options.group_gap
+    sizes = np.diff(np.append(starts, n))
+    columns = TraceColumns.of_sizes(
+        call_t=t[starts], call_ids=lines[starts].astype(np.dtypes.StringDType()), sizes=sizes, task_names=names,
+        task_of=codes, prompt_tokens=np.full(n, -1, PROMPT_INT) if prompt_tokens is None else prompt_tokens,
+        max_tokens=np.zeros(n, PROMPT_INT) if max_tokens is None else max_tokens)
+    meta["requests"] = int(n)
+    return Trace(columns=columns, meta=meta, source=str(path))
+
+
+def group_starts(t: np.ndarray, gap: float, cap: int) -> np.ndarray:
+    """The first request of each call when requests (sorted by time ``t``) are grouped: a
+    request joins the current call when it arrives within ``gap`` seconds of the call's first
+    request (``t[j] - t[start] <= gap``, in floating point) and the call has fewer than ``cap``
+    prompts."""
+    n = t.size
+    # Where each request's call would end on time alone: the first later request past the
+    # gap. ``t + gap`` can round across that boundary, so the candidate is corrected by the
+    # exact test the definition uses (a few steps: only requests within rounding of it move).
+    idx = np.arange(n)
+    end = np.maximum(np.searchsorted(t, t + gap, side="right"), idx + 1)
+    while True:
+        back = (end > idx + 1) & (t[np.maximum(end - 1, 0)] - t > gap)
+        forward = (end < n) & (t[np.minimum(end, n - 1)] - t <= gap)
+        if not (back.any() or forward.any()):
+            break
+        end = end - back + forward
+    nxt = np.minimum(end, idx + max(cap, 1)).tolist()
+    # The calls chain from the first request: a walk of one step per call.
+    starts, s = [], 0
+    while s < n:
+        starts.append(s)
+        s = nxt[s]
+    return np.array(starts, dtype=np.int64)

@@ -23,9 +23,10 @@ from simulator.trace.formats._requests import (
     ImportOptions,
     bad_rows,
     build,
+    read_csv_columns,
     read_csv_table,
 )
-from simulator.trace.formats.azure import tokens
+from simulator.trace.formats.azure import tokens, valid_counts
 from simulator.trace.model import Trace
 
 REQUIRED = ("Timestamp", "Model", "Request tokens", "Response tokens")
@@ -38,6 +39,12 @@ def looks_like(header: str) -> bool:
 
 def read_burstgpt(path: str | Path, options: ImportOptions = DEFAULT_OPTIONS) -> Trace:
     path = Path(path)
+    fast = read_csv_columns(path, {"Timestamp": "float", "Model": "text", "Request tokens": "int",
+                                   "Response tokens": "int"})
+    if (fast is not None and np.all(np.isfinite(fast["Timestamp"])) and fast["Timestamp"].min() >= 0
+            and valid_counts(fast["Request tokens"]) and valid_counts(fast["Response tokens"])):
+        return _trace(path, fast["Timestamp"], fast["Request tokens"], fast["Response tokens"], fast["Model"],
+                      np.arange(len(fast["Timestamp"])) + 2, np.ones(len(fast["Timestamp"]), dtype=bool), options)
     frame = read_csv_table(path)
     frame.columns = [c.strip() for c in frame.columns]
     missing = [c for c in REQUIRED if c not in frame.columns]
@@ -57,6 +64,13 @@ def read_burstgpt(path: str | Path, options: ImportOptions = DEFAULT_OPTIONS) ->
         (bad_output, "Response tokens", "must be an integer >= 0"),
         (bad_model, "Model", "is empty"),
     ], options)
+    return _trace(path, t, prompt, output, model, lines, keep, options)
+
+
+def _trace(path: Path, t: np.ndarray, prompt: np.ndarray, output: np.ndarray,
+           model: np.ndarray | tuple[tuple[str, ...], np.ndarray], lines: np.ndarray, keep: np.ndarray,
+           options: ImportOptions) -> Trace:
+    """The trace of the rows ``keep`` names, failed requests left out unless asked for."""
     failed = keep & (output == 0)
     meta = {"format": "burstgpt", "failed_requests": int(failed.sum()),
             "failed_included": options.include_failed}
@@ -64,9 +78,9 @@ def read_burstgpt(path: str | Path, options: ImportOptions = DEFAULT_OPTIONS) ->
         keep &= ~failed
         if failed.any():
             warnings.warn(SimctlWarning(f"{path}: left out {int(failed.sum())} failed request(s) "
-                                        "(0 response tokens); --include-failed keeps them"), stacklevel=2)
-    return build(path, t[keep], prompt[keep], np.maximum(output[keep], 1), model[keep],
-                 lines[keep], meta, options)
+                                        "(0 response tokens); --include-failed keeps them"), stacklevel=3)
+    tasks = (model[0], model[1][keep]) if isinstance(model, tuple) else model[keep]
+    return build(path, t[keep], prompt[keep], np.maximum(output[keep], 1), tasks, lines[keep], meta, options)
 
 
 TRACE_IMPORTERS.register("burstgpt")(Importer(looks_like, read_burstgpt))

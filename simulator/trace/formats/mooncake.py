@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import json
 import math
+from operator import attrgetter
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import numpy as np
 
 from simulator import inputs
@@ -32,8 +35,44 @@ def looks_like(first_line: str) -> bool:
     return isinstance(obj, dict) and {"timestamp", "input_length"} <= obj.keys()
 
 
+class _Request(msgspec.Struct, gc=False):
+    """One line as the fast reader decodes it (other keys are ignored, as the line reader does)."""
+
+    timestamp: int | float
+    input_length: int
+    output_length: int
+    hash_ids: list[Any] | None = None
+
+
+def _read_columns(path: Path, options: ImportOptions) -> Trace | None:
+    """The trace when every line is a valid request and none is blank, decoded by msgspec in
+    one call; ``None`` otherwise, and the line reader then names the first bad line."""
+    raw = inputs.read_bytes(path, TraceError, "Mooncake trace")
+    try:
+        with inputs.gc_paused():
+            records = msgspec.json.Decoder(_Request).decode_lines(raw)
+    except msgspec.DecodeError:
+        return None
+    # A blank line, skipped by the decoder, would shift the line numbers that name calls.
+    if not records or len(records) != raw.count(b"\n") + (not raw.endswith(b"\n")):
+        return None
+    t = np.fromiter(map(attrgetter("timestamp"), records), dtype=float, count=len(records))
+    inp = np.fromiter(map(attrgetter("input_length"), records), dtype=np.int64, count=len(records))
+    out = np.fromiter(map(attrgetter("output_length"), records), dtype=np.int64, count=len(records))
+    if not (np.all(np.isfinite(t)) and t.min() >= 0 and t.max() <= MAX_COUNT and inp.min() >= 0
+            and out.min() >= 0 and inp.max() <= MAX_COUNT and out.max() <= MAX_COUNT):
+        return None
+    blocks = sum(map(len, filter(None, map(attrgetter("hash_ids"), records))))
+    n = len(records)
+    return build(path, t / 1000.0, inp, np.maximum(out, 1), (("mooncake",), np.zeros(n, dtype=np.int64)),
+                 np.arange(1, n + 1), {"format": "mooncake", "prefix_blocks": blocks}, options)
+
+
 def read_mooncake(path: str | Path, options: ImportOptions = DEFAULT_OPTIONS) -> Trace:
     path = Path(path)
+    fast = _read_columns(path, options)
+    if fast is not None:
+        return fast
     t, inp, out, lines, bad, blocks = [], [], [], [], [], 0
     why: list[tuple[str | None, str]] = []
     with inputs.open_text(path, TraceError, "Mooncake trace") as fh:

@@ -89,8 +89,8 @@ class _File(msgspec.Struct):
 _DECODER = msgspec.json.Decoder(list[_Call] | _File)
 _CALLS = msgspec.json.Decoder(list[_Call])
 _HEADER = msgspec.json.Decoder(_File)
-#: Calls decoded at a time when a file is read a block of lines at a time.
-BLOCK_CALLS = 20_000
+#: Bytes read at a time when a file is read a block of lines at a time (some 100,000 calls).
+BLOCK_BYTES = 1 << 23
 #: The most header (format and meta) a file read a block at a time may have.
 MAX_HEADER_BYTES = 1 << 24
 
@@ -101,9 +101,11 @@ class _ColumnBlocks:
     def __init__(self) -> None:
         self.codes: dict[str, int] = {}
         self.blocks: list[tuple[np.ndarray, ...]] = []
-        self.texts: list[tuple[int, list[str | None]]] = []  # (first prompt, texts) of blocks with any
+        self.texts: list[tuple[int, Any]] = []  # (first prompt, texts) of blocks with any
         self.n_calls = 0
         self.n_prompts = 0
+        #: the ids as integers (their bytes) while every block's ids fit 8 bytes of ASCII
+        self.id_keys: list[np.ndarray] | None = []
 
     def add(self, calls: list[_Call]) -> None:
         n_calls = len(calls)
@@ -129,8 +131,27 @@ class _ColumnBlocks:
                 self.texts.append((self.n_prompts, [None if p.__class__ is str else p.text  # type: ignore[union-attr]
                                                     for p in prompts]))
         self.blocks.append((call_t, call_ids, sizes, task_of, prompt_tokens, max_tokens))
+        self.id_keys = None
         self.n_calls += n_calls
         self.n_prompts += n
+
+    def add_columns(self, call_t: np.ndarray, call_ids: np.ndarray, sizes: np.ndarray, task_names: tuple[str, ...],
+                    task_of: np.ndarray, prompt_tokens: np.ndarray, max_tokens: np.ndarray,
+                    texts: np.ndarray | None, id_keys: np.ndarray | None) -> None:
+        """Add a block already in columns (its task codes index its own ``task_names``;
+        ``id_keys``: its ids as integers, distinct exactly where the ids are, or ``None``)."""
+        if self.id_keys is not None and id_keys is not None:
+            self.id_keys.append(id_keys)
+        else:
+            self.id_keys = None
+        codes = self.codes
+        recode = np.array([codes.setdefault(name, len(codes)) for name in task_names], dtype=PROMPT_INT)
+        if texts is not None:
+            self.texts.append((self.n_prompts, texts))
+        self.blocks.append((call_t, call_ids, sizes, recode[task_of] if len(recode) else task_of,
+                            prompt_tokens, max_tokens))
+        self.n_calls += len(call_t)
+        self.n_prompts += len(task_of)
 
     def trace(self, meta: dict[str, Any], path: str | Path) -> Trace | None:
         """The trace of the calls added, or ``None`` where the general reader must look
@@ -143,7 +164,11 @@ class _ColumnBlocks:
         self.blocks.clear()
         if not np.isfinite(call_t).all() or (np.diff(call_t) < 0).any():
             return None
-        if pd.Series(call_ids).duplicated().any():
+        if self.id_keys is not None:
+            keys = np.sort(np.concatenate(self.id_keys))
+            if (keys[1:] == keys[:-1]).any():
+                return None
+        elif pd.Series(call_ids).duplicated().any():
             return None
         meta = {**meta, "format": "native"}
         start = float(call_t.min())
@@ -188,9 +213,14 @@ def read_native_fast(raw: bytes, path: str | Path) -> Trace | None:
 
 def read_native_lines(handle: IO[bytes], path: str | Path) -> Trace | None:
     """The trace in the open file ``handle`` when it is laid out as :func:`write_native`
-    writes it (one call a line) and valid, decoded :data:`BLOCK_CALLS` lines at a time, so
-    that neither the file nor its decoded calls are held whole; ``None`` for any other
-    layout or content (then :func:`read_native_fast` or :func:`read_native` reads it)."""
+    writes it (one call a line) and valid, read :data:`BLOCK_BYTES` at a time, so that
+    neither the file nor its decoded calls are held whole; ``None`` for any other layout or
+    content (then :func:`read_native_fast` or :func:`read_native` reads it).
+
+    Each block's lines are taken apart by array operations (:func:`_split_lines`): the
+    ids and times are cut out of the bytes and converted as columns, and each distinct
+    ``prompts`` list is decoded once, so no Python object is made per call. A block whose
+    lines are not exactly the writer's is decoded whole by msgspec instead."""
     if handle.readline().rstrip() != b"{":
         return None
     header = [b"{"]
@@ -211,31 +241,222 @@ def read_native_lines(handle: IO[bytes], path: str | Path) -> Trace | None:
     if head.format != FORMAT_NAME:
         return None
     blocks = _ColumnBlocks()
-    chunk: list[bytes] = []
-    closed = False
-    for line in handle:
-        record = line.strip()
-        if record == b"]":
-            closed = True
-            break
-        chunk.append(record[:-1] if record.endswith(b",") else record)
-        if len(chunk) == BLOCK_CALLS:
-            if not _add_lines(blocks, chunk):
+    held = b""     # whole lines not yet read into columns
+    partial = b""  # the start of a line whose end is not read yet
+    pieces: list[bytes] = []  # (a long line's reads, joined once its end is read: no quadratic copying)
+    while data := handle.read(BLOCK_BYTES):
+        if b"\n" not in data:
+            pieces.append(data)
+            continue
+        buffer = b"".join([partial, *pieces, data])
+        pieces.clear()
+        cut = buffer.rfind(b"\n") + 1
+        # A block is read only once the file is known to go on well past it: the closing
+        # lines ("  ]", "}") are then never in it.
+        if held and len(buffer) >= _TAIL_BYTES:
+            if not _add_block(blocks, held, last=False):
                 return None
-            chunk = []
-    if not closed or (chunk and not _add_lines(blocks, chunk)):
+            held = b""
+        held, partial = held + buffer[:cut], buffer[cut:]
+    tail = b"".join([held, partial, *pieces]).rstrip(b" \t\r\n")
+    if not tail.endswith(_CLOSE):
         return None
-    if handle.read().strip() != b"}":
+    calls = tail[:len(tail) - len(_CLOSE) + 1]
+    if calls and (calls[-1:] != b"\n" or not _add_block(blocks, calls, last=True)):
         return None
     return blocks.trace(dict(head.meta), path)
 
 
-def _add_lines(blocks: _ColumnBlocks, lines: list[bytes]) -> bool:
+#: The end of the file as the writer writes it (after the last call's line; whitespace may follow).
+_CLOSE = b"\n  ]\n}"
+#: How far past a block the file must go before the block is read (the closing lines and
+#: trailing whitespace fit in it).
+_TAIL_BYTES = 64
+
+
+def _add_block(blocks: _ColumnBlocks, lines: bytes, last: bool) -> bool:
+    """Add the calls of ``lines`` (whole lines, each ending in a newline; every call line but
+    the file's last ends in a comma) to ``blocks``; ``False`` where they are not valid calls."""
+    columns = _split_lines(lines, last)
+    if columns is not None:
+        blocks.add_columns(*columns)
+        return True
+    body = lines.rstrip()
+    if last == body.endswith(b","):
+        return False
     try:
-        blocks.add(_CALLS.decode(b"[" + b",".join(lines) + b"]"))
+        blocks.add(_CALLS.decode(b"[" + (body if last else body[:-1]) + b"]"))
     except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
         return False
     return True
+
+
+_ID_HEAD = b'    {"id": "'
+_T_HEAD = b'", "t": '
+_PROMPTS_HEAD = b', "prompts": ['
+
+#: A JSON number (the grammar of RFC 8259), which a time must be.
+_NUMBER = r"^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?$"
+_PROMPT_LIST = msgspec.json.Decoder(Annotated[list[str | _Prompt], msgspec.Meta(min_length=1)])
+
+
+def _words(lines: bytes) -> np.ndarray:
+    """Every 8 bytes of ``lines`` as one little-endian integer, one per byte offset (a view:
+    element ``i`` is bytes ``i`` to ``i + 7``), so that comparing 8 bytes at n offsets is one
+    gather of n integers."""
+    return np.ndarray(shape=(max(len(lines) - 7, 0),), dtype="<u8", buffer=lines, strides=(1,))
+
+
+def _matches(words: np.ndarray, at: np.ndarray, expected: bytes) -> bool:
+    """Whether ``expected`` (8 to 16 bytes) is in the bytes at every offset of ``at``."""
+    head = int.from_bytes(expected[:8], "little")
+    tail_at = len(expected) - 8
+    tail = int.from_bytes(expected[tail_at:], "little")
+    return bool((words[at] == head).all() and (words[at + tail_at] == tail).all())
+
+
+_ONES = np.uint64(0x0101010101010101)
+_HIGHS = np.uint64(0x8080808080808080)
+
+
+def _find(words: np.ndarray, start: np.ndarray, byte: int) -> np.ndarray | None:
+    """The offset of the first ``byte`` at or after each of ``start``, looked for 8 bytes at
+    a time (a byte equal to ``byte`` is a zero byte of ``word ^ pattern``; the lowest set
+    bit of the classic zero-byte test marks the first); ``None`` when one is not within
+    :data:`_SHORT_FIELD` bytes or the block's end."""
+    pattern = _ONES * np.uint64(byte)
+    found = np.full(len(start), -1, dtype=np.int64)
+    pending = np.arange(len(start))
+    for k in range(0, _SHORT_FIELD, 8):
+        at = start[pending] + k
+        if at.size and at.max() >= len(words):
+            return None
+        x = words[at] ^ pattern
+        zero = (x - _ONES) & ~x & _HIGHS
+        hit = zero != 0
+        low = zero[hit] & (~zero[hit] + np.uint64(1))
+        found[pending[hit]] = at[hit] + (np.frexp(low.astype(np.float64))[1] - 1) // 8
+        pending = pending[~hit]
+        if not pending.size:
+            return found
+    return None
+
+
+#: The longest id or time looked for (a longer one leaves the block to msgspec).
+_SHORT_FIELD = 64
+
+
+def _gather(buf: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The bytes of ``buf[start[i]:end[i]]`` for every ``i``, one after another, and their offsets."""
+    lengths = end - start
+    offsets = np.zeros(len(start) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    index = np.arange(int(offsets[-1]), dtype=np.int64) + np.repeat(start - offsets[:-1], lengths)
+    return buf[index], offsets
+
+
+def _split_lines(lines: bytes, last: bool) -> tuple[Any, ...] | None:
+    """The columns of ``lines`` when every one is exactly as :func:`write_native` writes a
+    call (``    {"id": "ID", "t": NUMBER, "prompts": [...]},``) with an id of printable ASCII
+    and no escape; ``None`` otherwise (then msgspec decodes the block, and names nothing:
+    the general reader does).
+
+    The structure around the fields is checked byte for byte, the time against JSON's
+    number grammar, and each distinct prompts list is decoded by msgspec as the typed reader
+    decodes it: what is accepted here is what :func:`read_native_fast` accepts."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    buf = np.frombuffer(lines, dtype=np.uint8)
+    ends = np.flatnonzero(buf == 10)
+    if not ends.size or (buf < 32).sum() != ends.size or (buf == 127).any():
+        return None  # (a tab, a carriage return or a control character is not the writer's)
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    words = _words(lines)
+    if ((ends - starts) < 40).any() or not _matches(words, starts, _ID_HEAD):
+        return None
+    id_start = starts + len(_ID_HEAD)
+    id_end = _find(words, id_start, ord('"'))
+    if id_end is None or (id_end <= id_start).any() or (id_end + 40 > ends).any() or not _matches(words, id_end, _T_HEAD):
+        return None
+    t_start = id_end + len(_T_HEAD)
+    t_end = _find(words, t_start, ord(","))
+    if t_end is None or (t_end + 20 > ends).any() or not _matches(words, t_end, _PROMPTS_HEAD):
+        return None
+    closing = ends - 2  # the call's "}": each line ends "},", the file's last call's "}" alone
+    if last:
+        closing[-1] += 1
+    commas_after = closing[:-1] if last else closing
+    if (buf[closing] != ord("}")).any() or (buf[commas_after + 1] != ord(",")).any():
+        return None
+    p_start = t_end + len(_PROMPTS_HEAD) - 1  # the list's "["
+    # ids: printable ASCII without a backslash (an escape): their bytes are the id itself
+    lengths = id_end - id_start
+    width = int(lengths.max())
+    if width <= 8:  # (one word each: the id's bytes, the rest zeroed)
+        keep = np.where(lengths == 8, ~np.uint64(0), (np.uint64(1) << (8 * lengths).astype(np.uint64)) - np.uint64(1))
+        id_words = words[id_start] & keep
+        id_bytes = id_words.view(np.uint8).reshape(-1, 8)
+        if ((id_bytes == ord("\\")) | (id_bytes > 127)).any():
+            return None
+        call_ids = id_words.view("S8").astype(np.dtypes.StringDType())
+        id_keys = id_words
+    else:
+        id_keys = None
+        gathered, _ = _gather(buf, id_start, id_end)
+        if ((gathered == ord("\\")) | (gathered > 127)).any():
+            return None
+        padded = np.zeros((len(starts), width), dtype=np.uint8)
+        padded[np.arange(width)[None, :] < lengths[:, None]] = gathered
+        call_ids = padded.view(f"S{width}").ravel().astype(np.dtypes.StringDType())
+    t_bytes, t_offsets = _gather(buf, t_start, t_end)
+    times = pa.Array.from_buffers(pa.large_string(), len(starts), [None, pa.py_buffer(t_offsets),
+                                                                   pa.py_buffer(t_bytes)])
+    if not pc.all(pc.match_substring_regex(times, _NUMBER)).as_py():
+        return None
+    call_t = pc.cast(times, pa.float64()).to_numpy()
+    if not (call_t >= 0).all():
+        return None
+    p_bytes, p_offsets = _gather(buf, p_start, closing)
+    lists = pa.Array.from_buffers(pa.large_binary(), len(starts), [None, pa.py_buffer(p_offsets),
+                                                                    pa.py_buffer(p_bytes)])
+    encoded = pc.dictionary_encode(lists)
+    which = encoded.indices.to_numpy()
+    names: dict[str, int] = {}
+    u_size: list[int] = []
+    u_task: list[int] = []
+    u_pt: list[int] = []
+    u_mt: list[int] = []
+    u_text: list[str | None] = []
+    for raw in encoded.dictionary.to_pylist():
+        try:
+            prompts = _PROMPT_LIST.decode(raw)
+        except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+            return None
+        u_size.append(len(prompts))
+        for p in prompts:
+            if isinstance(p, str):
+                u_task.append(names.setdefault(p, len(names)))
+                u_pt.append(-1)
+                u_mt.append(0)
+                u_text.append(None)
+            else:
+                u_task.append(names.setdefault(p.task, len(names)))
+                u_pt.append(-1 if p.prompt_tokens is None else p.prompt_tokens)
+                u_mt.append(p.max_tokens or 0)
+                u_text.append(p.text)
+    size_of = np.array(u_size, dtype=np.int64)
+    first_of = np.cumsum(size_of) - size_of
+    sizes = size_of[which]
+    if (sizes == 1).all():
+        index = first_of[which]
+    else:
+        index = np.repeat(first_of[which] - (np.cumsum(sizes) - sizes), sizes) + np.arange(int(sizes.sum()))
+    texts = None
+    if any(x is not None for x in u_text):
+        texts = np.array(u_text, dtype=object)[index]
+    return (call_t, call_ids, sizes, tuple(names), np.array(u_task, dtype=PROMPT_INT)[index],
+            np.array(u_pt, dtype=PROMPT_INT)[index], np.array(u_mt, dtype=PROMPT_INT)[index], texts, id_keys)
 
 
 def read_native(obj: Any, path: str | Path) -> Trace:
