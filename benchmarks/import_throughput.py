@@ -121,12 +121,14 @@ def main(argv: list[str] | None = None) -> int:
         from docs_tables import write_row
 
         big = results[-1]
-        write_row("trace reading", (
+        row = (
             f"| trace reading (library call), {big['rows']:,} single-prompt calls | **{big['parquet']['rows_per_s'] / 1e6:.1f} M "
             f"calls/s** Parquet, {big['native']['rows_per_s'] / 1e6:.1f} M native JSON, "
             f"{big['azure']['rows_per_s'] / 1e6:.1f} M Azure CSV, {big['burstgpt']['rows_per_s'] / 1e6:.1f} M BurstGPT, "
             f"{big['mooncake']['rows_per_s'] / 1e6:.1f} M Mooncake JSONL, per CPU-second | "
-            "`benchmarks/import_throughput.py` |"))
+            "`benchmarks/import_throughput.py`")
+        write_row("trace reading", row + " |")
+        write_row("trace reading", row + ", [docs/traces.md](docs/traces.md) |", page="README.md")
     return report({"sizes": results}, table(results), "trace-reading", write_docs=args.write_docs,
                   as_json=args.json, page="traces.md")
 

@@ -15,11 +15,11 @@ Python dict literals); otherwise the counts are left to the profile. Task ``serv
 from __future__ import annotations
 
 import ast
+import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.special import gamma as gamma_fn
 
 from simulator import inputs
 from simulator.errors import TraceError
@@ -45,7 +45,7 @@ def _window_arrivals(rng: np.random.Generator, start: float, end: float, mean: f
     out: list[np.ndarray] = []
     t = start
     block = max(16, int(1.2 * (end - start) / mean) + 16)
-    scale = mean / shape if dist == "Gamma" else mean / gamma_fn(1 + 1 / shape)
+    scale = mean / shape if dist == "Gamma" else mean / math.gamma(1 + 1 / shape)
     while True:
         gaps = rng.gamma(shape, scale, block) if dist == "Gamma" else rng.weibull(shape, block) * scale
         instants = t + np.cumsum(gaps)
