@@ -65,6 +65,38 @@ _BLOCK = 1 << 18
 _UNFINISHED = 1e300
 
 
+#: Up to this many values, percentiles are read off one full sort in Python arithmetic (a
+#: sweep's runs are small, and ``np.percentile``'s own overhead is most of their summary);
+#: above it, ``np.percentile`` (a partition, not a sort).
+_SMALL = 4096
+
+
+def percentiles(x: np.ndarray, q: Sequence[float], scratch: bool = False) -> list[float]:
+    """``np.percentile(x, q)`` (linear interpolation; ``q`` in (0, 100]) as floats, bit for
+    bit: the same order statistics (a sort gives those a partition gives), the same virtual
+    index ``(n − 1) × q/100`` and the same interpolation (numpy's ``_lerp``: ``a + (b − a)·t``,
+    or ``b − (b − a)·(1 − t)`` where ``t ≥ 0.5``). ``x`` is a non-empty float array; with
+    NaN every percentile is NaN, as numpy's. ``scratch``: ``x`` may be reordered."""
+    n = x.size
+    if n > _SMALL:
+        return [float(v) for v in np.percentile(x, list(q), overwrite_input=scratch)]
+    s = np.sort(x).tolist()
+    if s[-1] != s[-1]:  # NaN sorts last
+        return [math.nan] * len(q)
+    out = []
+    for p in q:
+        vi = (n - 1) * (p / 100)
+        if vi >= n - 1:  # (numpy takes the last value: b − 0·(1 − t))
+            out.append(s[-1] - (s[-1] - s[-1]) * (1 - (vi + 1)))
+            continue
+        lo = math.floor(vi)
+        t = vi - lo
+        a, b = s[lo], s[lo + 1]
+        diff = b - a
+        out.append(b - diff * (1 - t) if t >= 0.5 else a + diff * t)
+    return out
+
+
 def describe(values: Iterable[float] | np.ndarray, scratch: bool = False) -> dict[str, float | None]:
     """``{mean, p50, p90, p95, p99, max}`` of ``values`` (linear-interpolated percentiles);
     all ``None`` when there are no values.
@@ -79,22 +111,24 @@ def describe(values: Iterable[float] | np.ndarray, scratch: bool = False) -> dic
     if x.size == 0:
         return {k: None for k in STAT_KEYS}
     mean, top = float(x.mean()), float(x.max())
-    unfinished = np.isposinf(x)
-    if unfinished.any():
+    if top == math.inf:
         # Interpolating towards a huge finite stand-in keeps the finite percentiles exact and
         # sends every percentile that depends on an unfinished value past the stand-in's half.
+        unfinished = np.isposinf(x)
         if scratch:
             x[unfinished] = _UNFINISHED
         else:
             x = np.where(unfinished, _UNFINISHED, x)
         del unfinished
-        pct = np.percentile(x, [50, 90, 95, 99], overwrite_input=True)
-        p50, p90, p95, p99 = np.where(pct >= _UNFINISHED * 1e-6, np.inf, pct)
+        p50, p90, p95, p99 = (math.inf if v >= _UNFINISHED * 1e-6 else v
+                              for v in percentiles(x, _DESCRIBED, scratch=True))
     else:
-        del unfinished
-        p50, p90, p95, p99 = np.percentile(x, [50, 90, 95, 99], overwrite_input=scratch)
-    return {"mean": mean, "p50": float(p50), "p90": float(p90),
-            "p95": float(p95), "p99": float(p99), "max": top}
+        p50, p90, p95, p99 = percentiles(x, _DESCRIBED, scratch=scratch)
+    return {"mean": mean, "p50": p50, "p90": p90, "p95": p95, "p99": p99, "max": top}
+
+
+#: The percentiles :func:`describe` gives.
+_DESCRIBED = (50, 90, 95, 99)
 
 
 #: Top-level figures of the summary (no task or ``overall`` in front).
@@ -206,15 +240,15 @@ def parse_goodput(text: str, option: str = "--goodput") -> tuple[tuple[str, floa
     return tuple(out.items())
 
 
-def _stats(values: np.ndarray, percentiles: Sequence[float], scale: float) -> dict[str, float | None]:
-    """``{mean, pX...}`` of finite ``values`` times ``scale`` (linear interpolation); all
-    ``None`` without values."""
-    keys = ["mean", *(stat_name(p) for p in percentiles)]
+def _stats(values: np.ndarray, qs: Sequence[float], scale: float) -> dict[str, float | None]:
+    """``{mean, pX...}`` of finite ``values`` times ``scale`` (linear interpolation at the
+    percentiles ``qs``); all ``None`` without values."""
+    keys = ["mean", *(stat_name(p) for p in qs)]
     if values.size == 0:
         return {k: None for k in keys}
-    pct = np.percentile(values, list(percentiles)) if percentiles else []
+    pct = percentiles(values, qs) if qs else []
     return {"mean": float(values.mean()) * scale,
-            **{stat_name(p): float(v) * scale for p, v in zip(percentiles, pct, strict=True)}}
+            **{stat_name(p): float(v) * scale for p, v in zip(qs, pct, strict=True)}}
 
 
 def token_figures(requests: pd.DataFrame, options: TokenOptions | None = None,
