@@ -245,8 +245,9 @@ def run_job(job: tuple[str, dict[str, Any], int], task: str | None, base: Base |
         raise RuntimeError("run_job needs a base: pass one, or set the process's with _set_base")
     key, config, seed = job
     scenario = scenario_for(base, config, task)
+    # (no event log frame: the row needs the summary alone)
     _, summary = simulate_and_summarize(base.trace, scenario, base.profile, seed, prices=base.prices,
-                                    tokens=base.tokens)
+                                        tokens=base.tokens, keep_log=False)
     return {"config_key": key, "seed": seed, **config, **flatten(summary)}
 
 
