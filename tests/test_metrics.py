@@ -269,3 +269,37 @@ def test_goodput_and_percentiles_parse():
     for bad in ("0", "101", "x", ""):
         with pytest.raises(FigureError):
             parse_percentiles(bad)
+
+
+@pytest.mark.parametrize("topology", ["shared", "split", "direct", "continuous"])
+def test_a_runs_columns_give_the_summary_of_its_log_frame(topology):
+    # A sweep summarises the fast engine's columns without the frame: the summary must be
+    # the frame's, figure for figure, whatever the task codes' order (with a deadline and a
+    # client timeout, so unfinished prompts and failed calls are in it).
+    from dataclasses import replace
+
+    from simulator import build_scenario, load_profile, load_trace
+    from simulator.events import LogColumns
+    from simulator.metrics import summarize_columns
+    from simulator.model import simulate
+    from simulator.model.engine import simulate_columns
+
+    trace = load_trace("example").scaled(2.0)
+    base = build_scenario(path="design-notes")
+    scenario = replace(base, tasks={**base.tasks, "infobench": {**base.tasks["infobench"], "topology": topology}},
+                       deadline=120.0, client_timeout=100.0)
+    profile = load_profile("seed-calibrated")
+    kwargs = dict(deadline=scenario.deadline, gpus=scenario.gpus, client_timeout=scenario.client_timeout,
+                  compositions=scenario.compositions)
+    log = simulate(trace, scenario, profile, seed=3)
+    columns = simulate_columns(trace, scenario, profile, seed=3)
+    assert log.attrs["engine"] == columns.attrs["engine"] == "fast"
+    expected = summarize(log, **kwargs)
+    assert expected["overall"]["unfinished"] > 0
+    assert summarize_columns(columns, **kwargs) == expected
+    # the same run with its task names coded in reverse order
+    names = list(columns.labels["task"])
+    reverse = np.arange(len(names))[::-1]
+    recoded = LogColumns({**columns.columns, "task": reverse[columns.columns["task"]]},
+                         {**columns.labels, "task": names[::-1]}, columns.attrs)
+    assert summarize_columns(recoded, **kwargs) == expected
