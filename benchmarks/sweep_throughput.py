@@ -122,12 +122,16 @@ def run(jobs: int, repeat: int, quick: bool = False) -> dict:
     grid = QUICK_GRID if quick else GRID
     with tempfile.TemporaryDirectory() as tmp:
         cmd = run_command(grid, jobs, repeat, Path(tmp))
+        # the machine's load as the command ended: its wall time is inflated on a shared machine,
+        # its CPU time is not
+        load = os.getloadavg()[0]
         lib = run_library(grid, jobs, repeat, Path(tmp))
     n = lib["configurations"]
     return {"configurations": n, "jobs": jobs, "cores": os.cpu_count(), "repeat": repeat,
             "command": " ".join(["simctl", *command(grid, jobs, Path("sweep.parquet"))]),
             "command_wall_s": cmd["wall_s"], "command_cpu_s": cmd["cpu_s"],
             "command_configurations_per_s": n / cmd["wall_s"],
+            "command_cpu_ms_per_configuration": 1000 * cmd["cpu_s"] / n, "load_average": load,
             "library_wall_s": lib["wall_s"], "library_cpu_s": lib["cpu_s"],
             "library_configurations_per_s": n / lib["wall_s"],
             # (kept for readers of earlier results: the library figure)
@@ -139,7 +143,9 @@ def describe(r: dict) -> str:
     text = (f"**{r['configurations']:,} configurations in {r['command_wall_s']:.1f} s** as a whole command "
             f"(`{r['command']}`: a new process, imports, loading, the pool and the results file included) on "
             f"{r['jobs']} process(es), {r['cores']} cores; **{r['command_cpu_s']:.1f} CPU-s** summed over the command "
-            f"and its workers. The library call (`run_sweep` of the same grid, inputs loaded and the kernel warm): "
+            f"and its workers ({r['command_cpu_ms_per_configuration']:.1f} CPU-ms a configuration; the "
+            f"machine's 1-minute load average was {r['load_average']:.1f} on its {r['cores']} cores as the command "
+            f"ended, so the wall time counts other work too). The library call (`run_sweep` of the same grid, inputs loaded and the kernel warm): "
             f"{r['library_wall_s']:.1f} s, {r['library_cpu_s']:.1f} CPU-s "
             f"({r['library_configurations_per_s']:,.0f} configurations per second). Best of {r['repeat']}.")
     if r["plan_s"] is not None:
@@ -152,8 +158,9 @@ def readme_row(r: dict) -> str:
     plan = f"; the plan example above {r['plan_s']:.1f} s end to end" if r["plan_s"] is not None else ""
     return (f"{README_ROW} `simctl sweep` of {r['configurations']:,} configurations (flush × topology × max batch × "
             f"GPUs × load) as a whole command: {r['command_wall_s']:.1f} s on {r['jobs']} processes, "
-            f"{r['command_cpu_s']:.1f} CPU-s summed over its processes; the library call of the same grid "
-            f"{r['library_wall_s']:.1f} s{plan} | `benchmarks/sweep_throughput.py`, "
+            f"{r['command_cpu_s']:.1f} CPU-s summed over its processes (load average {r['load_average']:.1f} on "
+            f"{r['cores']} cores); the library call of the same grid {r['library_wall_s']:.1f} s, "
+            f"{r['library_cpu_s']:.1f} CPU-s{plan} | `benchmarks/sweep_throughput.py`, "
             f"[docs/sweep-and-plan.md](docs/sweep-and-plan.md#sweep-speed) |")
 
 
@@ -173,10 +180,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--quick", action="store_true", help="the 32-configuration grid, no plan example (a check)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--from-json", type=Path, help="the figures of a saved --json run instead of a new run")
     parser.add_argument("--write-docs", action="store_true",
                         help="write the figures into docs/sweep-and-plan.md, docs/benchmarks.md and the README")
     args = parser.parse_args(argv)
-    r = run(args.jobs, args.repeat, args.quick)
+    r = json.loads(args.from_json.read_text()) if args.from_json else run(args.jobs, args.repeat, args.quick)
     text = describe(r)
     if args.write_docs:
         from docs_tables import write_generated

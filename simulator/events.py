@@ -60,8 +60,12 @@ Durations come from :func:`with_durations` only.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from simulator import inputs
@@ -78,6 +82,32 @@ SERVED = ("served", "sent_after_timeout")
 #: The fields a run with a replica pool adds, after :data:`EVENT_COLUMNS`.
 POOL_COLUMNS = ["replica", "dispatched_at"]
 STATUSES = (*SERVED, "rejected", "dropped")
+
+
+#: The columns whose values are labels (a few distinct names): in :class:`LogColumns` as
+#: integer codes into their names.
+LABEL_COLUMNS = ("task", "resource", "queue", "status")
+
+
+@dataclass(frozen=True)
+class LogColumns:
+    """The event log as numpy columns, without a DataFrame: what a summary reads
+    (:func:`simulator.metrics.summarize_columns`), made by the fast engine directly (a sweep
+    summarises thousands of runs and never needs the frame) or from a log frame
+    (:func:`simulator.metrics.log_columns`).
+
+    ``columns`` maps names of :data:`EVENT_COLUMNS` (and :data:`POOL_COLUMNS`) to arrays,
+    one value a prompt in log order: instants as floats; ``gpu`` an integer, ``-1`` on no
+    GPU; a column of :data:`LABEL_COLUMNS` holds integer codes into its ``labels`` entry (the
+    names in any order; a code of ``-1`` names nothing). ``attrs`` are the log's ``attrs``.
+    """
+
+    columns: Mapping[str, np.ndarray]
+    labels: Mapping[str, Sequence[str]]
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.columns["arrived_at"])
 
 
 def with_durations(log: pd.DataFrame) -> pd.DataFrame:

@@ -52,7 +52,8 @@ import numpy as np
 import pandas as pd
 
 from simulator.errors import FigureError
-from simulator.padding import batch_work, continuous_rows, padding_totals
+from simulator.events import LogColumns
+from simulator.padding import batch_work, continuous_of, padding_totals
 from simulator.scenario import Compositions
 
 STAT_KEYS = ("mean", "p50", "p90", "p95", "p99", "max")
@@ -63,6 +64,44 @@ _BLOCK = 1 << 18
 
 #: Stand-in for +inf inside the percentile arithmetic (see :func:`describe`).
 _UNFINISHED = 1e300
+
+
+#: Up to this many values, percentiles are read off one full sort in Python arithmetic (a
+#: sweep's runs are small, and ``np.percentile``'s own overhead is most of their summary);
+#: above it, ``np.percentile`` (a partition, not a sort).
+_SMALL = 4096
+
+
+def percentiles(x: np.ndarray, q: Sequence[float], scratch: bool = False) -> list[float]:
+    """``np.percentile(x, q)`` (linear interpolation; ``q`` in (0, 100]) as floats, bit for
+    bit: the same order statistics (a sort gives those a partition gives), the same virtual
+    index ``(n − 1) × q/100`` and the same interpolation (numpy's ``_lerp``: ``a + (b − a)·t``,
+    or ``b − (b − a)·(1 − t)`` where ``t ≥ 0.5``). ``x`` is a non-empty float array; with
+    NaN every percentile is NaN, as numpy's. ``scratch``: ``x`` may be reordered."""
+    n = x.size
+    if n > _SMALL:
+        return [float(v) for v in np.percentile(x, list(q), overwrite_input=scratch)]
+    s = np.sort(x).tolist()
+    if s[-1] != s[-1]:  # NaN sorts last
+        return [math.nan] * len(q)
+    out = []
+    for p in q:
+        vi = (n - 1) * (p / 100)
+        if vi >= n - 1:  # (numpy takes the last value: b − 0·(1 − t))
+            out.append(s[-1] - (s[-1] - s[-1]) * (1 - (vi + 1)))
+            continue
+        lo = math.floor(vi)
+        t = vi - lo
+        a, b = s[lo], s[lo + 1]
+        diff = b - a
+        out.append(b - diff * (1 - t) if t >= 0.5 else a + diff * t)
+    return out
+
+
+def _mean(x: np.ndarray) -> float:
+    """``float(x.mean())`` of a non-empty float array, bit for bit (numpy's own sum divided by
+    the count), without ``ndarray.mean``'s per-call overhead."""
+    return float(np.add.reduce(x)) / x.size
 
 
 def describe(values: Iterable[float] | np.ndarray, scratch: bool = False) -> dict[str, float | None]:
@@ -78,23 +117,25 @@ def describe(values: Iterable[float] | np.ndarray, scratch: bool = False) -> dic
     x = np.asarray(values, dtype=float)
     if x.size == 0:
         return {k: None for k in STAT_KEYS}
-    mean, top = float(x.mean()), float(x.max())
-    unfinished = np.isposinf(x)
-    if unfinished.any():
+    mean, top = _mean(x), float(x.max())
+    if top == math.inf:
         # Interpolating towards a huge finite stand-in keeps the finite percentiles exact and
         # sends every percentile that depends on an unfinished value past the stand-in's half.
+        unfinished = np.isposinf(x)
         if scratch:
             x[unfinished] = _UNFINISHED
         else:
             x = np.where(unfinished, _UNFINISHED, x)
         del unfinished
-        pct = np.percentile(x, [50, 90, 95, 99], overwrite_input=True)
-        p50, p90, p95, p99 = np.where(pct >= _UNFINISHED * 1e-6, np.inf, pct)
+        p50, p90, p95, p99 = (math.inf if v >= _UNFINISHED * 1e-6 else v
+                              for v in percentiles(x, _DESCRIBED, scratch=True))
     else:
-        del unfinished
-        p50, p90, p95, p99 = np.percentile(x, [50, 90, 95, 99], overwrite_input=scratch)
-    return {"mean": mean, "p50": float(p50), "p90": float(p90),
-            "p95": float(p95), "p99": float(p99), "max": top}
+        p50, p90, p95, p99 = percentiles(x, _DESCRIBED, scratch=scratch)
+    return {"mean": mean, "p50": p50, "p90": p90, "p95": p95, "p99": p99, "max": top}
+
+
+#: The percentiles :func:`describe` gives.
+_DESCRIBED = (50, 90, 95, 99)
 
 
 #: Top-level figures of the summary (no task or ``overall`` in front).
@@ -206,15 +247,15 @@ def parse_goodput(text: str, option: str = "--goodput") -> tuple[tuple[str, floa
     return tuple(out.items())
 
 
-def _stats(values: np.ndarray, percentiles: Sequence[float], scale: float) -> dict[str, float | None]:
-    """``{mean, pX...}`` of finite ``values`` times ``scale`` (linear interpolation); all
-    ``None`` without values."""
-    keys = ["mean", *(stat_name(p) for p in percentiles)]
+def _stats(values: np.ndarray, qs: Sequence[float], scale: float) -> dict[str, float | None]:
+    """``{mean, pX...}`` of finite ``values`` times ``scale`` (linear interpolation at the
+    percentiles ``qs``); all ``None`` without values."""
+    keys = ["mean", *(stat_name(p) for p in qs)]
     if values.size == 0:
         return {k: None for k in keys}
-    pct = np.percentile(values, list(percentiles)) if percentiles else []
-    return {"mean": float(values.mean()) * scale,
-            **{stat_name(p): float(v) * scale for p, v in zip(percentiles, pct, strict=True)}}
+    pct = percentiles(values, qs) if qs else []
+    return {"mean": _mean(values) * scale,
+            **{stat_name(p): float(v) * scale for p, v in zip(qs, pct, strict=True)}}
 
 
 def token_figures(requests: pd.DataFrame, options: TokenOptions | None = None,
@@ -496,6 +537,20 @@ def _codes(column: pd.Series) -> tuple[np.ndarray, list[str]]:
     return codes, list(names)
 
 
+def _sorted_labels(codes: np.ndarray, names: Sequence[str]) -> tuple[np.ndarray, list[str]]:
+    """``codes`` into ``names`` renumbered into the sorted names present (what
+    :func:`_codes` reads off an engine's log); the codes themselves where they are that
+    already."""
+    names = [str(n) for n in names]
+    present = np.bincount(codes[codes >= 0] if codes.size and codes.min() < 0 else codes, minlength=len(names)) > 0
+    if names == sorted(set(names)) and bool(present.all()):
+        return codes, names
+    order = sorted(set(n for n, p in zip(names, present, strict=True) if p))
+    renumber = np.array([order.index(n) if p else -1 for n, p in zip(names, present, strict=True)] + [-1],
+                        dtype=np.int32 if len(names) > 127 else np.int8)
+    return renumber[codes], order
+
+
 class _PerCall:
     """Reductions of per-prompt values to their calls (codes 0..calls-1): by segments where
     each call's prompts are consecutive (the engines' logs), else ``ufunc.at``. Max, min,
@@ -528,19 +583,19 @@ def _call_codes(call_index: np.ndarray) -> np.ndarray:
     return pd.factorize(call_index, sort=True)[0]
 
 
-def _gpu_figures(gpu_column: pd.Series, served: np.ndarray, started: np.ndarray, done: np.ndarray,
+def _gpu_figures(gpu_of: np.ndarray, served: np.ndarray, started: np.ndarray, done: np.ndarray,
                  batch_ids: np.ndarray, sizes: np.ndarray, gpus: int | None,
                  makespan: float) -> tuple[list[dict[str, Any]], float]:
     """Per GPU (``gpus`` of them, else as many as the log names): utilisation, busy time,
-    batches, mean batch size and concurrency (module docstring); and the total busy time."""
-    gpu = gpu_column.to_numpy(dtype=np.int64 if gpu_column.dtype == "Int64" else np.int32, na_value=-1)
-    on_gpu = (gpu >= 0) & served
-    n_gpus = gpus if gpus is not None else (int(gpu[on_gpu].max()) + 1 if on_gpu.any() else 0)
+    batches, mean batch size and concurrency (module docstring); and the total busy time.
+    ``gpu_of``: each row's GPU, ``-1`` on none."""
+    on_gpu = (gpu_of >= 0) & served
+    n_gpus = gpus if gpus is not None else (int(gpu_of[on_gpu].max()) + 1 if on_gpu.any() else 0)
     gpu_rows = []
     total_busy = 0.0
     # The rows of each GPU, found with one stable sort (not a pass over the log per GPU):
     # rows on no GPU (or not served) sort last.
-    gpu[~on_gpu] = n_gpus
+    gpu = np.where(on_gpu, gpu_of, n_gpus)
     del on_gpu
     rows = np.argsort(gpu, kind="stable")
     bounds = np.concatenate([[0], np.cumsum(np.bincount(gpu, minlength=n_gpus + 1))])
@@ -577,19 +632,52 @@ def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
     over the run's span ``makespan_s``).
 
     ``gpus`` is the number of GPUs in the system, so that idle GPUs are listed too. Computed
-    with numpy on the log's columns (a sweep summarises thousands of runs); the definitions
-    are those of the module docstring, and :func:`call_table` / :func:`batch_table` give the
-    same per-call and per-batch views as frames.
+    with numpy on the log's columns (:func:`summarize_columns` of :func:`log_columns`); the
+    definitions are those of the module docstring, and :func:`call_table` /
+    :func:`batch_table` give the same per-call and per-batch views as frames.
     """
+    return summarize_columns(log_columns(log), config, deadline=deadline, gpus=gpus,
+                             client_timeout=client_timeout, compositions=compositions, tokens=tokens)
+
+
+#: The log's columns a summary reads as numbers (the others are labels, or gpu).
+_NUMBER_COLUMNS = ("call_index", "prompt_tokens", "max_tokens", "batch_id", "batch_size", "preemptions")
+_INSTANT_COLUMNS = ("arrived_at", "started_at", "first_token_at", "done_at")
+
+
+def log_columns(log: pd.DataFrame) -> LogColumns:
+    """The columns of an event log frame that :func:`summarize_columns` reads (the frame's
+    own arrays where pandas holds them as numpy; labels as codes into their sorted names)."""
+    columns = {name: log[name].to_numpy(float) for name in _INSTANT_COLUMNS}
+    columns.update({name: log[name].to_numpy() for name in _NUMBER_COLUMNS})
+    gpu = log["gpu"]
+    columns["gpu"] = gpu.to_numpy(dtype=np.int64 if gpu.dtype == "Int64" else np.int32, na_value=-1)
+    if "dispatched_at" in log:
+        columns["dispatched_at"] = log["dispatched_at"].to_numpy(float)
+    labels: dict[str, list[str]] = {}
+    for name in ("task", "status", "queue"):
+        columns[name], labels[name] = _codes(log[name])
+    return LogColumns(columns, labels, dict(log.attrs))
+
+
+def summarize_columns(log: LogColumns, config: dict[str, Any] | None = None,
+                      deadline: float | None = None, gpus: int | None = None,
+                      client_timeout: float | None = None, compositions: Compositions | None = None,
+                      tokens: TokenOptions | None = None) -> dict[str, Any]:
+    """:func:`summarize` of an event log given as its columns: the one producer of the
+    summary JSON, whether the log came as a frame (:func:`summarize`) or straight from the
+    fast engine (a sweep's runs, no frame made). ``log`` needs the columns
+    ``arrived_at``, ``started_at``, ``first_token_at``, ``done_at``, ``call_index``,
+    ``prompt_tokens``, ``max_tokens``, ``batch_id``, ``batch_size``, ``preemptions``, ``gpu``
+    and the labels ``task``, ``status`` and ``queue`` (with a replica pool,
+    ``dispatched_at`` and the ``replicas`` attr)."""
     from simulator.events import SERVED
 
     limit = math.inf if deadline is None else deadline
-    arrived = log["arrived_at"].to_numpy(float)
-    started = log["started_at"].to_numpy(float)
-    first = log["first_token_at"].to_numpy(float)
-    done = log["done_at"].to_numpy(float)
-    status_code, status_names = _codes(log["status"])
-    max_tokens = log["max_tokens"].to_numpy()
+    cols = log.columns
+    arrived, started, first, done = (cols[name] for name in _INSTANT_COLUMNS)
+    status_code, status_names = cols["status"], log.labels["status"]
+    max_tokens = cols["max_tokens"]
     served = np.isin(np.asarray(status_names, dtype=object), SERVED)[status_code] if len(status_code) \
         else np.zeros(0, dtype=bool)
     turned = {k: status_code == (list(status_names).index(k) if k in set(status_names) else -2)
@@ -598,7 +686,7 @@ def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
     makespan = float(done[served].max() - arrived.min()) if served.any() else 0.0
 
     # calls: latency of the last prompt, completed if every prompt is
-    call_of = _call_codes(log["call_index"].to_numpy())
+    call_of = _call_codes(cols["call_index"])
     n_calls = int(call_of.max()) + 1 if call_of.size else 0
     per_call = _PerCall(call_of, n_calls)
     call_done = per_call.reduce(np.maximum, np.where(served, done, np.inf), -np.inf)
@@ -612,17 +700,19 @@ def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
         call_ok &= call_latency <= client_timeout
 
     # (the log's own integer columns, uncopied; sums of them are taken in 64 bits)
-    batch_ids = log["batch_id"].to_numpy()
-    sizes = log["batch_size"].to_numpy()
-    preemptions = log["preemptions"].to_numpy()
-    task_codes, task_names = _codes(log["task"])
+    batch_ids = cols["batch_id"]
+    sizes = cols["batch_size"]
+    preemptions = cols["preemptions"]
+    # tasks in sorted order of name (the summary's order, whichever order the engine coded them)
+    task_codes, task_names = _sorted_labels(cols["task"], log.labels["task"])
     # padding: per batch once (its padded and actual tokens, its task), summed per group
-    padded, actual, batch_task = batch_work(batch_ids, log["prompt_tokens"].to_numpy(), max_tokens,
-                                            continuous_rows(log), task_codes)
+    padded, actual, batch_task = batch_work(batch_ids, cols["prompt_tokens"], max_tokens,
+                                            continuous_of(cols["queue"], log.labels["queue"], task_codes, task_names),
+                                            task_codes)
     # the token figures' columns (prompt_requests' table, as columns: no frame per group)
     ok_tokens = served & (done <= limit)
     out_tokens = max_tokens.astype(float)
-    in_tokens = log["prompt_tokens"].to_numpy().astype(float)
+    in_tokens = cols["prompt_tokens"].astype(float)
     options = tokens or TokenOptions()
 
     def group(rows: np.ndarray | None, task: int | None = None) -> dict[str, Any]:
@@ -686,7 +776,7 @@ def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
         del order
         tasks = {name: tasks[name] for name in (str(n) for n in task_names)}
 
-    gpu_rows, total_busy = _gpu_figures(log["gpu"], served, started, done, batch_ids, sizes, gpus, makespan)
+    gpu_rows, total_busy = _gpu_figures(cols["gpu"], served, started, done, batch_ids, sizes, gpus, makespan)
     # compositions: the figures call_figures(client_calls(log)) gives (a test holds them equal),
     # computed here with numpy because sweeps summarise thousands of runs. A call's task set
     # is a bit mask, mapped to its class (few distinct masks).
@@ -721,7 +811,8 @@ def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
         "makespan_s": makespan,
         "deadline_s": deadline,
         "config": config or {},
-        **({"replicas": replica_figures(log)} if "replicas" in log.attrs else {}),
+        **({"replicas": _replica_figures(log.attrs["replicas"], arrived, cols["dispatched_at"], done,
+                                         served)} if "replicas" in log.attrs else {}),
     }
 
 
@@ -795,7 +886,15 @@ def replica_figures(log: pd.DataFrame) -> dict[str, Any]:
     """
     from simulator.events import SERVED
 
-    table = log.attrs["replicas"]
+    return _replica_figures(log.attrs["replicas"], log["arrived_at"].to_numpy(float),
+                            log["dispatched_at"].to_numpy(float), log["done_at"].to_numpy(float),
+                            log["status"].isin(SERVED).to_numpy())
+
+
+def _replica_figures(table: dict[str, Any], arrived: np.ndarray, dispatched: np.ndarray, done: np.ndarray,
+                     served: np.ndarray) -> dict[str, Any]:
+    """:func:`replica_figures` of the lifecycle table and the log's columns (``served``:
+    each prompt's status is one of :data:`simulator.events.SERVED`)."""
     requested = np.asarray(table["requested_at"], dtype=float)
     stopped = np.asarray(table["stopped_at"], dtype=float)
     ready_at = np.asarray(table["ready_at"], dtype=float)
@@ -819,11 +918,9 @@ def replica_figures(log: pd.DataFrame) -> dict[str, Any]:
     # the warm replicas: the first min_replicas, ready at instant 0 (every other replica, one
     # the autoscaler started at instant 0 too, went through a cold start)
     warm = (np.asarray(table["replica"]) < int(table["min_replicas"])) & (requested == start)
-    arrived = log["arrived_at"].to_numpy(float)
-    dispatched = log["dispatched_at"].to_numpy(float)
-    served = log["status"].isin(SERVED).to_numpy() & ~np.isnan(dispatched)
+    served = served & ~np.isnan(dispatched)
     cold_wait = no_ready_before(dispatched[served]) - no_ready_before(arrived[served])
-    latency = log["done_at"].to_numpy(float)[served] - arrived[served]
+    latency = done[served] - arrived[served]
     total_latency = float(latency.sum())
     cold_total = float(cold_wait.sum())
     return {

@@ -26,6 +26,7 @@ figures by n, leaving the waste unchanged. Prompts turned away (no batch) count 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -37,19 +38,29 @@ PADDING_KEYS = ("batches", "padded_tokens", "actual_tokens", "waste", "mean_batc
 
 def continuous_rows(log: pd.DataFrame) -> np.ndarray:
     """Whether each row was admitted by a continuous engine: its queue is ``TASK~g`` for its
-    own task (decided once per distinct queue label, then looked up by the row's code: a
-    byte a row, no sort)."""
+    own task (:func:`continuous_of` of the log's label codes)."""
     if not len(log):
         return np.zeros(0, dtype=bool)
     queue = log["queue"].astype("category") if not isinstance(log["queue"].dtype, pd.CategoricalDtype) \
         else log["queue"]
     task = log["task"].astype("category") if not isinstance(log["task"].dtype, pd.CategoricalDtype) \
         else log["task"]
-    tasks = [str(t) for t in task.cat.categories]
-    # A queue label names at most one task's engine; which task a row has is checked below.
+    return continuous_of(queue.cat.codes.to_numpy(), list(queue.cat.categories), task.cat.codes.to_numpy(),
+                         list(task.cat.categories))
+
+
+def continuous_of(queue_codes: np.ndarray, queue_names: Sequence[str], task_codes: np.ndarray,
+                  task_names: Sequence[str]) -> np.ndarray:
+    """Whether each row (its queue and task as codes into their names; ``-1``: none) was
+    admitted by a continuous engine: its queue is ``TASK~g`` for its own task (decided once
+    per distinct queue name, then looked up by the row's code: a byte a row, no sort)."""
+    if not len(queue_codes):
+        return np.zeros(0, dtype=bool)
+    tasks = [str(t) for t in task_names]
+    # A queue name names at most one task's engine; which task a row has is checked below.
     engine_of = np.array([next((i for i, t in enumerate(tasks) if re.fullmatch(re.escape(t) + r"~\d+", str(q))), -1)
-                          for q in queue.cat.categories] + [-1], dtype=np.int32)  # (code -1: no label)
-    return engine_of[queue.cat.codes.to_numpy()] == task.cat.codes.to_numpy()
+                          for q in queue_names] + [-1], dtype=np.int32)  # (code -1: no name)
+    return engine_of[queue_codes] == task_codes
 
 
 def _per_batch(batch_ids: np.ndarray, prompt_tokens: np.ndarray, max_tokens: np.ndarray,
@@ -161,4 +172,4 @@ def padding_figures(batch_ids: np.ndarray, prompt_tokens: np.ndarray, max_tokens
     return padding_totals(b["padded"], b["actual"])
 
 
-__all__ = ["PADDING_KEYS", "batch_padding", "batch_work", "continuous_rows", "padding_figures", "padding_totals"]
+__all__ = ["PADDING_KEYS", "batch_padding", "batch_work", "continuous_of", "continuous_rows", "padding_figures", "padding_totals"]

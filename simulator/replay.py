@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 import pandas as pd
 
 from simulator.cost import PriceTable, cost_summary, load_prices
-from simulator.metrics import TokenOptions, summarize
+from simulator.metrics import TokenOptions, log_columns, summarize_columns
 from simulator.model import simulate
+from simulator.model.engine import simulate_columns
 from simulator.profile import DEFAULT_PROFILE, Profile, load_profile
 from simulator.profile.grid import outside_grid
 from simulator.profile.identity import describe
@@ -86,22 +87,42 @@ def replay(
     return ReplayResult(log=log, summary=summary, scenario=scenario, profile=profile, seed=seed)
 
 
+@overload
+def simulate_and_summarize(trace: Trace, scenario: Scenario, profile: Profile, seed: int,
+                           config: dict[str, Any] | None = None, prices: PriceTable | None = None,
+                           tokens: TokenOptions | None = None,
+                           keep_log: Literal[True] = True) -> tuple[pd.DataFrame, dict[str, Any]]: ...
+
+
+@overload
+def simulate_and_summarize(trace: Trace, scenario: Scenario, profile: Profile, seed: int,
+                           config: dict[str, Any] | None = None, prices: PriceTable | None = None,
+                           tokens: TokenOptions | None = None,
+                           *, keep_log: Literal[False]) -> tuple[None, dict[str, Any]]: ...
+
+
 def simulate_and_summarize(trace: Trace, scenario: Scenario, profile: Profile, seed: int,
                            config: dict[str, Any] | None = None,
                            prices: PriceTable | None = None,
-                           tokens: TokenOptions | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
+                           tokens: TokenOptions | None = None,
+                           keep_log: bool = True) -> tuple[pd.DataFrame | None, dict[str, Any]]:
     """The one way a run becomes figures (replay, every sweep row): ``trace`` scaled by the
     scenario's ``rate_scale``, simulated, and summarised with the scenario's deadline, GPU
     count, client timeout and composition classes; ``config`` goes into the summary as is.
     The summary's ``cost`` is priced by ``prices`` (``None``: the default table); ``tokens``
-    chooses the token figures' percentiles and goodput SLO (:func:`simulator.metrics.token_figures`)."""
+    chooses the token figures' percentiles and goodput SLO (:func:`simulator.metrics.token_figures`).
+    ``keep_log=False`` (a sweep's rows): no event log frame is made where the compiled kernel
+    runs the scenario (its columns are summarised as they come) and ``None`` is returned
+    for it; the summary is the same."""
     scaled = trace.scaled(scenario.rate_scale)
-    log = simulate(scaled, scenario, profile, seed)
+    log = simulate(scaled, scenario, profile, seed) if keep_log else None
+    columns = log_columns(log) if log is not None else simulate_columns(scaled, scenario, profile, seed)
     # with a replica pool the GPUs are those of every replica started (ids in the log)
     gpus = scenario.gpus if scenario.autoscaler is None else None
-    summary = summarize(log, config, deadline=scenario.deadline, gpus=gpus,
-                        client_timeout=scenario.client_timeout, compositions=scenario.compositions,
-                        tokens=tokens)
+    summary = summarize_columns(columns, config, deadline=scenario.deadline, gpus=gpus,
+                                client_timeout=scenario.client_timeout, compositions=scenario.compositions,
+                                tokens=tokens)
+    del columns
     config_part = summary.pop("config")
     summary["cost"] = cost_summary(summary, scenario, profile, prices if prices is not None else load_prices())
     summary["config"] = config_part

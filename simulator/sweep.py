@@ -184,24 +184,35 @@ def validate(spec: SweepSpec, base: Base) -> None:
 # -- one replay -------------------------------------------------------------------------
 
 
+#: The types of a summary's leaf values, told apart from mappings and lists without an
+#: abstract-class check per value (a sweep flattens a summary of hundreds of leaves per row).
+_LEAF_TYPES = frozenset({float, int, str, bool, type(None)})
+
+
 def flatten(summary: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """``{"tasks": {"a": {"latency": {"p95": 1}}}}`` -> ``{"tasks.a.latency.p95": 1}``; lists by index."""
     out: dict[str, Any] = {}
+    _flatten_into(out, summary, prefix, prefix == "")
+    return out
+
+
+def _flatten_into(out: dict[str, Any], summary: Mapping[str, Any], prefix: str, top: bool) -> None:
     for key, value in summary.items():
-        if key == "config" and not prefix:
+        if top and key == "config":
             continue
         name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            out.update(flatten(value, name + "."))
+        if type(value) in _LEAF_TYPES:
+            out[name] = value
+        elif isinstance(value, Mapping):
+            _flatten_into(out, value, name + ".", False)
         elif isinstance(value, list):
             for i, item in enumerate(value):
                 if isinstance(item, Mapping):
-                    out.update(flatten({k: v for k, v in item.items() if k != "id"}, f"{name}.{i}."))
+                    _flatten_into(out, {k: v for k, v in item.items() if k != "id"}, f"{name}.{i}.", False)
                 else:
                     out[f"{name}.{i}"] = item
         else:
             out[name] = value
-    return out
 
 
 _BASE: Base | None = None
@@ -245,8 +256,9 @@ def run_job(job: tuple[str, dict[str, Any], int], task: str | None, base: Base |
         raise RuntimeError("run_job needs a base: pass one, or set the process's with _set_base")
     key, config, seed = job
     scenario = scenario_for(base, config, task)
+    # (no event log frame: the row needs the summary alone)
     _, summary = simulate_and_summarize(base.trace, scenario, base.profile, seed, prices=base.prices,
-                                    tokens=base.tokens)
+                                        tokens=base.tokens, keep_log=False)
     return {"config_key": key, "seed": seed, **config, **flatten(summary)}
 
 

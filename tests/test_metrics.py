@@ -16,6 +16,7 @@ from simulator.metrics import (
     client_calls,
     describe,
     json_ready,
+    percentiles,
     summarize,
     time_average_in_system,
 )
@@ -62,6 +63,22 @@ def test_describe_uses_linear_percentiles_and_handles_empty():
     assert s == {"mean": 2.5, "p50": 2.5, "p90": pytest.approx(3.7), "p95": pytest.approx(3.85),
                  "p99": pytest.approx(3.97), "max": 4.0}
     assert describe([]) == {k: None for k in s}
+
+
+def test_percentiles_are_numpys_bit_for_bit():
+    # Small samples are read off a sort, large ones through np.percentile: both must give
+    # numpy's floats exactly (ties, a huge stand-in value, one value, NaN), at any percentile.
+    rng = np.random.default_rng(7)
+    for trial in range(3000):
+        n = int(rng.integers(1, 40)) if trial % 50 else int(rng.integers(4000, 6000))
+        x = rng.exponential(size=n) * 10 ** rng.uniform(-3, 3)
+        if trial % 3 == 1:
+            x = np.round(x, 1)
+        if trial % 3 == 2:
+            x[rng.random(n) < 0.3] = 1e300
+        for q in ((50, 90, 95, 99), (0.1, 33.3, 99.9, 100.0)):
+            assert percentiles(x.copy(), q) == [float(v) for v in np.percentile(x, q)]
+    assert all(math.isnan(v) for v in percentiles(np.array([1.0, np.nan, 2.0]), (50, 99)))
 
 
 def test_calls_complete_with_their_last_prompt_and_know_their_tasks():
@@ -252,3 +269,37 @@ def test_goodput_and_percentiles_parse():
     for bad in ("0", "101", "x", ""):
         with pytest.raises(FigureError):
             parse_percentiles(bad)
+
+
+@pytest.mark.parametrize("topology", ["shared", "split", "direct", "continuous"])
+def test_a_runs_columns_give_the_summary_of_its_log_frame(topology):
+    # A sweep summarises the fast engine's columns without the frame: the summary must be
+    # the frame's, figure for figure, whatever the task codes' order (with a deadline and a
+    # client timeout, so unfinished prompts and failed calls are in it).
+    from dataclasses import replace
+
+    from simulator import build_scenario, load_profile, load_trace
+    from simulator.events import LogColumns
+    from simulator.metrics import summarize_columns
+    from simulator.model import simulate
+    from simulator.model.engine import simulate_columns
+
+    trace = load_trace("example").scaled(2.0)
+    base = build_scenario(path="design-notes")
+    scenario = replace(base, tasks={**base.tasks, "infobench": {**base.tasks["infobench"], "topology": topology}},
+                       deadline=120.0, client_timeout=100.0)
+    profile = load_profile("seed-calibrated")
+    kwargs = dict(deadline=scenario.deadline, gpus=scenario.gpus, client_timeout=scenario.client_timeout,
+                  compositions=scenario.compositions)
+    log = simulate(trace, scenario, profile, seed=3)
+    columns = simulate_columns(trace, scenario, profile, seed=3)
+    assert log.attrs["engine"] == columns.attrs["engine"] == "fast"
+    expected = summarize(log, **kwargs)
+    assert expected["overall"]["unfinished"] > 0
+    assert summarize_columns(columns, **kwargs) == expected
+    # the same run with its task names coded in reverse order
+    names = list(columns.labels["task"])
+    reverse = np.arange(len(names))[::-1]
+    recoded = LogColumns({**columns.columns, "task": reverse[columns.columns["task"]]},
+                         {**columns.labels, "task": names[::-1]}, columns.attrs)
+    assert summarize_columns(recoded, **kwargs) == expected

@@ -19,14 +19,16 @@ not reshuffle another task's service times.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 
 from simulator.errors import ScenarioError
-from simulator.events import SERVED
+from simulator.events import SERVED, LogColumns
 from simulator.model.clients import client_for
 from simulator.model.context import RunContext
-from simulator.model.fast import simulate_fast, unsupported
+from simulator.model.fast import simulate_fast, simulate_fast_columns, unsupported
 from simulator.model.log import STATUS_CODE, Outcome, PromptColumns, build_event_log
 from simulator.model.replicas import ReplicaPool, add_pool_columns, check_pool_settings
 from simulator.model.router import Router
@@ -147,6 +149,36 @@ def simulate(trace: Trace, scenario: Scenario, profile: Profile, seed: int = 0,
     (:mod:`simulator.model.fast`), or a :class:`ScenarioError` naming the setting it does not
     support; ``auto`` the kernel wherever it supports the scenario. Both give the same log.
     """
+    reason = _engine_choice(trace, scenario, profile, engine)
+    if reason is None:
+        log = simulate_fast(trace, scenario, profile, seed)
+        log.attrs["engine"] = "fast"
+    else:
+        log = System(trace, scenario, profile, seed).run()
+        log.attrs["engine"] = reason
+    return log
+
+
+def simulate_columns(trace: Trace, scenario: Scenario, profile: Profile, seed: int = 0,
+                     engine: str | None = None) -> LogColumns:
+    """:func:`simulate`'s event log as numpy columns (:class:`simulator.events.LogColumns`,
+    ``attrs["engine"]`` as there): where the compiled kernel runs the scenario, straight
+    from its output, with no frame made (a sweep summarises each run and never needs the
+    frame); on the reference engine, the columns of its log."""
+    reason = _engine_choice(trace, scenario, profile, engine)
+    if reason is None:
+        return replace(simulate_fast_columns(trace, scenario, profile, seed), attrs={"engine": "fast"})
+    from simulator.metrics import log_columns
+
+    log = System(trace, scenario, profile, seed).run()
+    log.attrs["engine"] = reason
+    return log_columns(log)
+
+
+def _engine_choice(trace: Trace, scenario: Scenario, profile: Profile, engine: str | None) -> str | None:
+    """``None`` where the compiled kernel runs the run, else the reference engine's
+    ``attrs["engine"]`` (``reference``, or ``reference (the setting the kernel lacks)``);
+    a :class:`ScenarioError` for an unknown topology, or for ``fast`` where it cannot."""
     for task in trace.tasks:
         cfg = scenario.for_task(task)
         if cfg.topology not in TOPOLOGIES:
@@ -158,9 +190,5 @@ def simulate(trace: Trace, scenario: Scenario, profile: Profile, seed: int = 0,
         raise ScenarioError(None, "run", "engine",
                             f"the fast engine does not model {reason}; use engine = \"auto\" or \"reference\"")
     if engine != "reference" and reason is None:
-        log = simulate_fast(trace, scenario, profile, seed)
-        log.attrs["engine"] = "fast"
-    else:
-        log = System(trace, scenario, profile, seed).run()
-        log.attrs["engine"] = "reference" if reason is None else f"reference ({reason})"
-    return log
+        return None
+    return "reference" if reason is None else f"reference ({reason})"

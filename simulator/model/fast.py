@@ -33,9 +33,10 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
+from simulator.events import LogColumns
 from simulator.interrupts import sigint_deferred
 from simulator.model.dispatch import DISPATCH_RULES
-from simulator.model.log import Outcome, PromptColumns, build_event_log
+from simulator.model.log import Outcome, PromptColumns, build_event_log, event_columns
 from simulator.model.streams import dispatch_stream, service_stream
 from simulator.profile import Profile, noise
 from simulator.profile.iteration import step_cost
@@ -415,6 +416,16 @@ def _grid_size(service) -> int:
 
 def simulate_fast(trace: Trace, scenario: Scenario, profile: Profile, seed: int) -> pd.DataFrame:
     """The event log of a supported scenario, computed by the compiled kernel."""
+    return build_event_log(*_run(trace, scenario, profile, seed))
+
+
+def simulate_fast_columns(trace: Trace, scenario: Scenario, profile: Profile, seed: int) -> LogColumns:
+    """:func:`simulate_fast`'s event log as numpy columns, no frame made (what a summary reads)."""
+    return event_columns(*_run(trace, scenario, profile, seed))
+
+
+def _run(trace: Trace, scenario: Scenario, profile: Profile, seed: int) -> tuple[PromptColumns, Outcome]:
+    """The kernel's run of a supported scenario: the prompts' columns and what it decided."""
     from simulator.model.batch_kernel import (
         BF_FORMED,
         BF_STARTED,
@@ -452,4 +463,4 @@ def simulate_fast(trace: Trace, scenario: Scenario, profile: Profile, seed: int)
         preemptions=preemptions, batch_id=batch_id, formed_at=formed_at, started_at=started_at, device=device,
         worker=worker, size=size, queue=queue, queue_names=lowered.queue_names,
     )
-    return build_event_log(lowered.prompts, outcome)
+    return lowered.prompts, outcome

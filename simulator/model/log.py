@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from simulator.events import EVENT_COLUMNS, SERVED, STATUSES
+from simulator.events import EVENT_COLUMNS, SERVED, STATUSES, LogColumns
 
 #: Status codes: the index into :data:`simulator.events.STATUSES`.
 STATUS_CODE = {name: code for code, name in enumerate(STATUSES)}
@@ -94,8 +94,11 @@ def label_column(names: list[str] | tuple[str, ...], codes: np.ndarray) -> pd.Ca
 ID_INT = np.int32
 
 
-def build_event_log(prompts: PromptColumns, outcome: Outcome) -> pd.DataFrame:
-    """The event log DataFrame (columns in :data:`simulator.events.EVENT_COLUMNS` order)."""
+def _joined(prompts: PromptColumns, outcome: Outcome) -> dict[str, np.ndarray]:
+    """The log's columns that come from each prompt's batch (its row of the batch table) and
+    its status, as numpy arrays: ``batched_at``, ``started_at``, ``gpu`` (-1: none),
+    ``worker``, ``batch_size``, ``preemptions``, and ``queue`` as codes into the queue names
+    followed by the task names (a prompt never served is named by its task)."""
     bid = outcome.batch_of
     served = outcome.status < len(SERVED)
     if len(bid) and (bid[served] < 0).any():
@@ -113,16 +116,31 @@ def build_event_log(prompts: PromptColumns, outcome: Outcome) -> pd.DataFrame:
         return np.append(np.asarray(values, dtype=dtype), np.asarray([missing], dtype=dtype))[row]
 
     nan = float("nan")
-    n_tasks = len(prompts.task_names)
     task_of = prompts.task_of
     # Queues by code; a prompt never served is named by its task (codes past the queues').
     queue_code = column(outcome.queue, len(outcome.queue_names), np.int32)
     if len(queue_code) and not served.all():
         queue_code = queue_code.copy()
         queue_code[~served] = len(outcome.queue_names) + task_of[~served]
-    gpu = column(outcome.device, -1, ID_INT)
     n_prompts = len(bid)
     preemptions = outcome.preemptions if len(outcome.preemptions) == n_prompts else np.zeros(n_prompts, ID_INT)
+    return {
+        "queue": queue_code,
+        "batched_at": column(outcome.formed_at, nan, float),
+        "started_at": column(outcome.started_at, nan, float),
+        "gpu": column(outcome.device, -1, ID_INT),
+        "worker": column(outcome.worker, -1, ID_INT),
+        "batch_size": column(outcome.size, 0, ID_INT),
+        "preemptions": preemptions.astype(ID_INT, copy=False),
+    }
+
+
+def build_event_log(prompts: PromptColumns, outcome: Outcome) -> pd.DataFrame:
+    """The event log DataFrame (columns in :data:`simulator.events.EVENT_COLUMNS` order)."""
+    joined = _joined(prompts, outcome)
+    n_tasks = len(prompts.task_names)
+    task_of = prompts.task_of
+    gpu = joined["gpu"]
     log = pd.DataFrame({
         "call_id": text_column(prompts.call_ids, prompts.call_of),
         "call_index": prompts.call_of.astype(ID_INT, copy=False),
@@ -131,18 +149,42 @@ def build_event_log(prompts: PromptColumns, outcome: Outcome) -> pd.DataFrame:
         "resource": label_column(prompts.resources, task_of) if n_tasks else label_column([""], task_of),
         "prompt_tokens": prompts.prompt_tokens.astype(np.int64, copy=False),
         "max_tokens": prompts.max_tokens.astype(np.int64, copy=False),
-        "queue": label_column([*outcome.queue_names, *prompts.task_names], queue_code),
+        "queue": label_column([*outcome.queue_names, *prompts.task_names], joined["queue"]),
         "status": label_column(STATUSES, outcome.status),
         "arrived_at": prompts.arrived_at.astype(float, copy=False),
-        "batched_at": column(outcome.formed_at, nan, float),
-        "started_at": column(outcome.started_at, nan, float),
+        "batched_at": joined["batched_at"],
+        "started_at": joined["started_at"],
         "first_token_at": outcome.first_token_at.astype(float, copy=False),
         "done_at": outcome.done_at.astype(float, copy=False),
         "gpu": pd.arrays.IntegerArray(gpu, mask=gpu < 0),
-        "worker": column(outcome.worker, -1, ID_INT),
-        "batch_id": bid.astype(ID_INT, copy=False),
-        "batch_size": column(outcome.size, 0, ID_INT),
-        "preemptions": preemptions.astype(ID_INT, copy=False),
+        "worker": joined["worker"],
+        "batch_id": outcome.batch_of.astype(ID_INT, copy=False),
+        "batch_size": joined["batch_size"],
+        "preemptions": joined["preemptions"],
     }, copy=False)  # no copy into 2-D blocks: a third of a large replay's time, and its memory
     assert list(log.columns) == EVENT_COLUMNS
     return log
+
+
+def event_columns(prompts: PromptColumns, outcome: Outcome) -> LogColumns:
+    """The event log :func:`build_event_log` makes, as numpy columns without the frame (no
+    text column of call ids, no categoricals): what a summary reads
+    (:func:`simulator.metrics.summarize_columns`), the same values the frame holds."""
+    joined = _joined(prompts, outcome)
+    columns = {
+        "call_index": prompts.call_of.astype(ID_INT, copy=False),
+        "prompt_index": prompts.prompt_index.astype(ID_INT, copy=False),
+        "task": prompts.task_of,
+        "resource": prompts.task_of,
+        "prompt_tokens": prompts.prompt_tokens.astype(np.int64, copy=False),
+        "max_tokens": prompts.max_tokens.astype(np.int64, copy=False),
+        "status": outcome.status,
+        "arrived_at": prompts.arrived_at.astype(float, copy=False),
+        "first_token_at": outcome.first_token_at.astype(float, copy=False),
+        "done_at": outcome.done_at.astype(float, copy=False),
+        "batch_id": outcome.batch_of.astype(ID_INT, copy=False),
+        **joined,
+    }
+    labels = {"task": list(prompts.task_names), "resource": list(prompts.resources),
+              "queue": [*outcome.queue_names, *prompts.task_names], "status": list(STATUSES)}
+    return LogColumns(columns, labels)
