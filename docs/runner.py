@@ -12,6 +12,13 @@ An HTML comment on the line before a block changes how it is treated:
 ``<!-- docs: skip -->`` — not run (installation, a GPU); ``<!-- docs: no-compare -->`` —
 run, its exit status checked, its output not compared.
 
+The first command of a page runs as a real process (``simctl`` as installed, through a
+shell), so every page exercises the installed entry point. A later command that is plain
+``simctl`` with arguments (no pipes, redirections, variables or globs) runs in this process
+through typer's ``CliRunner``, with the same argument list, folder and environment: it prints
+the same, without paying the interpreter's and the libraries' start-up again. Any other
+command runs through a shell, as the reader would type it.
+
     python docs/build.py        # rewrite the expected outputs from a fresh run
     pytest tests/test_docs.py   # fail where a page's output differs from a fresh run
 """
@@ -20,6 +27,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -77,6 +85,51 @@ def _environment(home: Path) -> dict[str, str]:
     return env
 
 
+#: Quoted words without expansions inside; what is left outside them must be plain words.
+_QUOTED = re.compile(r"'[^']*'|\"[^\"$`\\\\!]*\"")
+_PLAIN = re.compile(r"[A-Za-z0-9_.,:/=@+%\- ]*")
+
+
+def in_process_argv(command: str) -> list[str] | None:
+    """The arguments of ``command`` when it is ``simctl`` with arguments a shell would pass
+    unchanged (quotes removed); ``None`` when a shell would do more (pipes, redirections,
+    variables, globs, comments, ``||``) or the command is not ``simctl``."""
+    if not _PLAIN.fullmatch(_QUOTED.sub("", command)):
+        return None
+    argv = shlex.split(command)
+    return argv[1:] if argv and argv[0] == "simctl" else None
+
+
+def _run_in_process(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[str, int]:
+    """Run ``simctl ARGS`` in this process: its stdout then its stderr, and its exit status,
+    as :func:`subprocess.run` would give them."""
+    import traceback
+
+    from typer.testing import CliRunner
+
+    from simulator.cli import _common, app
+
+    # The command's consoles were made when simctl was imported, perhaps under another
+    # terminal width: give them the page's for this command.
+    consoles = (_common.console, _common.err_console)
+    saved = [(c._width, c._height) for c in consoles]
+    for c in consoles:
+        c.size = (int(env["COLUMNS"]), int(env["LINES"]))
+    here = os.getcwd()
+    os.chdir(cwd)
+    try:
+        unset: dict[str, str | None] = {k: None for k in ("FORCE_COLOR", "CLICOLOR_FORCE")}
+        result = CliRunner().invoke(app, args, env={**env, **unset})
+    finally:
+        os.chdir(here)
+        for c, (width, height) in zip(consoles, saved, strict=True):
+            c._width, c._height = width, height
+    out, status = result.stdout + result.stderr, result.exit_code
+    if result.exception is not None and not isinstance(result.exception, SystemExit) and result.exc_info:
+        out += "".join(traceback.format_exception(*result.exc_info))   # as an uncaught one would print
+    return out, status
+
+
 def run_page(page: Path) -> tuple[str, list[Block]]:
     """Run every block of ``page``; its text and the blocks with what they print now."""
     text = page.read_text()
@@ -85,17 +138,23 @@ def run_page(page: Path) -> tuple[str, list[Block]]:
         work = Path(tmp) / "work"
         work.mkdir()
         env = _environment(Path(tmp) / "home")
+        first = True
         for block in blocks:
             if block.mode == "skip":
                 block.actual = list(block.expected)
                 continue
             for command in block.commands:
-                argv = [sys.executable, "-c", command] if block.mode == "python" else command
-                done = subprocess.run(argv, shell=block.mode != "python", cwd=work, env=env, capture_output=True,
-                                      text=True, timeout=600)
-                out = done.stdout + done.stderr
+                args = None if block.mode == "python" or first else in_process_argv(command)
+                if args is not None:
+                    out, status = _run_in_process(args, work, env)
+                else:
+                    argv = [sys.executable, "-c", command] if block.mode == "python" else command
+                    done = subprocess.run(argv, shell=block.mode != "python", cwd=work, env=env,
+                                          capture_output=True, text=True, timeout=600)
+                    out, status = done.stdout + done.stderr, done.returncode
+                    first = first and block.mode == "python"
                 block.actual.append("\n".join(line.rstrip() for line in out.splitlines()) + ("\n" if out else ""))
-                block.status.append(done.returncode)
+                block.status.append(status)
         shutil.rmtree(work, ignore_errors=True)
     return text, blocks
 

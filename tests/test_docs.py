@@ -81,3 +81,28 @@ def test_stale_suite_figures_are_found():
                          ids=lambda p: p.name)
 def test_pages_state_no_test_counts_or_suite_run_times(page):
     assert stale_suite_figures(page.read_text()) == []
+
+
+def test_plain_simctl_commands_run_in_process_and_shell_ones_through_a_shell():
+    assert runner.in_process_argv('simctl plan example --slo "infobench.latency.p95<=170" --flush 0,2') == [
+        "plan", "example", "--slo", "infobench.latency.p95<=170", "--flush", "0,2"]
+    assert runner.in_process_argv("simctl observed 'sweep.json#1' --goodput ttft:150ms") == [
+        "observed", "sweep.json#1", "--goodput", "ttft:150ms"]
+    for shell_only in ('simctl profile --gpu h100-sxm || echo "exit status $?"', "simctl replay example > out.txt",
+                       "simctl validate *.json", 'simctl validate "$HOME/t.json"', "simctl replay example  # note",
+                       "python benchmarks/offline_tokenizer.py /tmp/tok"):
+        assert runner.in_process_argv(shell_only) is None, shell_only
+
+
+def test_a_command_in_process_prints_what_the_installed_one_prints(tmp_path):
+    """The same argv, folder and environment: the same output and exit status (an error path,
+    so that stdout, stderr and the status all matter)."""
+    import subprocess
+
+    env = runner._environment(tmp_path / "home")
+    command = "simctl replay missing-trace.json -c design-notes"
+    done = subprocess.run(command, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    args = runner.in_process_argv(command)
+    assert args is not None
+    assert runner._run_in_process(args, tmp_path, env) == (done.stdout + done.stderr, done.returncode)
