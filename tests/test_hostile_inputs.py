@@ -512,14 +512,15 @@ def test_a_ctrl_c_while_the_kernel_loads_is_held_not_lost():
     """llvmlite runs Python inside a C callback as the compiled kernel loads; a Ctrl-C there
     printed a traceback and was lost (the sweep went on and exited 0). It is held and raised
     once the kernel returns."""
-    import os
     import signal
 
     from simulator.interrupts import sigint_deferred
 
     reached = False
     with pytest.raises(KeyboardInterrupt), sigint_deferred():
-        os.kill(os.getpid(), signal.SIGINT)
+        # raised in this thread, synchronously: a process-wide kill may be taken by another
+        # thread and reach Python's handler only after the block ends
+        signal.raise_signal(signal.SIGINT)
         reached = True
     assert reached and signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
@@ -537,14 +538,11 @@ def test_a_ctrl_c_swallowed_inside_a_library_still_stops_the_command():
             "class Swallowed:\n"
             "    def __del__(self):\n"
             "        raise KeyboardInterrupt\n"
-            "import time\n"
             "try:\n"
             "    Swallowed()\n"
-            "    until = time.monotonic() + 30  # the work that goes on (a timeout, not a speed)\n"
-            "    while time.monotonic() < until:\n"
+            "    while True:  # the work that would go on for ever; the run's timeout guards it\n"
             "        pass\n"
-            "    print('went on')\n"
             "except KeyboardInterrupt:\n"
             "    print('stopped')\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "stopped", "")
