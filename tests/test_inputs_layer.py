@@ -37,6 +37,8 @@ ALLOWED = {
     ("simulator/hardware/tables.py", "read_parquet"): "package data",
     # Hashes simctl's own source files to key the compiled-kernel cache.
     ("simulator/model/kernel_cache.py", "read_bytes"): "the package's own source",
+    # The stamp the precompile wrote beside the compiled kernel it packages.
+    ("simulator/model/precompile.py", "read_text"): "simctl's own compiled-kernel stamp",
     # The sweep journal is simctl's own output, appended to (and its last byte checked).
     ("simulator/sweep.py", "open"): "simctl's own journal, written by it",
     # csv.reader over a handle that inputs.open_text opened.

@@ -56,9 +56,12 @@ def _read_columns(path: Path, options: ImportOptions) -> Trace | None:
     # A blank line, skipped by the decoder, would shift the line numbers that name calls.
     if not records or len(records) != raw.count(b"\n") + (not raw.endswith(b"\n")):
         return None
-    t = np.fromiter(map(attrgetter("timestamp"), records), dtype=float, count=len(records))
-    inp = np.fromiter(map(attrgetter("input_length"), records), dtype=np.int64, count=len(records))
-    out = np.fromiter(map(attrgetter("output_length"), records), dtype=np.int64, count=len(records))
+    try:
+        t = np.fromiter(map(attrgetter("timestamp"), records), dtype=float, count=len(records))
+        inp = np.fromiter(map(attrgetter("input_length"), records), dtype=np.int64, count=len(records))
+        out = np.fromiter(map(attrgetter("output_length"), records), dtype=np.int64, count=len(records))
+    except OverflowError:  # a number past any float or int64: the line reader names it
+        return None
     if not (np.all(np.isfinite(t)) and t.min() >= 0 and t.max() <= MAX_COUNT and inp.min() >= 0
             and out.min() >= 0 and inp.max() <= MAX_COUNT and out.max() <= MAX_COUNT):
         return None

@@ -106,7 +106,8 @@ def read_parquet_trace(path: str | Path) -> Trace:
             _duplicate(path, call_ids)
     else:
         call_ids = call_ids_arrow.to_numpy(zero_copy_only=False).astype(np.dtypes.StringDType())
-        empty = np.flatnonzero(np.strings.str_len(call_ids) == 0)
+        # arrow's lengths: numpy's str_len stops at a NUL, and "\x00" is an id JSON keeps
+        empty = np.flatnonzero(pc.utf8_length(call_ids_arrow).to_numpy(zero_copy_only=False) == 0)
         if empty.size:
             raise TraceError(path, int(empty[0]), "call_id", "must be a non-empty string or an integer, got \"\"")
         if len(pc.unique(call_ids_arrow)) != n_calls:
