@@ -344,17 +344,15 @@ def headline(result: dict) -> str:
 
 
 def write_readme_row(row: str) -> None:
-    """Replace the README's headline row of replay speed with ``row``."""
-    path = ROOT / "README.md"
-    lines = path.read_text().split("\n")
-    at = [i for i, line in enumerate(lines) if line.startswith("| replay speed,")]
-    if len(at) != 1:
-        raise SystemExit(f"{path}: no single headline row of replay speed")
-    # the clause of continuous_speed.py's figure, which that script measures, is carried over
-    kept = re.search(r"; continuous batching.*?(?= \| `benchmarks/)", lines[at[0]])
-    lines[at[0]] = row.replace(" | `benchmarks/engine_speed.py`", (kept.group(0) if kept else "")
-                               + " | `benchmarks/engine_speed.py`", 1)
-    path.write_text("\n".join(lines))
+    """Replace the README's headline row of replay speed with ``row``, keeping the clause of
+    continuous_speed.py's figure, which that script measures."""
+    from docs_tables import write_row
+
+    current = next((line for line in (ROOT / "README.md").read_text().split("\n")
+                    if line.startswith("| replay speed,")), "")
+    kept = re.search(r"; continuous batching.*?(?= \| `benchmarks/)", current)
+    write_row("replay speed,", row.replace(" | `benchmarks/engine_speed.py`", (kept.group(0) if kept else "")
+                                           + " | `benchmarks/engine_speed.py`", 1), page="README.md")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import re
 import resource
 import shutil
 import subprocess
@@ -38,7 +37,7 @@ import venv
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from docs_tables import report  # noqa: E402
+from docs_tables import report, write_row  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 COMMAND = ("replay", "example", "-c", "design-notes")
@@ -137,15 +136,6 @@ def readme_row(r: dict) -> str:
             f"[docs/benchmarks.md](docs/benchmarks.md#the-first-run) |")
 
 
-def write_readme(r: dict) -> None:
-    path = REPO / "README.md"
-    content = path.read_text()
-    pattern = re.compile(rf"^{re.escape(README_ROW)}.*$", re.M)
-    if not pattern.search(content):
-        raise SystemExit(f"{path} has no row starting {README_ROW!r}")
-    path.write_text(pattern.sub(lambda m: readme_row(r), content, count=1))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write-docs", action="store_true", help="write docs/benchmarks.md's block and the README row")
@@ -154,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="simctl-first-run-") as tmp:
         result = measure(Path(tmp))
     if args.write_docs:
-        write_readme(result)
+        write_row(README_ROW[2:], readme_row(result), page="README.md")
     return report(result, text_of(result), "first-run", write_docs=args.write_docs, as_json=args.json)
 
 

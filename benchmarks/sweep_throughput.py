@@ -164,16 +164,6 @@ def readme_row(r: dict) -> str:
             f"[docs/sweep-and-plan.md](docs/sweep-and-plan.md#sweep-speed) |")
 
 
-def write_readme_row(row: str, path: Path = ROOT / "README.md") -> None:
-    """Replace the README's headline row that starts with :data:`README_ROW` by ``row``."""
-    lines = path.read_text().split("\n")
-    found = [i for i, line in enumerate(lines) if line.startswith(README_ROW)]
-    if len(found) != 1:
-        raise SystemExit(f"{path} has {len(found)} rows starting {README_ROW!r}, not one")
-    lines[found[0]] = row
-    path.write_text("\n".join(lines))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes (default: all cores)")
@@ -187,11 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     r = json.loads(args.from_json.read_text()) if args.from_json else run(args.jobs, args.repeat, args.quick)
     text = describe(r)
     if args.write_docs:
-        from docs_tables import write_generated
+        from docs_tables import write_generated, write_row
 
         write_generated("sweep-speed", text, page="sweep-and-plan.md")
         write_generated("sweep-throughput", text)
-        write_readme_row(readme_row(r))
+        write_row(README_ROW[2:], readme_row(r), page="README.md")
     print(json.dumps(r, indent=2) if args.json else text)
     return 0
 
