@@ -105,6 +105,14 @@ def python_tag() -> str:
     return f"{sys.version_info[0]}.{sys.version_info[1]}{getattr(sys, 'abiflags', '')}"
 
 
+def stamp_fields() -> dict[str, str]:
+    """What a compiled cache must have been compiled from and with to be used here: the kernel
+    sources' digest, numba's version and Python's (:data:`STAMP` holds them, and the CPU)."""
+    import numba
+
+    return {"sources": sources_digest(), "numba": numba.__version__, "python": python_tag()}
+
+
 @cache
 def packaged_key() -> str | None:
     """A digest of the packaged cache's stamp (:data:`STAMP`: the sources, numba, Python and
@@ -116,10 +124,7 @@ def packaged_key() -> str | None:
         stamp = json.loads(raw)
     except (OSError, ValueError):
         return None
-    import numba
-
-    mine = {"sources": sources_digest(), "numba": numba.__version__, "python": python_tag()}
-    if not isinstance(stamp, dict) or any(stamp.get(k) != v for k, v in mine.items()):
+    if not isinstance(stamp, dict) or any(stamp.get(k) != v for k, v in stamp_fields().items()):
         return None
     return hashlib.sha256(raw).hexdigest()[:16]
 

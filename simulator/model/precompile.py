@@ -47,13 +47,11 @@ def build_key() -> dict:
     """What a compiled cache is valid for, in this process: the kernel sources' digest,
     numba's and Python's versions, and numba's code generator key (target, CPU name and
     features); numba checks each before it loads an entry."""
-    import numba
     from numba.core.registry import cpu_target
 
-    from simulator.model.kernel_cache import python_tag, sources_digest
+    from simulator.model.kernel_cache import stamp_fields
 
-    return {"sources": sources_digest(), "numba": numba.__version__, "python": python_tag(),
-            "codegen": [str(x) for x in cpu_target.target_context.codegen().magic_tuple()]}
+    return {**stamp_fields(), "codegen": [str(x) for x in cpu_target.target_context.codegen().magic_tuple()]}
 
 
 def _compile(stamp: str) -> None:
