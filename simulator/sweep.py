@@ -85,20 +85,29 @@ class SweepSpec:
         the flush window of ``continuous``, say) is left out of that configuration, and the
         configurations this makes equal are kept once, so no replay is spent on a value that
         cannot change the result."""
+        return [dict(c) for c in self._keyed().values()]
+
+    def _keyed(self) -> dict[str, dict[str, Any]]:
+        """:meth:`configurations` by their :func:`config_key`, made once per spec (a sweep
+        reads them to check, then to run)."""
+        known = self.__dict__.get("_configurations")
+        if known is not None:
+            return known
         names = list(self.axes)
         seen: dict[str, dict[str, Any]] = {}
+        ignored = {t: ignored_by(t) for t in self.axes.get("topology", ()) if isinstance(t, str)}
         for values in itertools.product(*self.axes.values()):
             config = dict(zip(names, values, strict=True))
             topology = config.get("topology")
             if isinstance(topology, str):
-                ignored = ignored_by(topology)
-                config = {k: v for k, v in config.items() if k not in ignored}
+                config = {k: v for k, v in config.items() if k not in ignored[topology]}
             seen.setdefault(config_key(config), config)
-        return list(seen.values())
+        self.__dict__["_configurations"] = seen  # (a cache, not a field: the spec stays frozen)
+        return seen
 
     def jobs(self) -> list[tuple[str, dict[str, Any], int]]:
         """``(config_key, config, seed)`` for every configuration and seed."""
-        return [(config_key(c), c, s) for c in self.configurations() for s in self.seeds]
+        return [(k, dict(c), s) for k, c in self._keyed().items() for s in self.seeds]
 
 
 def config_key(config: Mapping[str, Any]) -> str:
