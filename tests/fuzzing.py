@@ -19,21 +19,48 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import json
 import math
 import os
 import shutil
 import tempfile
+import unittest.mock
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
+import typer.main
+import typer.testing
 from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parent.parent
 REAL = ROOT.parent / "shared" / "traces" / "real"
-runner = CliRunner()
+
+
+class BuiltOnceRunner(CliRunner):
+    """typer's ``CliRunner`` that turns the app into its click command once, as one ``simctl``
+    process does, instead of on every ``invoke``.
+
+    typer rebuilds every registered command from its function signature on each ``invoke``:
+    once the command modules are imported that costs more than most fuzz cases themselves.
+    Reusing the built group changes nothing a case sees: simctl's group resolves a command
+    name through its own loader (``simulator.cli._load``), never through the commands typer
+    built into it.
+    """
+
+    def invoke(self, app: typer.Typer, *args: Any, **kwargs: Any) -> Any:
+        command = _click_command(app)
+        with unittest.mock.patch.object(typer.testing, "_get_command", lambda _app: command):
+            return super().invoke(app, *args, **kwargs)
+
+
+@functools.cache
+def _click_command(app: typer.Typer) -> Any:
+    return typer.main.get_command(app)
+
+
+runner = BuiltOnceRunner()
 
 #: class -> [cases tried, cases handled]; read by the benchmark's report.
 TALLY: dict[str, list[int]] = defaultdict(lambda: [0, 0])
@@ -104,8 +131,10 @@ def _app():
     return app
 
 
-def digest(paths: Iterable[Path]) -> dict[Path, str]:
-    return {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in paths if p.is_file() and not p.is_symlink()}
+def digest(paths: Iterable[Path]) -> dict[Path, bytes]:
+    """Each regular file's bytes: kept whole and compared, cheaper than hashing them (the
+    workspace's files are under a megabyte together)."""
+    return {p: p.read_bytes() for p in paths if p.is_file() and not p.is_symlink()}
 
 
 def _listing(folder: Path) -> set[str]:
@@ -229,6 +258,7 @@ def replace_at(doc: object, path: Sequence[int], value: object) -> object:
     return doc
 
 
+@functools.cache
 def commands() -> dict[str, object]:
     """Every command the fuzz runs, by its words (``plot cdf``): the click command."""
     from simulator.cli import COMMANDS, _load

@@ -12,6 +12,7 @@ every time; ``FUZZ_EXAMPLES`` examples a class by default, and as many again, ot
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 from pathlib import Path
@@ -185,6 +186,7 @@ def real_mutation(data) -> None:
 
 # -- every option of every command, every setting -----------------------------------------
 
+@functools.cache
 def _options() -> list[tuple[str, str]]:
     found = []
     for words, command in commands().items():
@@ -194,6 +196,7 @@ def _options() -> list[tuple[str, str]]:
     return sorted(found)
 
 
+@functools.cache
 def _settings() -> dict[str, object]:
     from simulator.settings import SETTINGS
 
@@ -224,6 +227,7 @@ def every_option(data) -> None:
             copy.unlink(missing_ok=True)
 
 
+@functools.cache
 def _flags(words: str) -> set[str]:
     return {opt for p in commands()[words].params for opt in p.opts  # type: ignore[attr-defined]
             if getattr(p, "is_flag", False)}
