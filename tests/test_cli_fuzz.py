@@ -13,15 +13,14 @@ small), so every example finishes in well under a second.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from fuzzing import runner
 from hypothesis import HealthCheck, given, settings, strategies as st
-from typer.testing import CliRunner
 
 from simulator.cli import app
 from simulator.events import write_event_log
@@ -31,7 +30,6 @@ from simulator.scenario import build_scenario
 from simulator.trace.formats import load_trace, save_trace
 from simulator.trace.model import Trace
 
-runner = CliRunner()
 REPO = Path(__file__).resolve().parents[1]
 
 NUMBERS = ["0", "1", "2", "-1", "0.5", "nan", "inf", "-inf", "1e400", "abc", "",
@@ -82,8 +80,8 @@ def files(tmp_path_factory) -> dict[str, Path]:
     return made
 
 
-def _digest(paths) -> dict[Path, str]:
-    return {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in paths if p.is_file()}
+def _digest(paths) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in paths if p.is_file()}
 
 
 def _check(args: list[str], files: dict[str, Path]) -> None:
