@@ -35,7 +35,7 @@ from simulator.model import simulate
 from simulator.profile import Profile, profile_from_dict
 from simulator.profile.kinds import BatchShape
 from simulator.scenario import Scenario, build_scenario
-from simulator.trace.model import Call, Prompt, Trace
+from simulator.trace.model import Call, Prompt, Trace, TraceColumns, id_column
 
 WARMUP = 0.10  # fraction of prompts, by arrival, left out of each replication's mean
 Z = 4.0  # tolerance in standard errors
@@ -79,11 +79,19 @@ def poisson_trace(rng: np.random.Generator, n: int, lam: float,
     """``n`` calls of one prompt each at Poisson(``lam``) instants; each call's task is drawn
     from ``tasks`` with probabilities ``weights`` (uniform if not given)."""
     times = np.cumsum(rng.exponential(1.0 / lam, size=n))
-    if len(tasks) == 1:
-        names = [tasks[0]] * n
-    else:
-        names = [tasks[i] for i in rng.choice(len(tasks), size=n, p=weights)]
-    return Trace(tuple(Call(str(i), float(t), (Prompt(task),)) for i, (t, task) in enumerate(zip(times, names, strict=True))))
+    drawn = np.zeros(n, dtype=np.int64) if len(tasks) == 1 else rng.choice(len(tasks), size=n, p=weights)
+    # Made as columns, as the trace readers make them: tens of thousands of calls with no
+    # Python object per call or prompt. Task names in order of first appearance, as a trace
+    # made of calls numbers them.
+    present, first = np.unique(drawn, return_index=True)
+    order = present[np.argsort(first)]
+    code = np.empty(len(tasks), dtype=np.int64)
+    code[order] = np.arange(len(order))
+    columns = TraceColumns.of_sizes(
+        call_t=times, call_ids=id_column([str(i) for i in range(n)]), sizes=np.ones(n, dtype=np.int64),
+        task_names=tuple(tasks[i] for i in order), task_of=code[drawn],
+        prompt_tokens=np.full(n, -1), max_tokens=np.zeros(n, dtype=np.int64))
+    return Trace(columns=columns)
 
 
 # -- replications ----------------------------------------------------------------------
