@@ -42,6 +42,7 @@ neg, pow) and stays **assumed**.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -291,7 +292,9 @@ class GpuTables:
         return tables
 
     def _table(self, name: str, axes: Sequence[str], features) -> GridTable:
-        return GridTable(pd.read_parquet(self.folder / f"{name}.parquet"), axes, features)
+        path = self.folder / f"{name}.parquet"
+        stat = path.stat()
+        return _grid_table(path, stat.st_mtime_ns, stat.st_size, tuple(axes), features)
 
     @cached_property
     def gemm_table(self) -> GridTable:
@@ -435,6 +438,15 @@ class GpuTables:
         CUDA-graph replay, where no host work shows: 0, ``assumed``."""
         measured = (self.spec.get("host") or {}).get(f"{kind}_s")
         return Estimate(float(measured) if measured is not None else 0.0, "assumed")
+
+
+@functools.lru_cache(maxsize=32)
+def _grid_table(path: Path, mtime_ns: int, size: int, axes: tuple[str, ...], features) -> GridTable:
+    """The table in ``path``, read once a process while the file is unchanged (its time and
+    size are part of the key): composing profiles for several deployments of one GPU, or a
+    sweep of them, reads and indexes each of its tables once. A table is never changed
+    after it is built."""
+    return GridTable(pd.read_parquet(path), axes, features)
 
 
 def load_gpu(gpu: str | Path, backend: str | None = None, dtype: str = "bf16", kv_dtype: str | None = None,
