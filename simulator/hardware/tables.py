@@ -91,7 +91,9 @@ class GridTable:
         points = frame[self.axes].to_numpy(float)
         self.seconds = frame["seconds"].to_numpy(float)
         self.points = points
-        self.exact = {tuple(int(v) for v in p): s for p, s in zip(points, self.seconds, strict=True)}
+        # keys as lookup() forms them (each coordinate truncated to an int), built from whole
+        # arrays: a table has tens of thousands of rows and is loaded once per GPU and backend
+        self.exact = dict(zip(map(tuple, points.astype(np.int64).tolist()), self.seconds.tolist(), strict=True))
         self.grid = [np.unique(points[:, i]) for i in range(points.shape[1])]
         index = tuple(np.searchsorted(self.grid[i], points[:, i]) for i in range(points.shape[1]))
         self.log_values = np.full([len(g) for g in self.grid], np.nan)
@@ -211,6 +213,22 @@ def _verify_features(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return 2 * BF16 * b * attended * kv * hd, 4 * b * tokens * attended * heads * hd
 
 
+#: Tables read in this process, keyed on the file (with its modification time and size) and
+#: how it is read: every dtype, kv dtype and TP of a GPU reads the same files, and reading
+#: one (and fitting it) costs far more than any answer drawn from it. A GridTable is never
+#: changed after it is built, so the instances can share it.
+_TABLES: dict[tuple, GridTable] = {}
+
+
+def _read_table(path: Path, axes: tuple[str, ...], features) -> GridTable:
+    stat = path.stat()
+    key = (str(path), stat.st_mtime_ns, stat.st_size, axes, features)
+    table = _TABLES.get(key)
+    if table is None:
+        table = _TABLES[key] = GridTable(pd.read_parquet(path), axes, features)
+    return table
+
+
 ATTENTION_AXES = ("batch_size", "{length}", "num_heads", "num_key_value_heads", "head_dim")
 VERIFY_AXES = ("batch_size", "step", "tokens", "num_heads", "num_key_value_heads", "head_dim")
 
@@ -289,7 +307,7 @@ class GpuTables:
         return tables
 
     def _table(self, name: str, axes: Sequence[str], features) -> GridTable:
-        return GridTable(pd.read_parquet(self.folder / f"{name}.parquet"), axes, features)
+        return _read_table(self.folder / f"{name}.parquet", tuple(axes), features)
 
     @cached_property
     def gemm_table(self) -> GridTable:
