@@ -370,12 +370,11 @@ def _task_masks(log: pd.DataFrame) -> tuple[pd.Series, list[str]]:
     operations: a per-call Python function costs more than the simulation it summarises."""
     codes, uniques = pd.factorize(log["task"], sort=True)
     names = [str(n) for n in uniques]
-    grouped = log.groupby("call_index", sort=True)
-    masks = pd.Series(0, index=grouped.size().index, dtype=np.int64)
-    for i in range(len(names)):
-        has = pd.Series(codes == i, index=log.index).groupby(log["call_index"], sort=True).any()
-        masks += has.to_numpy(np.int64) << i
-    return masks, names
+    calls, index = pd.factorize(log["call_index"], sort=True)
+    bits = np.where(codes >= 0, np.left_shift(1, np.maximum(codes, 0), dtype=np.int64), 0)
+    masks = np.zeros(len(index), dtype=np.int64)
+    np.bitwise_or.at(masks, calls, bits)
+    return pd.Series(masks, index=pd.Index(index, name="call_index")), names
 
 
 def call_table(log: pd.DataFrame, deadline: float | None = None) -> pd.DataFrame:
@@ -383,6 +382,11 @@ def call_table(log: pd.DataFrame, deadline: float | None = None) -> pd.DataFrame
     done_at − arrived_at``, ``completed`` (``done_at ≤ deadline``), ``prompts`` and its
     composition ``tasks`` (the sorted set of its tasks, '+'-joined). A call with a prompt
     that was turned away never completes (``done_at`` = inf)."""
+    return _call_table(log, deadline)[0]
+
+
+def _call_table(log: pd.DataFrame, deadline: float | None = None) -> tuple[pd.DataFrame, pd.Series, list[str]]:
+    """:func:`call_table`, with the calls' task masks and names (:func:`_task_masks`)."""
     from simulator.events import SERVED
 
     log = log.assign(done_at=log["done_at"].where(log["status"].isin(SERVED), np.inf))
@@ -399,7 +403,7 @@ def call_table(log: pd.DataFrame, deadline: float | None = None) -> pd.DataFrame
     calls["latency_s"] = calls["done_at"] - calls["arrived_at"]
     limit = math.inf if deadline is None else deadline
     calls["completed"] = np.isfinite(calls["done_at"]) & (calls["done_at"] <= limit)
-    return calls
+    return calls, masks, names
 
 
 def _group(calls: pd.DataFrame) -> dict[str, Any]:
@@ -445,8 +449,8 @@ def client_calls(log: pd.DataFrame, timeout: float | None = None,
     with failed calls at the timeout (the model, like the server, keeps serving them);
     ``composition`` the call's class by ``compositions`` (empty without rules)."""
     rules = compositions or Compositions()
-    calls = call_table(log).reset_index()
-    masks, names = _task_masks(log)
+    calls, masks, names = _call_table(log)
+    calls = calls.reset_index()
     # classed once per distinct task set, not once per call
     classes = {m: rules.classify(frozenset(n for i, n in enumerate(names) if m >> i & 1)) for m in masks.unique()}
     calls["composition"] = calls["call_index"].map(masks.map(classes))
