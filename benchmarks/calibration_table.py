@@ -121,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write-docs", action="store_true", help="write the table into docs/calibration.md")
     parser.add_argument("--write-profiles", action="store_true")
     parser.add_argument("--runs", default=",".join(RUNS), help="comma-separated runs to calibrate in sample")
+    parser.add_argument("--out-of-sample-from", default=",".join(dict.fromkeys(a for a, _ in OUT_OF_SAMPLE)),
+                        help="comma-separated fitted runs whose out-of-sample predictions are made")
     parser.add_argument("--jobs", type=int, default=2, help="fits run in parallel processes")
     parser.add_argument("--no-joint", dest="joint", action="store_false", help="skip the joint fit over both MMLU lengths")
     parser.add_argument("--screen", type=int, default=SCREEN, help="quasi-random points tried before the local fits")
@@ -136,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"the real runs are not at {REQUEST}\n")
         return 2
     trace = load_trace(REQUEST / "batch_arrivals.json")
-    wanted = set(args.runs.split(",")) | {a for a, _ in OUT_OF_SAMPLE}
+    pairs = [(a, b) for a, b in OUT_OF_SAMPLE if a in args.out_of_sample_from.split(",")]
+    wanted = set(args.runs.split(",")) | {a for a, _ in pairs}
     jobs = [run for run in RUNS if run in wanted]
     joint_key = "+".join(JOINT[0])
     if args.jobs > 1:
@@ -156,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
                        "ensemble": result.ensemble_values, "cost": result.cost}
         if run in args.runs.split(","):
             rows += rows_of(result.errors, run, "in-sample", run)
-    for fitted_on, target in OUT_OF_SAMPLE:
+    for fitted_on, target in pairs:
         scen = RUNS[target][0]
         observed = read_observed(REQUEST / f"batch_results_{target}", trace)
         ensemble = [profile_from_dict(p) for p in results[fitted_on][0].ensemble]

@@ -225,11 +225,13 @@ def replay_command(path: Path) -> tuple[str, ...]:
             "--json", str(folder / "summary.json"), "--force")
 
 
-def command_figures(mm4_calls: int, calls: int, seed: int, repeat: int) -> dict:
+def command_figures(mm4_calls: int, calls: int, seed: int, repeat: int, warm: bool = True) -> dict:
     """Whole commands, each in a fresh process, best of ``repeat`` (CPU time): ``simctl
     replay`` of the ``mm4_calls``-call M/M/4 file against the simpy model of the same calls;
     ``simctl replay`` of a ``calls``-call file (prompts/s, and peak memory per prompt over the
-    same command on a :data:`SMALL_CALLS`-call file); reading the large file alone."""
+    same command on a :data:`SMALL_CALLS`-call file); reading the large file alone. ``warm=False``
+    skips the untimed replay that puts the kernel in its on-disk cache first (the quick mode,
+    whose figures are a check that every step runs, not a measurement)."""
     import tempfile
 
     simpy_script = str(Path(__file__).resolve().parent / "simpy_baseline.py")
@@ -237,7 +239,8 @@ def command_figures(mm4_calls: int, calls: int, seed: int, repeat: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         small, compared, large = (write_mm4(folder, n, seed) for n in (SMALL_CALLS, mm4_calls, calls))
-        child(*replay_command(small))  # the kernel in its on-disk cache, before any clock runs
+        if warm:
+            child(*replay_command(small))  # the kernel in its on-disk cache, before any clock runs
         simpy_cpu = min(child(simpy_code, "--once", "--customers", str(mm4_calls), "--seed", str(seed))[0]
                         for _ in range(repeat))
         simctl_cpu = min(child(*replay_command(compared))[0] for _ in range(repeat))
@@ -254,14 +257,14 @@ def command_figures(mm4_calls: int, calls: int, seed: int, repeat: int) -> dict:
 
 
 def run(calls: int, mm4_calls: int, reference_calls: int, repeat: int, seed: int, memory: bool,
-        spec_decode: bool = False) -> dict:
+        spec_decode: bool = False, warm: bool = True) -> dict:
     from simpy_baseline import simpy_customers_per_second
 
     from simulator.model import simulate
 
     result: dict = {"python": platform.python_version(), "machine": platform.machine(), "repeat": repeat,
                     "seed": seed, "reference_calls": reference_calls}
-    result.update(command_figures(mm4_calls, calls, seed, repeat))
+    result.update(command_figures(mm4_calls, calls, seed, repeat, warm))
     # Load (or compile once, then cache) the kernel before any clock runs.
     for warm in (design_case(50, seed), spec_decode_case(50, seed)) if spec_decode else (design_case(50, seed),):
         simulate(*warm, engine="fast")
@@ -362,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference-calls", type=int, default=50_000, help="calls per case for the reference engine")
     parser.add_argument("--repeat", type=int, default=3, help="runs; the best is reported")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--quick", action="store_true", help="small sizes, one repeat, no memory figure")
+    parser.add_argument("--quick", action="store_true", help="small sizes, one repeat, no memory figure, no warm-up replay")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--spec-decode", action="store_true",
                         help="also time the design-notes case on a spec_decode/iteration profile")
@@ -377,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
         result = json.loads(args.from_json.read_text())
     else:
         result = run(args.calls, args.mm4_calls, args.reference_calls, args.repeat, args.seed,
-                     memory=not args.quick, spec_decode=args.spec_decode)
+                     memory=not args.quick, spec_decode=args.spec_decode, warm=not args.quick)
     if args.write_docs:
         from docs_tables import write_generated
 

@@ -106,22 +106,26 @@ def fit(run: str, free: tuple[str, ...] = FREE, search: dict[str, int] | None = 
             "cost": result.cost, "evaluations": result.evaluations}
 
 
-def predict_run(run: str, ensemble: list[dict[str, float]]):
+#: simulated runs (seeds) each prediction averages
+SEEDS = 10
+
+
+def predict_run(run: str, ensemble: list[dict[str, float]], seeds: int = SEEDS):
     """Errors of the prediction of ``run`` from engine values (the best first) and the range
-    over every fit in ``ensemble``."""
+    over every fit in ``ensemble``, each figure the mean over ``seeds`` simulated runs."""
     from simulator.calibrate import predict_ensemble
     from simulator.profile import profile_from_dict
 
     observed, trace, scenario = _inputs(run)
     profiles = [profile_from_dict(family_profile(RUNS[run][1], values)) for values in ensemble]
-    return predict_ensemble(observed, trace, scenario, profiles)
+    return predict_ensemble(observed, trace, scenario, profiles, tuple(range(seeds)))
 
 
 #: the latency-only fits shipped (profiles/, docs/calibration.md's first table): run -> profile
 LATENCY_ONLY = {"4B_fw_5_b10": "qwen3-4b-specdec-fw5", "4B_4queues_nothinking": "qwen3-4b-nospec-4queues"}
 
 
-def latency_only(fitted_on: str, target: str):
+def latency_only(fitted_on: str, target: str, seeds: int = SEEDS):
     """The shipped latency-only fit of ``fitted_on`` (its fits' ensemble) predicting ``target``,
     with the same inputs as the grounded prediction."""
     from simulator.calibrate import _with_values, free_parameters, predict_ensemble
@@ -132,7 +136,7 @@ def latency_only(fitted_on: str, target: str):
     profiles = [profile_from_dict(_with_values(data, params, np.array([v[p.name] for p in params])))
                 for v in data["meta"]["fit"]["ensemble"]]
     observed, trace, scenario = _inputs(target)
-    return predict_ensemble(observed, trace, scenario, profiles)
+    return predict_ensemble(observed, trace, scenario, profiles, tuple(range(seeds)))
 
 
 def run_to_run_spread() -> dict[str, dict[str, float]]:
@@ -152,7 +156,7 @@ def run_to_run_spread() -> dict[str, dict[str, float]]:
 
 
 def study(jobs: int = 2, free: tuple[str, ...] = FREE, fitted_on_runs: list[str] | None = None,
-          search: dict[str, int] | None = None) -> dict[str, Any]:
+          search: dict[str, int] | None = None, seeds: int = SEEDS) -> dict[str, Any]:
     runs = list(RUNS)
     fitted_runs = fitted_on_runs or runs
     if jobs > 1:
@@ -164,7 +168,7 @@ def study(jobs: int = 2, free: tuple[str, ...] = FREE, fitted_on_runs: list[str]
     rows = []
     for fitted_on in fitted_runs:
         for target in runs:
-            errors = predict_run(target, fits[fitted_on]["ensemble"])
+            errors = predict_run(target, fits[fitted_on]["ensemble"], seeds)
             for _, r in errors.iterrows():
                 if r["group"] == "graph-only":
                     continue  # 0.1 s calls: a fixed overhead, not the GPU's (see the docs)
@@ -178,10 +182,11 @@ def study(jobs: int = 2, free: tuple[str, ...] = FREE, fitted_on_runs: list[str]
         for target in runs:
             if target == fitted_on or RUNS[target][1] != RUNS[fitted_on][1]:
                 continue
-            r = latency_only(fitted_on, target).set_index("group").loc["overall"]
+            r = latency_only(fitted_on, target, seeds).set_index("group").loc["overall"]
             side.append({"fitted_on": fitted_on, "run": target,
                          **{f"{x}_{w}": float(r[f"{x}_{w}"]) for x in ("p50", "p90") for w in ("err", "low", "high", "ref")}})
-    return {"fits": fits, "rows": rows, "spread": run_to_run_spread(), "free": list(free), "latency_only": side}
+    return {"fits": fits, "rows": rows, "spread": run_to_run_spread(), "free": list(free), "latency_only": side,
+            "seeds": seeds}
 
 
 def summary(result: dict[str, Any]) -> dict[str, Any]:
@@ -281,12 +286,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fitted-on", default=",".join(RUNS), help="runs to calibrate on (each predicts every run)")
     parser.add_argument("--screen", type=int, help="quasi-random points before the local fits (calibrate's default)")
     parser.add_argument("--starts", type=int, help="local fits (calibrate's default)")
+    parser.add_argument("--seeds", type=int, default=SEEDS, help="simulated runs each prediction averages")
     args = parser.parse_args(argv)
     if not REQUEST.exists():
         sys.stderr.write(f"the real runs are not at {REQUEST}\n")
         return 2
     search = {k: v for k, v in (("screen", args.screen), ("starts", args.starts)) if v is not None}
-    result = study(args.jobs, tuple(args.free.split(",")), args.fitted_on.split(","), search)
+    result = study(args.jobs, tuple(args.free.split(",")), args.fitted_on.split(","), search, args.seeds)
     if args.write_profiles and not set(SHIP_FROM.values()) <= set(result["fits"]):
         sys.stderr.write(f"--write-profiles needs fits on {', '.join(SHIP_FROM.values())}\n")
         return 2

@@ -25,7 +25,8 @@ contrast.
 
     python benchmarks/live_loop.py                 # four 60 s runs: about 6 minutes on 2 cores
     python benchmarks/live_loop.py --write-docs    # ... and the table into docs/calibration.md
-    python benchmarks/live_loop.py --quick         # 4 s runs, a small fit: about half a minute
+    python benchmarks/live_loop.py --quick         # 4 s runs, a small fit, the bundled profile,
+                                                   # client commands in-process: about 20 s
 """
 
 from __future__ import annotations
@@ -56,8 +57,27 @@ FLUSH_A, FLUSH_B = 0.5, 0.1
 RATE_C = 2.0
 
 
+#: The quick mode runs the client commands (synth, load, calibrate, predict) in this process
+#: through typer's CliRunner: the same commands and arguments, without an interpreter start
+#: and the simulator's imports per command. ``simctl serve`` is always a process of its own.
+IN_PROCESS = False
+
+
 def simctl(*args: str, check: bool = True, **kw: Any) -> subprocess.CompletedProcess:
-    """Run ``simctl ARGS`` in a fresh interpreter (the command a user runs)."""
+    """Run ``simctl ARGS`` in a fresh interpreter (the command a user runs), or in this
+    process where :data:`IN_PROCESS` says so."""
+    if IN_PROCESS:
+        from typer.testing import CliRunner
+
+        from simulator.cli import app
+
+        result = CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
+        if result.exception is not None and not isinstance(result.exception, SystemExit):
+            raise result.exception
+        done = subprocess.CompletedProcess(["simctl", *args], result.exit_code, result.stdout, result.stderr)
+        if check and done.returncode != 0:
+            raise RuntimeError(f"simctl {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
+        return done
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), COLUMNS="200")
     done = subprocess.run([sys.executable, "-c", "from simulator.cli import main; main()", *args],
                           capture_output=True, text=True, env=env, **kw)
@@ -82,12 +102,16 @@ def scenario_with_flush(flush: float, folder: Path) -> Path:
     return path
 
 
-def start_profile(folder: Path) -> Path:
+def start_profile(folder: Path, measure: bool = True) -> Path:
     """A profile measured now by ``simctl profile --device cpu --quick`` (the decoder alone,
-    no server), with the MMLU per-pass costs free: base and per row-token cost of a verify
-    step, the draft step and the plain decode step tied at their measured ratios."""
-    measured = folder / "cpu-tiny-measured.json"
-    simctl("profile", "--device", "cpu", "--quick", "-o", str(measured))
+    no server), or with ``measure=False`` the one that command wrote into the repository
+    (:data:`SERVED_PROFILE`), with the MMLU per-pass costs free: base and per row-token cost of
+    a verify step, the draft step and the plain decode step tied at their measured ratios."""
+    if measure:
+        measured = folder / "cpu-tiny-measured.json"
+        simctl("profile", "--device", "cpu", "--quick", "-o", str(measured))
+    else:
+        measured = SERVED_PROFILE
     data = json.loads(measured.read_text())
     costs = data["tasks"][TASK]["service"]["costs"]
     free = []
@@ -98,7 +122,8 @@ def start_profile(folder: Path) -> Path:
                      "ties": [{"path": f"service.costs.{op}.coef.{i}", "factor": costs[op]["coef"][i] / verify}
                               for op in ("draft_step", "decode")]})
     data["name"] = "cpu-tiny-start"
-    data["source"] = f"simctl profile --device cpu --quick with the MMLU per-pass costs free ({Path(__file__).name})"
+    data["source"] = (f"simctl profile --device cpu --quick{'' if measure else ' (the bundled ' + measured.name + ')'} "
+                      f"with the MMLU per-pass costs free ({Path(__file__).name})")
     data["meta"] = {"calibrate": free, "fit_check": data.get("meta", {}).get("fit_check")}
     path = folder / "cpu-tiny-start.json"
     path.write_text(json.dumps(data, indent=1))
@@ -151,13 +176,19 @@ def predicted(trace: Path, scenario: Path, profile: Path, seeds: int, out: Path,
 
 
 def run(quick: bool, seed: int, work: Path) -> dict[str, Any]:
-    duration, mean = (4.0, 0.25) if quick else (60.0, 0.25)
+    global IN_PROCESS
+    IN_PROCESS = quick
+    # the quick mode's calls are shorter (64 output tokens): the server, busy throughout a run,
+    # costs CPU in proportion to the tokens it decodes
+    duration, mean, max_tokens = (4.0, 0.25, 64) if quick else (60.0, 0.25, 256)
     trace = work / "trace.json"
     simctl("synth", "-o", str(trace), "--duration", str(duration), "--mean", str(mean), "--cv", "1",
            "--prompts-per-call", "1:0.5,2:0.3,3:0.2", "--task-mix", f"{TASK}:1", "--prompt-tokens", f"{TASK}:64",
-           "--max-tokens", "256", "--seed", str(seed))
+           "--max-tokens", str(max_tokens), "--seed", str(seed))
     scen_a, scen_b = scenario_with_flush(FLUSH_A, work), scenario_with_flush(FLUSH_B, work)
-    start = start_profile(work)
+    # the quick mode starts from the bundled measurement of the same command (measuring takes
+    # longer than the rest of the quick mode); the full mode measures this machine now
+    start = start_profile(work, measure=not quick)
     timeout = 120.0
     runs: dict[str, Any] = {"A": serve_and_load(trace, FLUSH_A, work / "run-a", timeout)}
 
@@ -190,8 +221,9 @@ def run(quick: bool, seed: int, work: Path) -> dict[str, Any]:
         raw = predicted(arrivals, scen_b, start, seeds, work / f"start-vs-{name}.json", folder)
         rows.append({"what": "measured profile, not fitted", "config": config, "run": name, **_figures(raw)})
     return {
-        "quick": quick, "seed": seed, "duration_s": duration, "mean_gap_s": mean, "task": TASK,
-        "flush_a": FLUSH_A, "flush_b": FLUSH_B, "calls": len(json.loads(trace.read_text())["calls"]),
+        "quick": quick, "profile_measured_now": not quick, "seed": seed,
+        "duration_s": duration, "mean_gap_s": mean, "task": TASK,
+        "max_tokens": max_tokens, "flush_a": FLUSH_A, "flush_b": FLUSH_B, "calls": len(json.loads(trace.read_text())["calls"]),
         "runs": runs, "calibrate_s": calibrate_s, "fit": {"values": fit["values"], "relative_se": fit["relative_se"],
                                                         "ensemble": len(fit["ensemble"]),
                                                         "measured": {f"{TASK}.pass_base": measured_costs[0],
@@ -226,7 +258,7 @@ def table(result: dict[str, Any]) -> str:
             + " (B2 against B).")
         lines.append("")
     lines.append(
-        f"{result['calls']} calls of {result['task']} (1–3 prompts, 64 prompt and 256 output tokens, Poisson, "
+        f"{result['calls']} calls of {result['task']} (1–3 prompts, 64 prompt and {result.get('max_tokens', 256)} output tokens, Poisson, "
         f"mean gap {result['mean_gap_s']} s, {result['duration_s']:.0f} s), `scenarios/harness-cpu.toml` served by "
         f"`simctl serve --backend harness` (tiny preset, CPU, one torch thread) and loaded by `simctl load`; "
         f"per-pass costs of the verify step, {values}; calibration took {result['calibrate_s']:.0f} s. "

@@ -364,21 +364,34 @@ def prompt_requests(log: pd.DataFrame, deadline: float | None = None) -> pd.Data
     })
 
 
+def _task_masks(log: pd.DataFrame) -> tuple[pd.Series, list[str]]:
+    """Each call's task set as a bit mask (bit i set if any of its prompts has task i of the
+    sorted task names), indexed by ``call_index`` in order, and the names. Whole-column
+    operations: a per-call Python function costs more than the simulation it summarises."""
+    codes, uniques = pd.factorize(log["task"], sort=True)
+    names = [str(n) for n in uniques]
+    calls, index = pd.factorize(log["call_index"], sort=True)
+    bits = np.where(codes >= 0, np.left_shift(1, np.maximum(codes, 0), dtype=np.int64), 0)
+    masks = np.zeros(len(index), dtype=np.int64)
+    np.bitwise_or.at(masks, calls, bits)
+    return pd.Series(masks, index=pd.Index(index, name="call_index")), names
+
+
 def call_table(log: pd.DataFrame, deadline: float | None = None) -> pd.DataFrame:
     """One row per call: ``arrived_at``, ``done_at`` (its last prompt), ``latency_s =
     done_at − arrived_at``, ``completed`` (``done_at ≤ deadline``), ``prompts`` and its
     composition ``tasks`` (the sorted set of its tasks, '+'-joined). A call with a prompt
     that was turned away never completes (``done_at`` = inf)."""
+    return _call_table(log, deadline)[0]
+
+
+def _call_table(log: pd.DataFrame, deadline: float | None = None) -> tuple[pd.DataFrame, pd.Series, list[str]]:
+    """:func:`call_table`, with the calls' task masks and names (:func:`_task_masks`)."""
     from simulator.events import SERVED
 
     log = log.assign(done_at=log["done_at"].where(log["status"].isin(SERVED), np.inf))
     grouped = log.groupby("call_index", sort=True)
-    codes, names = pd.factorize(log["task"], sort=True)
-    # A call's task set as a bit mask: bit i is set if any of its prompts has task i.
-    masks = pd.Series(0, index=grouped.size().index, dtype=np.int64)
-    for i in range(len(names)):
-        has = pd.Series(codes == i, index=log.index).groupby(log["call_index"], sort=True).any()
-        masks += has.to_numpy(np.int64) << i
+    masks, names = _task_masks(log)
     labels = {m: "+".join(n for i, n in enumerate(names) if m >> i & 1) for m in masks.unique()}
     calls = pd.DataFrame({
         "call_id": grouped["call_id"].first(),
@@ -390,7 +403,7 @@ def call_table(log: pd.DataFrame, deadline: float | None = None) -> pd.DataFrame
     calls["latency_s"] = calls["done_at"] - calls["arrived_at"]
     limit = math.inf if deadline is None else deadline
     calls["completed"] = np.isfinite(calls["done_at"]) & (calls["done_at"] <= limit)
-    return calls
+    return calls, masks, names
 
 
 def _group(calls: pd.DataFrame) -> dict[str, Any]:
@@ -436,9 +449,11 @@ def client_calls(log: pd.DataFrame, timeout: float | None = None,
     with failed calls at the timeout (the model, like the server, keeps serving them);
     ``composition`` the call's class by ``compositions`` (empty without rules)."""
     rules = compositions or Compositions()
-    calls = call_table(log).reset_index()
-    sets = log.groupby("call_index")["task"].agg(lambda s: frozenset(s))
-    calls["composition"] = calls["call_index"].map(sets).map(rules.classify)
+    calls, masks, names = _call_table(log)
+    calls = calls.reset_index()
+    # classed once per distinct task set, not once per call
+    classes = {m: rules.classify(frozenset(n for i, n in enumerate(names) if m >> i & 1)) for m in masks.unique()}
+    calls["composition"] = calls["call_index"].map(masks.map(classes))
     limit = math.inf if timeout is None else timeout
     calls["ok"] = calls["completed"] & (calls["latency_s"] <= limit)
     calls["latency_censored_s"] = np.where(calls["ok"], calls["latency_s"],

@@ -87,7 +87,9 @@ def test_a_cost_that_grows_with_length_is_pinned_by_runs_at_two_lengths_not_one(
     truth["tasks"]["mmlu"]["service"]["step"].update(base=0.03, per_context_token=4e-5)
     start["tasks"]["mmlu"]["service"]["step"].update(base=0.06, per_context_token=4e-6)
     obs_short, obs_long = _observed_from(trace, short, truth), _observed_from(trace, long, truth)
-    one = calibrate(obs_short, trace, short, start, max_evaluations=60, screen=16, starts=2)
+    # the short run alone has one basin: 8 screened points and one local fit reach the same
+    # fit, and so the same standard errors, as the joint fit's 16 and two
+    one = calibrate(obs_short, trace, short, start, max_evaluations=60, screen=8, starts=1)
     both = calibrate(obs_short, trace, short, start, max_evaluations=60, screen=16, starts=2,
                      also=[(obs_long, trace, long)])
     assert one.seeds == (0,)        # a deterministic model needs one seed
