@@ -45,14 +45,15 @@ COMMANDS = {
                   "--force"],
 }
 #: The suite's cheaper form of a command (``quick``): calibrate with a smaller fit (2 screened
-#: points, one local fit of at most 6 evaluations), a second or so of fitting after the
-#: start-up where the full form fits for four: still a fit read, run and written, which is
-#: what an interruption has to land in.
+#: points, one local fit of at most 6 evaluations) on a run of :data:`QUICK_RUN_CALLS` calls,
+#: a second or so of fitting after the start-up where the full form fits for four: still a
+#: run read, a fit screened, refined and written, which is what an interruption lands in.
 QUICK_COMMANDS = {
     "calibrate": ["calibrate", "run", "--scenario", "{calibrate_scenario}", "--start", "qwen3-4b-nospec-start",
                   "-o", "fit.json", "--seeds", "1", "--screen", "2", "--starts", "1", "--max-evaluations", "6",
                   "--force"],
 }
+QUICK_RUN_CALLS = 20
 OUTPUTS = {"replay": ("summary.json", "events.parquet"), "sweep": ("results.parquet",),
            "sweep --cluster": ("results.parquet",), "calibrate": ("fit.json",)}
 
@@ -81,10 +82,10 @@ def command(kind: str, quick: bool = False) -> list[str]:
     return [str(CALIBRATE_SCENARIO) if a == "{calibrate_scenario}" else a for a in args]
 
 
-def prepare(kind: str, folder: Path) -> None:
-    """The inputs of ``kind`` in ``folder``."""
+def prepare(kind: str, folder: Path, quick: bool = False) -> None:
+    """The inputs of ``kind`` in ``folder`` (``quick``: those of its quick form)."""
     if kind == "calibrate":
-        make_run(folder)
+        make_run(folder, QUICK_RUN_CALLS if quick else 40)
     else:
         make_trace(folder)
 
@@ -153,7 +154,7 @@ def reference(kind: str, base: str, quick: bool = False) -> dict[str, bytes]:
     ``base``/ref-KIND); its duration goes into :data:`DURATIONS` (keyed by
     :func:`_key`)."""
     folder = Path(base) / f"ref-{kind.replace(' --', '-')}{'-quick' if quick else ''}"
-    prepare(kind, folder)
+    prepare(kind, folder, quick)
     # Once, and again only when that run compiled kernel code into the cache (its duration
     # would then be the compiler's, not the command's): with the kernel precompiled, once.
     while True:
@@ -276,7 +277,7 @@ def interrupt(kind: str, sig: signal.Signals, moment: float, folder: Path, base:
     kept and that the same command finishes the work."""
     expected = reference(kind, str(base), quick)
     sweep = kind.startswith("sweep")
-    prepare(kind, folder)
+    prepare(kind, folder, quick)
     args = command(kind, quick)
     proc, _ = start(args, folder, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     delay = moment * DURATIONS[_key(kind, quick)]
