@@ -41,10 +41,12 @@ def hostile_classes() -> dict:
 
 
 def run(examples: int, moments: int, seed: int, kinds: tuple[str, ...] | None = None,
-        hostile_cases: int | None = None) -> dict:
+        hostile_cases: int | None = None, quick: bool = False) -> dict:
     """``kinds``: the interrupted commands (default: every one of ``tests/faults.py``);
     ``hostile_cases``: cases a class of :func:`hostile_classes` (default ``examples``: their
-    cases start processes and servers, seconds each, where a fuzz case takes milliseconds)."""
+    cases start processes and servers, seconds each, where a fuzz case takes milliseconds);
+    ``quick``: each interrupted command's quick form (``tests/faults.py``: the run after the
+    interruption in this process)."""
     sys.path.insert(0, str(TESTS))
     import faults
     import fuzzing
@@ -71,7 +73,7 @@ def run(examples: int, moments: int, seed: int, kinds: tuple[str, ...] | None = 
         for sig in (signal.SIGKILL, signal.SIGINT):
             for i in range(moments):
                 folder = base / f"{kind.replace(' --', '-')}-{sig.name}-{i}"
-                got = faults.interrupt(kind, sig, round(rng.uniform(0.3, 0.9), 2), folder, base)
+                got = faults.interrupt(kind, sig, round(rng.uniform(0.3, 0.9), 2), folder, base, quick=quick)
                 runs.append({k: got[k] for k in ("kind", "signal", "moment", "delay", "exit", "orphans", "leftovers", "rows_lost",
                                                  "identical", "one_line", "said")})
     return {"examples": examples, "classes": classes, "faults": runs}
@@ -118,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write-docs", action="store_true", help="write the table into docs/robustness.md")
     args = parser.parse_args(argv)
     if args.quick:  # the script's own check; tests/test_fuzz_inputs.py and test_faults.py cover the rest
-        result = run(10, 1, args.seed, kinds=("replay",), hostile_cases=1)
+        result = run(10, 1, args.seed, kinds=("replay",), hostile_cases=1, quick=True)
     else:
         result = run(args.examples, args.moments, args.seed, hostile_cases=args.hostile_cases)
     sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -44,6 +44,16 @@ COMMANDS = {
                   "-o", "fit.json", "--seeds", "1", "--screen", "6", "--starts", "2", "--max-evaluations", "15",
                   "--force"],
 }
+#: The suite's cheaper form of a command (``quick``): calibrate with a smaller fit (2 screened
+#: points, one local fit of at most 6 evaluations) on a run of :data:`QUICK_RUN_CALLS` calls,
+#: a second or so of fitting after the start-up where the full form fits for four: still a
+#: run read, a fit screened, refined and written, which is what an interruption lands in.
+QUICK_COMMANDS = {
+    "calibrate": ["calibrate", "run", "--scenario", "{calibrate_scenario}", "--start", "qwen3-4b-nospec-start",
+                  "-o", "fit.json", "--seeds", "1", "--screen", "2", "--starts", "1", "--max-evaluations", "6",
+                  "--force"],
+}
+QUICK_RUN_CALLS = 20
 OUTPUTS = {"replay": ("summary.json", "events.parquet"), "sweep": ("results.parquet",),
            "sweep --cluster": ("results.parquet",), "calibrate": ("fit.json",)}
 
@@ -63,18 +73,19 @@ def cluster_address() -> str:
     return cluster.scheduler_address
 
 
-def command(kind: str) -> list[str]:
-    """The command line of ``kind``, its placeholders filled in."""
-    args = COMMANDS[kind]
+def command(kind: str, quick: bool = False) -> list[str]:
+    """The command line of ``kind`` (its :data:`QUICK_COMMANDS` form if ``quick`` and it has
+    one), its placeholders filled in."""
+    args = QUICK_COMMANDS.get(kind, COMMANDS[kind]) if quick else COMMANDS[kind]
     if "{cluster}" in args:
         args = [cluster_address() if a == "{cluster}" else a for a in args]
     return [str(CALIBRATE_SCENARIO) if a == "{calibrate_scenario}" else a for a in args]
 
 
-def prepare(kind: str, folder: Path) -> None:
-    """The inputs of ``kind`` in ``folder``."""
+def prepare(kind: str, folder: Path, quick: bool = False) -> None:
+    """The inputs of ``kind`` in ``folder`` (``quick``: those of its quick form)."""
     if kind == "calibrate":
-        make_run(folder)
+        make_run(folder, QUICK_RUN_CALLS if quick else 40)
     else:
         make_trace(folder)
 
@@ -138,23 +149,28 @@ DURATIONS: dict[str, float] = {}
 
 
 @functools.cache
-def reference(kind: str, base: str) -> dict[str, bytes]:
-    """The outputs of an uninterrupted run of ``kind`` (in ``base``/ref-KIND); its duration
-    goes into :data:`DURATIONS`."""
-    folder = Path(base) / f"ref-{kind.replace(' --', '-')}"
-    prepare(kind, folder)
+def reference(kind: str, base: str, quick: bool = False) -> dict[str, bytes]:
+    """The outputs of an uninterrupted run of ``kind`` (``quick``: its quick form; in
+    ``base``/ref-KIND); its duration goes into :data:`DURATIONS` (keyed by
+    :func:`_key`)."""
+    folder = Path(base) / f"ref-{kind.replace(' --', '-')}{'-quick' if quick else ''}"
+    prepare(kind, folder, quick)
     # Once, and again only when that run compiled kernel code into the cache (its duration
     # would then be the compiler's, not the command's): with the kernel precompiled, once.
     while True:
         for name in OUTPUTS[kind]:  # a sweep would resume its finished file
             (folder / name).unlink(missing_ok=True)
         cache = _kernel_cache()
-        proc, began = start(command(kind), folder, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc, began = start(command(kind, quick), folder, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         if proc.wait(timeout=300) != 0:
-            raise subprocess.CalledProcessError(proc.returncode, command(kind))
-        DURATIONS[kind] = time.monotonic() - began
+            raise subprocess.CalledProcessError(proc.returncode, command(kind, quick))
+        DURATIONS[_key(kind, quick)] = time.monotonic() - began
         if _kernel_cache() == cache:
             return {name: (folder / name).read_bytes() for name in OUTPUTS[kind]}
+
+
+def _key(kind: str, quick: bool) -> str:
+    return f"{kind} (quick)" if quick and kind in QUICK_COMMANDS else kind
 
 
 def _kernel_cache() -> dict[str, int]:
@@ -226,20 +242,45 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def interrupt(kind: str, sig: signal.Signals, moment: float, folder: Path, base: Path) -> dict[str, object]:
+def run_again(args: list[str], folder: Path, in_process: bool) -> tuple[int, str]:
+    """``simctl ARGS`` run in ``folder`` to completion: exit status and stdout. In a fresh
+    interpreter, or, ``in_process``, in this one through typer's runner: the same command
+    code on the same files (what the next run finds and does is what is checked, not how a
+    process starts), without the seconds of imports and kernel loading a fresh interpreter
+    spends first."""
+    if not in_process:
+        again = subprocess.run([*SIMCTL, *args], cwd=folder, env=_env(), capture_output=True, text=True, timeout=300)
+        return again.returncode, again.stdout
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+
+    here = os.getcwd()
+    os.chdir(folder)  # the command's paths are relative to its folder, as in a shell there
+    try:
+        result = CliRunner().invoke(app, args)
+    finally:
+        os.chdir(here)
+    return result.exit_code, result.stdout
+
+
+def interrupt(kind: str, sig: signal.Signals, moment: float, folder: Path, base: Path,
+              quick: bool = False) -> dict[str, object]:
     """Run ``kind`` in ``folder``, send ``sig`` at ``moment`` (a fraction, in (0, 1), of an
     uninterrupted run's duration on this machine from entering simctl's main, counted from
     the same point, so the signal falls inside the command however fast the machine is),
-    run it again; the figures.
+    run it again; the figures. ``quick`` (the suite's form): the command's
+    :data:`QUICK_COMMANDS` form, and the run after the interruption in this process
+    (:func:`run_again`); the interrupted run and the reference are fresh processes always.
 
     ``said``: a command that exits 130 (Ctrl-C) said so on stderr in one line, with what it
     kept and that the same command finishes the work."""
-    expected = reference(kind, str(base))
+    expected = reference(kind, str(base), quick)
     sweep = kind.startswith("sweep")
-    prepare(kind, folder)
-    args = command(kind)
+    prepare(kind, folder, quick)
+    args = command(kind, quick)
     proc, _ = start(args, folder, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    delay = moment * DURATIONS[kind]
+    delay = moment * DURATIONS[_key(kind, quick)]
     time.sleep(delay)
     tree = descendants(proc.pid)
     finished_before = _rows(folder) if sweep else 0
@@ -254,10 +295,10 @@ def interrupt(kind: str, sig: signal.Signals, moment: float, folder: Path, base:
     said = proc.returncode != 130 or (len(lines) == 1 and lines[0].startswith("interrupted")
                                       and "run the same command" in lines[0])
     finished = max(finished_before, _rows(folder)) if sweep else 0
-    again = subprocess.run([*SIMCTL, *args], cwd=folder, env=_env(), capture_output=True, text=True, timeout=300)
+    again_code, again_out = run_again(args, folder, quick)
     skipped = 0
     if sweep:
-        match = re.search(r"(\d+) already in the file skipped", " ".join(again.stdout.split()))
+        match = re.search(r"(\d+) already in the file skipped", " ".join(again_out.split()))
         skipped = int(match.group(1)) if match else 0
     leftovers = len(list(folder.rglob(".*.part")))
     if sweep:
@@ -266,9 +307,9 @@ def interrupt(kind: str, sig: signal.Signals, moment: float, folder: Path, base:
         key = ["config_key", "seed"]
         got = pd.read_parquet(folder / "results.parquet").sort_values(key).reset_index(drop=True)
         want = pd.read_parquet(io.BytesIO(expected["results.parquet"])).sort_values(key).reset_index(drop=True)
-        identical = again.returncode == 0 and got.equals(want)
+        identical = again_code == 0 and got.equals(want)
     else:
-        identical = again.returncode == 0 and all((folder / n).read_bytes() == b for n, b in expected.items())
+        identical = again_code == 0 and all((folder / n).read_bytes() == b for n, b in expected.items())
     return {"kind": kind, "signal": sig.name, "moment": moment, "delay": round(delay, 2), "exit": proc.returncode, "orphans": orphans,
             "leftovers": leftovers, "rows_lost": max(0, finished - skipped) if sweep else 0,
             "identical": identical, "one_line": one_line, "said": said, "stderr": err[-400:]}

@@ -53,6 +53,12 @@ def small_trace() -> Path:
     return trace
 
 
+#: Appended to a replay run in a fresh process: the reference engine, which a 12-call trace
+#: needs no compiled kernel for, spares each such process a second of start-up (loading the
+#: kernel); what these cases check is the outputs, which every engine writes alike.
+NO_KERNEL = ("--set", "run.engine=reference")
+
+
 def simctl_argv(*args: str) -> list[str]:
     """A command line running ``simctl ARGS`` in a fresh interpreter, on this checkout."""
     return [PYTHON, "-c", "import sys; from simulator.cli import main; sys.argv[0] = 'simctl'; main()", *args]
@@ -228,7 +234,7 @@ def second_writer(target: Path, option: str, force: bool, folder: Path) -> bool:
     """A replay writing ``target`` while another process holds its lock and then writes it:
     the replay says it waits, and afterwards obeys ``--force`` (without it, refused: the file
     it found missing at the start is the other writer's now)."""
-    args = ["replay", str(small_trace()), option, str(target), *(["--force"] if force else [])]
+    args = ["replay", str(small_trace()), option, str(target), *(["--force"] if force else []), *NO_KERNEL]
     with lock_held(target, "first writer\n") as holder:
         second = subprocess.Popen(simctl_argv(*args), cwd=folder, env=env(), stdout=subprocess.DEVNULL,
                                   stderr=subprocess.PIPE, text=True)
@@ -251,7 +257,8 @@ def second_writer(target: Path, option: str, force: bool, folder: Path) -> bool:
 def refused_at_once(target: Path, folder: Path) -> bool:
     """With ``SIMCTL_LOCK_WAIT=0`` a second writer is refused in one line naming the holder."""
     with lock_held(target, "first writer\n") as holder:
-        got = run_simctl(["replay", str(small_trace()), "--json", str(target)], folder, SIMCTL_LOCK_WAIT="0")
+        got = run_simctl(["replay", str(small_trace()), "--json", str(target), *NO_KERNEL], folder,
+                         SIMCTL_LOCK_WAIT="0")
         pid = holder.pid
     return got.returncode == 2 and one_error_line(got.stderr, target.name) and f"pid {pid}" in got.stderr
 
@@ -271,9 +278,11 @@ def two_sweeps(first: str, second: str, folder: Path) -> bool:
 
     out = folder / "results.parquet"
     trace = small_trace()
-    base = Base(load_trace(trace), load_profile("seed-calibrated"), build_scenario())
+    # Both on the reference engine (NO_KERNEL): one base, as two users' sweeps of one file share
+    base = Base(load_trace(trace), load_profile("seed-calibrated"), build_scenario(run={"engine": "reference"}))
     with output_lock(out, bounded=False):  # the first sweep's lock, held from before the second starts
-        proc = subprocess.Popen(simctl_argv("sweep", str(trace), "--flush", second, "-j", "1", "-o", str(out)),
+        proc = subprocess.Popen(simctl_argv("sweep", str(trace), "--flush", second, "-j", "1", "-o", str(out),
+                                            *NO_KERNEL),
                                 cwd=folder, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert proc.stderr is not None
         said = proc.stderr.readline()
@@ -369,7 +378,7 @@ def full_case(i: int, folder: Path) -> bool:
     target.write_bytes(PREVIOUS)
     args = ["replay", str(trace), option, str(target), "--force"]
     if how == "file-size limit":
-        got = run_simctl(args, folder, preexec=_limit_file_size)
+        got = run_simctl([*args, *NO_KERNEL], folder, preexec=_limit_file_size)
         code, err = got.returncode, got.stderr
         said = "file too large" in err
     else:

@@ -121,6 +121,11 @@ def _load(name: str) -> Any:
         if group.name == name:
             _LOADED[name] = typer.main.get_group_from_info(
                 group, pretty_exceptions_short=True, suggest_commands=True, rich_markup_mode="markdown")
+    # Built once, served from _LOADED by the group: left registered, typer would build it again
+    # (every option, every help text) each time the app is turned into a click group, which
+    # typer's CliRunner does on every invocation (tens of milliseconds once all are loaded).
+    app.registered_commands[:] = [i for i in app.registered_commands if i.name not in _LOADED]
+    app.registered_groups[:] = [g for g in app.registered_groups if g.name not in _LOADED]
     return _LOADED[name]
 
 
