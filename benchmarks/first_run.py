@@ -6,11 +6,15 @@ installs it into a fresh virtualenv in a temporary folder and runs ``simctl repl
 design-notes`` from another folder, measuring each command's CPU time (user + system of the
 child processes, so other work on the machine does not count):
 
-* the first replay, with an empty ``NUMBA_CACHE_DIR``: the kernel comes from the packaged cache;
-* the second replay, with the cache the first left;
-* for reference, a replay that compiles: an empty ``NUMBA_CACHE_DIR`` and the packaged cache
-  left unread (``SIMCTL_NO_PACKAGED_CACHE=1``), as on a machine whose CPU, numba or Python
-  differs from the build's.
+* the first replay, as a user types it, with an empty ``NUMBA_CACHE_DIR``: the bundled trace is
+  a small run, which ``run.engine = auto`` gives to the reference engine (loading the kernel
+  would cost more than the run: ``simulator.model.engine.SMALL_RUN_PROMPTS``);
+* the first replay on the kernel (``--engine fast``), with an empty ``NUMBA_CACHE_DIR``: the
+  kernel comes from the packaged cache;
+* the second replay on the kernel, with the cache the first left;
+* for reference, a replay on the kernel that compiles it: an empty ``NUMBA_CACHE_DIR`` and the
+  packaged cache left unread (``SIMCTL_NO_PACKAGED_CACHE=1``), as on a machine whose CPU,
+  numba or Python differs from the build's.
 
 To download nothing, the virtualenv reads its dependencies from this interpreter's
 site-packages (a ``.pth`` file) and the wheel is built with this interpreter's numba
@@ -41,6 +45,7 @@ from docs_tables import report, write_row  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 COMMAND = ("replay", "example", "-c", "design-notes")
+ON_KERNEL = ("--engine", "fast")
 COMPILING = "compiling the fast engine"
 README_ROW = "| first replay after `pip install`"
 
@@ -101,16 +106,23 @@ def measure(root: Path) -> dict:
         raise SystemExit(f"simctl imported from {where}, not from the wheel installed in {site}")
     simctl = str(env_dir / "bin" / "simctl")
 
-    def replay(cache: Path, **extra: str) -> tuple[float, str]:
+    def replay(cache: Path, *options: str, **extra: str) -> tuple[float, str, str]:
         cache.mkdir(exist_ok=True)
-        seconds, done = _cpu([simctl, *COMMAND], cwd=work, env={**env, "NUMBA_CACHE_DIR": str(cache), **extra})
-        return seconds, done.stderr
+        seconds, done = _cpu([simctl, *COMMAND, *options], cwd=work,
+                             env={**env, "NUMBA_CACHE_DIR": str(cache), **extra})
+        ran = next((w for w in done.stdout.split() if w.startswith("engine=")), "engine=?")[len("engine="):]
+        return seconds, done.stderr, ran
 
-    first, first_err = replay(root / "cache")
-    second, second_err = replay(root / "cache")
-    cold, cold_err = replay(root / "cold-cache", SIMCTL_NO_PACKAGED_CACHE="1")
+    plain, plain_err, plain_engine = replay(root / "plain-cache")
+    first, first_err, first_engine = replay(root / "cache", *ON_KERNEL)
+    second, second_err, _ = replay(root / "cache", *ON_KERNEL)
+    cold, cold_err, _ = replay(root / "cold-cache", *ON_KERNEL, SIMCTL_NO_PACKAGED_CACHE="1")
+    if first_engine != "fast":
+        raise SystemExit(f"simctl {' '.join(COMMAND + ON_KERNEL)} ran on engine={first_engine}, not the kernel")
     return {
         "command": "simctl " + " ".join(COMMAND),
+        "plain_replay_cpu_s": round(plain, 2), "plain_replay_engine": plain_engine,
+        "plain_replay_compiled": COMPILING in plain_err,
         "first_replay_cpu_s": round(first, 2), "first_replay_compiled": COMPILING in first_err,
         "second_replay_cpu_s": round(second, 2), "second_replay_compiled": COMPILING in second_err,
         "compiling_replay_cpu_s": round(cold, 2), "compiling_replay_said_so": COMPILING in cold_err,
@@ -119,19 +131,26 @@ def measure(root: Path) -> dict:
     }
 
 
+def _engine_words(engine: str) -> str:
+    return "the reference engine: a small run" if engine.startswith("reference (a small run") else f"engine {engine}"
+
+
 def text_of(r: dict) -> str:
-    return (f"First replay after `pip install` (`{r['command']}`, whole command, empty `NUMBA_CACHE_DIR`, the "
-            f"kernel loaded from the wheel's packaged cache): **{r['first_replay_cpu_s']:.1f} CPU-s**; the second "
-            f"replay {r['second_replay_cpu_s']:.1f} CPU-s; a replay that compiles the kernel (no usable cache: "
+    return (f"First replay after `pip install` (`{r['command']}`, whole command, empty `NUMBA_CACHE_DIR`; "
+            f"{_engine_words(r['plain_replay_engine'])}): **{r['plain_replay_cpu_s']:.1f} CPU-s**. The same "
+            f"command on the compiled kernel (`--engine fast`, the kernel loaded from the wheel's packaged cache): "
+            f"{r['first_replay_cpu_s']:.1f} CPU-s the first time, {r['second_replay_cpu_s']:.1f} CPU-s the "
+            f"second; a replay that compiles the kernel (no usable cache: "
             f"another CPU, numba or Python than the build's) {r['compiling_replay_cpu_s']:.1f} CPU-s. Building the "
             f"wheel, which compiles the kernel once, {r['wheel_build_cpu_s']:.0f} CPU-s. CPU time of the child "
             f"processes (user + system), Python {r['python']} on {r['machine']}.")
 
 
 def readme_row(r: dict) -> str:
-    return (f"{README_ROW} (`{r['command']}`, empty numba cache, whole command) | **{r['first_replay_cpu_s']:.1f} "
-            f"CPU-s** (the kernel loaded from the wheel's packaged cache); second replay "
-            f"{r['second_replay_cpu_s']:.1f} CPU-s; compiling instead (no usable cache) "
+    return (f"{README_ROW} (`{r['command']}`, empty numba cache, whole command) | **{r['plain_replay_cpu_s']:.1f} "
+            f"CPU-s** ({_engine_words(r['plain_replay_engine'])}); on the compiled kernel (`--engine fast`) "
+            f"{r['first_replay_cpu_s']:.1f} CPU-s, loaded from the wheel's packaged cache; compiling instead (no "
+            f"usable cache) "
             f"{r['compiling_replay_cpu_s']:.0f} CPU-s | `benchmarks/first_run.py`, "
             f"[docs/benchmarks.md](docs/benchmarks.md#the-first-run) |")
 

@@ -490,7 +490,8 @@ class RunSettings:
     group_order: tuple[str, ...] = setting(
         (), "The order a call's task groups start in (tasks it does not list keep their order, after)")
     engine: str = setting(
-        "auto", "How the run is computed: auto (the compiled kernel where it supports the scenario), "
+        "auto", "How the run is computed: auto (the compiled kernel where it supports the scenario, once a "
+        "process has more than 20,000 prompts to run), "
         "reference (simpy) or fast (the kernel, or an error naming what it lacks); results are identical",
         choices=ENGINES, cli=ALL)
     # -- the replica pool: present when an autoscaler is named (simulator.model.replicas) --

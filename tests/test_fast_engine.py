@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from simulator import build_scenario, load_profile, load_trace
 from simulator.errors import ScenarioError
-from simulator.model import DISPATCH_RULES, GPU_SHARING, POLICIES, TOPOLOGIES, simulate
+from simulator.model import DISPATCH_RULES, GPU_SHARING, POLICIES, TOPOLOGIES, engine as engine_module, simulate
 from simulator.model.fast import POLICY_CODES, RULE_CODES, SHARING_CODES, TOPOLOGY_CODES, unsupported
 from simulator.profile import profile_from_dict
 from simulator.profile.kinds.table import TableService
@@ -229,7 +229,8 @@ def test_a_policy_missing_from_the_kernel_is_refused_not_replaced(monkeypatch):
     assert log.attrs["engine"].startswith("reference") and "newest" in log.attrs["engine"]
 
 
-def test_auto_says_which_engine_ran():
+def test_auto_says_which_engine_ran(monkeypatch):
+    monkeypatch.setattr(engine_module, "SMALL_RUN_PROMPTS", 0)  # (the bundled trace is a small run)
     profile = load_profile("seed-calibrated")
     assert simulate(TRACE, build_scenario(path="design-notes"), profile).attrs["engine"] == "fast"
     continuous = build_scenario(path="design-notes", overrides={"tasks.infobench.topology": "continuous"})
@@ -439,3 +440,23 @@ def test_kernel_equals_reference_with_these_kinds_on_a_real_public_trace():
             scenario = build_scenario(run={"gpus": 3}, tasks={task: {
                 "topology": topology, "policy": policy, "dispatch": dispatch, "flush": 0.2, "max_batch": 8}})
             assert_same_log(trace, scenario, profile, 0)
+
+
+def test_auto_gives_small_runs_to_the_reference_engine_until_the_kernel_pays(monkeypatch):
+    """``auto`` runs a process's first prompts on the reference engine, up to
+    SMALL_RUN_PROMPTS of them, then loads the kernel; once it is loaded, every run takes it.
+    The log is the one the kernel gives, whichever ran."""
+    takes = engine_module.auto_takes_kernel
+    limit = engine_module.SMALL_RUN_PROMPTS
+    assert not takes(347, 0, loaded=False) and not takes(limit, 0, loaded=False)
+    assert takes(limit + 1, 0, loaded=False) and takes(1, limit, loaded=False)
+    assert takes(1, 0, loaded=True)
+    monkeypatch.setattr(engine_module, "_small_run_prompts", 0)
+    monkeypatch.setattr(engine_module, "kernel_loaded", lambda: False)
+    monkeypatch.setattr(engine_module, "SMALL_RUN_PROMPTS", 2 * TRACE.n_prompts)
+    profile, scenario = load_profile("seed-calibrated"), build_scenario(path="design-notes")
+    runs = [simulate(TRACE, scenario, profile, 0) for _ in range(3)]
+    assert [r.attrs["engine"] for r in runs] == [engine_module.SMALL_RUN] * 2 + ["fast"]
+    fast = simulate(TRACE, scenario, profile, 0, engine="fast")
+    for log in runs:
+        pd.testing.assert_frame_equal(log, fast, check_exact=True)

@@ -288,7 +288,7 @@ def test_a_replay_with_an_empty_numba_cache_loads_the_packaged_kernel(tmp_path):
         pytest.skip("simulator/model/_compiled/ is not current: python -m simulator.model.precompile")
     code = ("import simulator as sim\nfrom numba.core.dispatcher import Dispatcher\n"
             "from simulator.model import batch_kernel, kernel_service\n"
-            "sim.replay('example', sim.build_scenario(path='design-notes'))\n"
+            "sim.replay('example', sim.build_scenario(path='design-notes', run={'engine': 'fast'}))\n"
             "fs = [f for m in (batch_kernel, kernel_service) for f in vars(m).values() if isinstance(f, Dispatcher)]\n"
             "print(sum(sum(f.stats.cache_hits.values()) for f in fs), "
             "sum(sum(f.stats.cache_misses.values()) for f in fs))\n")

@@ -291,8 +291,8 @@ def test_a_runs_columns_give_the_summary_of_its_log_frame(topology):
     profile = load_profile("seed-calibrated")
     kwargs = dict(deadline=scenario.deadline, gpus=scenario.gpus, client_timeout=scenario.client_timeout,
                   compositions=scenario.compositions)
-    log = simulate(trace, scenario, profile, seed=3)
-    columns = simulate_columns(trace, scenario, profile, seed=3)
+    log = simulate(trace, scenario, profile, seed=3, engine="fast")
+    columns = simulate_columns(trace, scenario, profile, seed=3, engine="fast")
     assert log.attrs["engine"] == columns.attrs["engine"] == "fast"
     expected = summarize(log, **kwargs)
     assert expected["overall"]["unfinished"] > 0

@@ -162,7 +162,7 @@ def test_a_pool_of_one_unlimited_replica_is_the_system_without_a_pool():
 
 def test_without_a_pool_the_compiled_kernel_still_runs_and_a_pool_runs_on_the_reference_engine():
     trace = make_trace([(0.0, ["x"]), (1.0, ["x"])])
-    plain = simulate(trace, pool(), fixed_profile(x=1.0))
+    plain = simulate(trace, pool(engine="fast"), fixed_profile(x=1.0))
     pooled = simulate(trace, pool(autoscaler="serverless"), fixed_profile(x=1.0))
     assert plain.attrs["engine"] == "fast" and "replicas" not in plain.attrs
     assert pooled.attrs["engine"] == "reference (run.autoscaler)"

@@ -19,6 +19,7 @@ not reshuffle another task's service times.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 
 import numpy as np
@@ -147,7 +148,9 @@ def simulate(trace: Trace, scenario: Scenario, profile: Profile, seed: int = 0,
     says which engine computed it. ``engine`` (default: the scenario's ``run.engine``):
     ``reference`` runs the simpy model above; ``fast`` the compiled kernel
     (:mod:`simulator.model.fast`), or a :class:`ScenarioError` naming the setting it does not
-    support; ``auto`` the kernel wherever it supports the scenario. Both give the same log.
+    support; ``auto`` the kernel wherever it supports the scenario, unless the run is small
+    enough that loading the kernel would cost more than the run (:data:`SMALL_RUN_PROMPTS`).
+    Both give the same log.
     """
     reason = _engine_choice(trace, scenario, profile, engine)
     if reason is None:
@@ -189,6 +192,40 @@ def _engine_choice(trace: Trace, scenario: Scenario, profile: Profile, engine: s
     if engine == "fast" and reason is not None:
         raise ScenarioError(None, "run", "engine",
                             f"the fast engine does not model {reason}; use engine = \"auto\" or \"reference\"")
+    if engine == "auto" and reason is None:
+        global _small_run_prompts
+        if auto_takes_kernel(trace.n_prompts, _small_run_prompts, kernel_loaded()):
+            return None
+        _small_run_prompts += trace.n_prompts
+        return SMALL_RUN
     if engine != "reference" and reason is None:
         return None
     return "reference" if reason is None else f"reference ({reason})"
+
+
+#: Prompts a process replays on the reference engine before ``auto`` loads the compiled
+#: kernel. Loading it (numba and its type registries, then the cached machine code) costs
+#: about 1.1 CPU-seconds in a fresh process (``benchmarks/first_run.py``), the time the
+#: reference engine takes for 25,000-45,000 prompts (``benchmarks/engine_speed.py``'s
+#: library table); both engines give the same event log, so the choice changes the speed
+#: alone. Counting the prompts already run keeps a process of many small runs (a sweep, a
+#: calibration) from paying more than this before the kernel takes over: at most about
+#: twice the better choice made in hindsight (the ski-rental rule).
+SMALL_RUN_PROMPTS = 20_000
+#: ``attrs["engine"]`` of a run ``auto`` gave the reference engine for its size.
+SMALL_RUN = "reference (a small run: loading the compiled kernel would cost more)"
+_small_run_prompts = 0
+
+
+def auto_takes_kernel(prompts: int, small_run_prompts: int, loaded: bool) -> bool:
+    """Whether ``auto`` runs a run of ``prompts`` on the compiled kernel (where it models
+    the scenario), ``small_run_prompts`` having run on the reference engine in this process
+    already: when the kernel is loaded, or when this run would take the reference
+    engine's total past :data:`SMALL_RUN_PROMPTS`."""
+    return loaded or small_run_prompts + prompts > SMALL_RUN_PROMPTS
+
+
+def kernel_loaded() -> bool:
+    """Whether this process has the compiled kernel loaded (a run on it already made)."""
+    kernel = sys.modules.get("simulator.model.batch_kernel")
+    return kernel is not None and len(kernel.run_kernel.overloads) > 0
