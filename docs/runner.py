@@ -1,6 +1,7 @@
 """Run the console examples of the README and of docs/, so that they cannot drift.
 
-A fenced block marked ``python`` runs as a script (its exit status is checked). A fenced
+A fenced block marked ``python`` runs as a script, in this process (its exit status is
+checked: non-zero where it raises, as ``python -c`` would exit). A fenced
 block marked ``console`` holds commands (lines starting ``$ ``), each followed by
 the output it prints. :func:`run_page` runs every command of a page in one fresh temporary
 folder (so bundled names are used, not the checkout's paths, and files a command writes are
@@ -17,7 +18,9 @@ shell), so every page exercises the installed entry point. A later command that 
 ``simctl`` with arguments (no pipes, redirections, variables or globs) runs in this process
 through typer's ``CliRunner``, with the same argument list, folder and environment: it prints
 the same, without paying the interpreter's and the libraries' start-up again. Any other
-command runs through a shell, as the reader would type it.
+command runs through a shell, as the reader would type it. A ``python`` block runs in this
+process too (as ``__main__``, in the page's folder and environment): a fresh interpreter
+would only pay the imports again, and the entry point is the first command's to exercise.
 
     python docs/build.py        # rewrite the expected outputs from a fresh run
     pytest tests/test_docs.py   # fail where a page's output differs from a fresh run
@@ -25,6 +28,8 @@ command runs through a shell, as the reader would type it.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import re
 import shlex
@@ -32,6 +37,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -130,6 +136,47 @@ def _run_in_process(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[st
     return out, status
 
 
+@contextlib.contextmanager
+def _page_process(cwd: Path, env: dict[str, str]) -> Iterator[None]:
+    """This process in ``cwd`` with environment ``env`` (both restored afterwards)."""
+    here, saved = os.getcwd(), dict(os.environ)
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        os.chdir(here)
+
+
+def _run_python_in_process(source: str, cwd: Path, env: dict[str, str]) -> tuple[str, int]:
+    """Run ``source`` as ``python -c`` would, in this process: what it prints (stdout and
+    stderr, a traceback where it raises) and the exit status the interpreter would give."""
+    import traceback
+
+    out, err = io.StringIO(), io.StringIO()
+    status = 0
+    with _page_process(cwd, env), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            exec(compile(source, "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+        except SystemExit as stop:
+            # sys.exit(None) and sys.exit(0) exit 0; an integer is the status; anything
+            # else is printed and exits 1, as the interpreter does
+            if isinstance(stop.code, int):
+                status = stop.code
+            elif stop.code is not None:
+                print(stop.code, file=sys.stderr)
+                status = 1
+        except BaseException as error:
+            # the traceback from the example's own frames on, as the interpreter prints it
+            assert error.__traceback__ is not None
+            traceback.print_exception(type(error), error, error.__traceback__.tb_next)
+            status = 1
+    return out.getvalue() + err.getvalue(), status
+
+
 def run_page(page: Path) -> tuple[str, list[Block]]:
     """Run every block of ``page``; its text and the blocks with what they print now."""
     text = page.read_text()
@@ -145,14 +192,15 @@ def run_page(page: Path) -> tuple[str, list[Block]]:
                 continue
             for command in block.commands:
                 args = None if block.mode == "python" or first else in_process_argv(command)
-                if args is not None:
+                if block.mode == "python":
+                    out, status = _run_python_in_process(command, work, env)
+                elif args is not None:
                     out, status = _run_in_process(args, work, env)
                 else:
-                    argv = [sys.executable, "-c", command] if block.mode == "python" else command
-                    done = subprocess.run(argv, shell=block.mode != "python", cwd=work, env=env,
+                    done = subprocess.run(command, shell=True, cwd=work, env=env,
                                           capture_output=True, text=True, timeout=600)
                     out, status = done.stdout + done.stderr, done.returncode
-                    first = first and block.mode == "python"
+                    first = False
                 block.actual.append("\n".join(line.rstrip() for line in out.splitlines()) + ("\n" if out else ""))
                 block.status.append(status)
         shutil.rmtree(work, ignore_errors=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import nbclient
 import nbformat
+from jupyter_client.manager import KernelManager
 
 HERE = Path(__file__).resolve().parent
 
@@ -23,12 +24,41 @@ HERE = Path(__file__).resolve().parent
 _ADDRESS = re.compile(r" at 0x[0-9a-f]+")
 
 
-def execute(path: Path) -> nbformat.NotebookNode:
-    """The notebook at ``path`` executed top to bottom in its own folder (not written)."""
+def start_kernel(folder: Path) -> KernelManager:
+    """A Python kernel running in ``folder``, for :func:`execute` to run several notebooks in
+    (the caller shuts it down)."""
+    km = KernelManager(kernel_name="python3")
+    km.start_kernel(cwd=str(folder))
+    return km
+
+
+def _empty_namespace(km: KernelManager) -> None:
+    """Forget every name the kernel's previous notebook defined (``%reset -f``): the next one
+    runs top to bottom as in a new kernel, only without importing the libraries again."""
+    kc = km.client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=60)
+        reply = kc.execute_interactive("%reset -f", timeout=60)
+        assert reply["content"]["status"] == "ok", reply["content"]
+    finally:
+        kc.stop_channels()
+
+
+def execute(path: Path, km: KernelManager | None = None) -> nbformat.NotebookNode:
+    """The notebook at ``path`` executed top to bottom in its own folder (not written): in a
+    new kernel, or in ``km``'s (:func:`start_kernel` in the notebook's folder) with its
+    namespace emptied first."""
     nb = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+    if km is not None:
+        _empty_namespace(km)
+    client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3", km=km,
                                      resources={"metadata": {"path": str(path.parent)}})
-    client.execute()
+    try:
+        client.execute()
+    finally:
+        if km is not None and client.kc is not None:  # a kernel it does not own keeps running
+            client.kc.stop_channels()
     return nb
 
 

@@ -106,3 +106,23 @@ def test_a_command_in_process_prints_what_the_installed_one_prints(tmp_path):
     args = runner.in_process_argv(command)
     assert args is not None
     assert runner._run_in_process(args, tmp_path, env) == (done.stdout + done.stderr, done.returncode)
+
+
+@pytest.mark.parametrize("source", [
+    "import os, sys\nprint(os.getcwd(), os.environ['SIMCTL_HOME'], 'COLUMNS' in os.environ)\nsys.exit(3)",
+    "import sys\nprint('before')\nprint('to stderr', file=sys.stderr)\nraise ValueError('the example broke')",
+    "import sys\nsys.exit('a message')",
+    "print('fine')",
+], ids=["exit-status", "raises", "exit-message", "succeeds"])
+def test_a_python_example_in_process_prints_and_exits_as_python_c_would(tmp_path, source):
+    """Same folder and environment: the same output (traceback included) and exit status as
+    ``python -c``; and this process's folder and environment are given back afterwards."""
+    import os
+    import subprocess
+
+    env = runner._environment(tmp_path / "home")
+    done = subprocess.run([sys.executable, "-c", source], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    here, environ = os.getcwd(), dict(os.environ)
+    assert runner._run_python_in_process(source, tmp_path, env) == (done.stdout + done.stderr, done.returncode)
+    assert (os.getcwd(), dict(os.environ)) == (here, environ)

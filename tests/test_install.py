@@ -107,21 +107,25 @@ def _venv_bin(root: Path, name: str) -> Path:
     return root / ("Scripts" if os.name == "nt" else "bin") / name
 
 
-def _requirements_closure(wheel: Path, extras: set[str]) -> dict[str, Any]:
-    """The installed distributions ``wheel`` needs with ``extras``: its ``Requires-Dist``,
-    then theirs, transitively (environment markers evaluated, a requirement's own extras
-    followed); canonical name -> distribution. Fails naming a requirement that is not
-    installed here, or is at a version outside its declared range."""
+def _wheel_requirements(wheel: Path) -> list[str]:
+    """The ``Requires-Dist`` lines of ``wheel``'s metadata."""
     import email
-    import zipfile
+
+    with zipfile.ZipFile(wheel) as zf:
+        (name,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
+        return email.message_from_string(zf.read(name).decode()).get_all("Requires-Dist") or []
+
+
+def _requirements_closure(declared: list[str], extras: set[str]) -> dict[str, Any]:
+    """The installed distributions that the requirements ``declared`` need with ``extras``:
+    those, then theirs, transitively (environment markers evaluated, a requirement's own
+    extras followed); canonical name -> distribution. Fails naming a requirement that is not
+    installed here, or is at a version outside its declared range."""
     from importlib import metadata
 
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
-    with zipfile.ZipFile(wheel) as zf:
-        (name,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
-        declared = email.message_from_string(zf.read(name).decode()).get_all("Requires-Dist") or []
     pending = [(Requirement(r), {"", *extras}) for r in declared]
     found: dict[str, Any] = {}
     while pending:
@@ -142,6 +146,16 @@ def _requirements_closure(wheel: Path, extras: set[str]) -> dict[str, Any]:
     return found
 
 
+def _add_dependencies(python: Path, dists: dict[str, Any], view: Path) -> None:
+    """Make the distributions ``dists`` importable by the virtualenv of ``python``, linked
+    from this environment (:func:`_dependency_view`) and nothing else of it: a path entry
+    after the virtualenv's own site-packages, so that what pip installs there wins."""
+    _dependency_view(dists, view)
+    site_packages = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                                   capture_output=True, text=True, check=True).stdout.strip()
+    (Path(site_packages) / "simctl-test-dependencies.pth").write_text(str(view) + "\n")
+
+
 def _dependency_view(dists: dict[str, Any], view: Path) -> None:
     """Links in ``view`` to the top-level files of ``dists`` (their packages, modules and
     ``.dist-info`` folders), so a path entry to ``view`` imports those and nothing else."""
@@ -154,86 +168,125 @@ def _dependency_view(dists: dict[str, Any], view: Path) -> None:
                 (view / top).symlink_to(source)
 
 
+#: Run by the installed package's interpreter, from a folder outside the checkout, with an
+#: empty numba cache: the first replay (``simctl replay example -c design-notes``) and its
+#: kernel's cache hits and misses, the same replay from the library, the documented commands,
+#: and where the package reads its data from; prints JSON. The commands run in this one
+#: process through typer's CliRunner, as the console script runs them (the test runs the
+#: script itself as a real process too): a process each would only pay the interpreter's and
+#: the libraries' start-up again.
+_INSTALLED_RUN = """
+import json
+
+from typer.testing import CliRunner
+
+from simulator.cli import app
+
+commands = {
+    "first": ["replay", "example", "-c", "design-notes"],
+    "replay": ["replay", "example", "--flush", "0.5"],
+    "json": ["replay", "example", "-c", "design-notes", "-p", "seed-calibrated", "--json", "out.json"],
+    "sweep": ["sweep", "example", "--flush", "0,1", "-j", "1", "-o", "s.parquet"],
+    "plan": ["plan", "example", "--slo", "infobench.latency.p95<=400", "--max-gpus", "2", "--flush", "0.5",
+             "--topology", "shared", "--max-batch", "8", "-j", "1"],
+}
+found = {}
+for name, args in commands.items():
+    result = CliRunner().invoke(app, args)
+    found[name] = {"status": result.exit_code, "stdout": result.stdout, "stderr": result.stderr,
+                   "exception": repr(result.exception)}
+    if name == "first":
+        from simulator.model import batch_kernel
+
+        stats = batch_kernel.run_kernel.stats
+        found["hits"], found["misses"] = sum(stats.cache_hits.values()), sum(stats.cache_misses.values())
+        import simulator as sim
+
+        found["library_prompts"] = sim.replay("example", sim.build_scenario(path="design-notes")).summary[
+            "overall"]["prompts"]
+
+import simulator.bundled
+from simulator.hardware import load_gpu
+
+found["bundled"] = str(simulator.bundled.folder("traces"))
+found["gemm_tag"] = load_gpu("a100-sxm").gemm(1, 4096, 4096).tag
+print(json.dumps(found))
+"""
+
+
 @pytest.mark.install
 def test_wheel_installs_and_runs_from_a_temporary_folder(tmp_path):
+    import tomllib
+
     from simulator.model import kernel_cache, precompile
 
+    # Nothing of the checkout on the path: pip would take its simctl_llm.egg-info for an installed simctl-llm.
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    # The wheel is built where pip's build isolation would build it: an environment holding
+    # pyproject.toml's build-system requirements (followed transitively) and nothing else, so
+    # a requirement the build imports but does not declare still fails the build; made of
+    # links to this environment's copies instead of numba, numpy, pandas ... unpacked anew.
+    requires = tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]["requires"]
+    build_env = tmp_path / "build-env"
+    venv.create(build_env, with_pip=False)
+    _add_dependencies(_venv_bin(build_env, "python"), _requirements_closure(requires, set()),
+                      tmp_path / "build-dependencies")
     wheels = tmp_path / "wheels"
     # -v: setup.py's output says whether the kernel was compiled or the checkout's copied
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w", str(wheels), str(REPO)],
-                           check=True, capture_output=True, text=True)
+    build = subprocess.run([sys.executable, "-m", "pip", "--python", str(_venv_bin(build_env, "python")), "wheel",
+                            "--no-deps", "--no-build-isolation", "-v", "-w", str(wheels), str(REPO)],
+                           env=env, capture_output=True, text=True)
+    assert build.returncode == 0, f"building the wheel failed:\n{(build.stdout + build.stderr)[-3000:]}"
     wheel = next(wheels.glob("simctl_llm-*.whl"))
     with zipfile.ZipFile(wheel) as packed:  # the fast engine compiled at build time (setup.py)
         assert any(n.startswith("simulator/model/_compiled/model/batch_kernel.run_kernel-") and n.endswith(".nbi")
                    for n in packed.namelist())
         packed_stamp = json.loads(packed.read(f"simulator/model/_compiled/{kernel_cache.STAMP}"))
     # A checkout whose compiled folder is current (make env) is not compiled again, where the
-    # build's numba is the one it was compiled with (an isolated build may resolve another).
+    # build's numba is the one it was compiled with.
     if precompile.reusable(kernel_cache.COMPILED) and packed_stamp == precompile.build_key():
         assert "its stamp matches" in build.stdout + build.stderr
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=False)
-    # Nothing of the checkout on the path: pip would take its simctl_llm.egg-info for an installed simctl-llm.
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    python = _venv_bin(env_dir, "python")
     # This environment's pip installs into the new one (--python): the wheel alone, its
     # dependencies come from the view below
-    pip = subprocess.run([sys.executable, "-m", "pip", "--python", str(_venv_bin(env_dir, "python")), "install",
+    pip = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install",
                           "-q", "--no-deps", str(wheel)], env=env, cwd=tmp_path, capture_output=True, text=True)
     assert pip.returncode == 0, f"installing the wheel failed:\n{pip.stderr[-3000:]}"
     # After the wheel (pip must not see this environment's editable simctl-llm through it):
-    # a path entry, after the virtualenv's own site-packages, to the declared dependencies only.
-    _dependency_view(_requirements_closure(wheel, {"test"}), tmp_path / "dependencies")
-    site_packages = subprocess.run([str(_venv_bin(env_dir, "python")), "-c", "import sysconfig; "
-                                    "print(sysconfig.get_path('purelib'))"], env=env, cwd=tmp_path,
-                                   capture_output=True, text=True, check=True).stdout.strip()
-    (Path(site_packages) / "simctl-test-dependencies.pth").write_text(str(tmp_path / "dependencies") + "\n")
+    # the declared dependencies only.
+    _add_dependencies(python, _requirements_closure(_wheel_requirements(wheel), {"test"}), tmp_path / "dependencies")
 
     work = tmp_path / "elsewhere"
     work.mkdir()
     env.update(COLUMNS="100", SIMCTL_HOME=str(tmp_path / "home"), NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"))
     env.pop("SIMCTL_NO_PACKAGED_CACHE", None)
 
+    done = subprocess.run([str(python), "-c", _INSTALLED_RUN], cwd=work, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.splitlines()[-1])
+    for name in ("first", "replay", "json", "sweep", "plan"):
+        assert found[name]["status"] == 0, (name, found[name])
     # The first replay with an empty numba cache loads the packaged kernel: cache hits, no compile.
-    first = ("import simulator as sim\nfrom simulator.model import batch_kernel\n"
-             "sim.replay('example', sim.build_scenario(path='design-notes'))\n"
-             "s = batch_kernel.run_kernel.stats\nprint(sum(s.cache_hits.values()), sum(s.cache_misses.values()))\n")
-    hits, misses = subprocess.run([str(_venv_bin(env_dir, "python")), "-c", first], cwd=work, env=env,
-                                  capture_output=True, text=True, check=True).stdout.split()
-    assert int(hits) >= 1 and int(misses) == 0
-    env["NUMBA_CACHE_DIR"] = str(tmp_path / "numba-cache-cli")
-    done = subprocess.run([str(_venv_bin(env_dir, "simctl")), "replay", "example", "-c", "design-notes"], cwd=work,
-                          env=env, capture_output=True, text=True)
-    assert done.returncode == 0 and "engine=fast" in done.stdout
-    assert "compiling the fast engine" not in done.stderr
-
-    def simctl(*args: str) -> str:
-        done = subprocess.run([str(_venv_bin(env_dir, "simctl")), *args], cwd=work, env=env,
-                              capture_output=True, text=True)
-        assert done.returncode == 0, (args, done.stdout, done.stderr)
-        return done.stdout
-
-    assert simctl("--version").strip() == f"simctl {wheel.name.split('-')[1]}"  # found by its distribution name
-    replayed = simctl("replay", "example", "--flush", "0.5")
-    assert "Latency per task" in replayed
-    assert "engine=fast" in replayed  # the compiled kernel compiles and caches in the installed package
-    simctl("replay", "example", "-c", "design-notes", "-p", "seed-calibrated", "--json", "out.json")
+    assert found["hits"] >= 1 and found["misses"] == 0
+    assert "engine=fast" in found["first"]["stdout"]
+    assert "compiling the fast engine" not in found["first"]["stderr"]
+    assert found["library_prompts"] == 347
+    assert "Latency per task" in found["replay"]["stdout"]
+    assert "engine=fast" in found["replay"]["stdout"]
     assert json.loads((work / "out.json").read_text())["overall"]["prompts"] == 347
-    simctl("sweep", "example", "--flush", "0,1", "-j", "1", "-o", "s.parquet")
     assert (work / "s.parquet").exists()
-    plan = simctl("plan", "example", "--slo", "infobench.latency.p95<=400", "--max-gpus", "2",
-                  "--flush", "0.5", "--topology", "shared", "--max-batch", "8", "-j", "1")
-    assert "meets every SLO" in plan
-
-    # The installed package must not be reading the checkout.
-    where = subprocess.run([str(_venv_bin(env_dir, "python")), "-c",
-                            "import simulator.bundled as b; print(b.folder('traces'))"],
-                           cwd=work, env=env, capture_output=True, text=True, check=True).stdout
-    assert str(REPO) not in where and "_bundled" in where
+    assert "meets every SLO" in found["plan"]["stdout"]
+    # The installed package must not be reading the checkout ...
+    assert str(REPO) not in found["bundled"] and "_bundled" in found["bundled"]
     # ... and the hardware cost model's tables came with the wheel.
-    tag = subprocess.run([str(_venv_bin(env_dir, "python")), "-c",
-                          "from simulator.hardware import load_gpu; print(load_gpu('a100-sxm').gemm(1, 4096, 4096).tag)"],
-                         cwd=work, env=env, capture_output=True, text=True, check=True).stdout
-    assert tag.strip() == "exact"
+    assert found["gemm_tag"] == "exact"
+
+    # The console script, as a real process (found by its distribution name).
+    version = subprocess.run([str(_venv_bin(env_dir, "simctl")), "--version"], cwd=work, env=env,
+                             capture_output=True, text=True)
+    assert version.returncode == 0 and version.stdout.strip() == f"simctl {wheel.name.split('-')[1]}"
 
     notebook = work / "latency_cdfs.ipynb"
     shutil.copy(REPO / "notebooks" / "latency_cdfs.ipynb", notebook)
@@ -242,7 +295,7 @@ def test_wheel_installs_and_runs_from_a_temporary_folder(tmp_path):
               "nbclient.NotebookClient(nb, timeout=600, kernel_name='python3').execute()\n"
               "print('figures', sum(1 for c in nb.cells if c.cell_type == 'code' for o in c.outputs "
               "if 'image/png' in o.get('data', {})))\n")
-    done = subprocess.run([str(_venv_bin(env_dir, "python")), "-c", run_nb, str(notebook)], cwd=work, env=env,
+    done = subprocess.run([str(python), "-c", run_nb, str(notebook)], cwd=work, env=env,
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "figures 2" in done.stdout
