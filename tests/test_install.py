@@ -169,9 +169,9 @@ def _dependency_view(dists: dict[str, Any], view: Path) -> None:
 
 
 #: Run by the installed package's interpreter, from a folder outside the checkout, with an
-#: empty numba cache: the first replay (``simctl replay example -c design-notes``) and its
-#: kernel's cache hits and misses, the same replay from the library, the documented commands,
-#: and where the package reads its data from; prints JSON. The commands run in this one
+#: empty numba cache: the first replay on the kernel (``simctl replay example -c design-notes
+#: --engine fast``) and its kernel's cache hits and misses, the same replay from the library,
+#: the documented commands, and where the package reads its data from; prints JSON. The commands run in this one
 #: process through typer's CliRunner, as the console script runs them (the test runs the
 #: script itself as a real process too): a process each would only pay the interpreter's and
 #: the libraries' start-up again.
@@ -183,7 +183,7 @@ from typer.testing import CliRunner
 from simulator.cli import app
 
 commands = {
-    "first": ["replay", "example", "-c", "design-notes"],
+    "first": ["replay", "example", "-c", "design-notes", "--engine", "fast"],  # (auto: a small run, no kernel)
     "replay": ["replay", "example", "--flush", "0.5"],
     "json": ["replay", "example", "-c", "design-notes", "-p", "seed-calibrated", "--json", "out.json"],
     "sweep": ["sweep", "example", "--flush", "0,1", "-j", "1", "-o", "s.parquet"],
