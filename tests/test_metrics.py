@@ -336,10 +336,9 @@ def test_the_one_pass_summary_of_a_small_run_is_the_group_by_group_one(monkeypat
 
     import simulator.metrics as metrics
     from simulator import build_scenario, load_profile, load_trace
+    from simulator.events import LogColumns
     from simulator.metrics import TokenOptions, summarize_columns
     from simulator.model.engine import simulate_columns
-
-    from simulator.events import LogColumns
 
     trace = load_trace("example").scaled(rate)
     base = build_scenario(path="design-notes")
