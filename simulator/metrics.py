@@ -941,7 +941,7 @@ def summarize_columns(log: LogColumns, config: dict[str, Any] | None = None,
     arrived, started, first, done = (cols[name] for name in _INSTANT_COLUMNS)
     status_code, status_names = cols["status"], log.labels["status"]
     max_tokens = cols["max_tokens"]
-    served = np.isin(np.asarray(status_names, dtype=object), SERVED)[status_code] if len(status_code) \
+    served = np.array([str(n) in SERVED for n in status_names], dtype=bool)[status_code] if len(status_code) \
         else np.zeros(0, dtype=bool)
     turned = {k: status_code == (list(status_names).index(k) if k in set(status_names) else -2)
               for k in ("rejected", "dropped", "sent_after_timeout")}
