@@ -434,13 +434,17 @@ def journal_line(row: Mapping[str, Any]) -> str:
     as ``null``; a row holding one (a figure of prompts that never finished) goes through
     :func:`json.dumps`, whose ``NaN``/``Infinity`` read back as the same floats."""
     global _ENCODER
-    if any(isinstance(v, float) and not math.isfinite(v) for v in row.values()):
-        return json.dumps(row, default=_json_default)
     if _ENCODER is None:
         import msgspec
 
         _ENCODER = msgspec.json.Encoder(enc_hook=_json_default)
-    return _ENCODER.encode(row).decode()
+    text = _ENCODER.encode(row)
+    # Every None is a null; a null more (a NaN or infinity, or the word in a key or a string)
+    # sends the row through json.dumps. Counting beats a type check per value.
+    if text.count(b"null") != list(row.values()).count(None) \
+            and any(isinstance(v, float) and not math.isfinite(v) for v in row.values()):
+        return json.dumps(row, default=_json_default)
+    return text.decode()
 
 
 # -- running ----------------------------------------------------------------------------
