@@ -206,22 +206,30 @@ def flatten(summary: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _flatten_into(out: dict[str, Any], summary: Mapping[str, Any], prefix: str, top: bool) -> None:
+    leaf_types = _LEAF_TYPES
     for key, value in summary.items():
         if top and key == "config":
             continue
-        name = f"{prefix}{key}"
-        if type(value) in _LEAF_TYPES:
-            out[name] = value
-        elif isinstance(value, Mapping):
-            _flatten_into(out, value, name + ".", False)
-        elif isinstance(value, list):
+        kind = type(value)
+        if kind in leaf_types:
+            out[f"{prefix}{key}"] = value
+        elif kind is dict or isinstance(value, Mapping):
+            _flatten_into(out, value, f"{prefix}{key}.", False)
+        elif kind is list or isinstance(value, list):
             for i, item in enumerate(value):
                 if isinstance(item, Mapping):
-                    _flatten_into(out, {k: v for k, v in item.items() if k != "id"}, f"{name}.{i}.", False)
+                    inner = f"{prefix}{key}.{i}."
+                    for k, v in item.items():  # (a list's mappings, such as the GPUs, leave out their id)
+                        if k == "id":
+                            continue
+                        if type(v) in leaf_types:
+                            out[f"{inner}{k}"] = v
+                        else:
+                            _flatten_into(out, {k: v}, inner, False)
                 else:
-                    out[f"{name}.{i}"] = item
+                    out[f"{prefix}{key}.{i}"] = item
         else:
-            out[name] = value
+            out[f"{prefix}{key}"] = value
 
 
 _BASE: Base | None = None
