@@ -696,8 +696,8 @@ class _SortedGroups:
             a = finite[lo]
             b = finite[np.minimum(lo + 1, last[:, None])]
             diff = b - a
-            with np.errstate(invalid="ignore"):
-                pct = np.where(t >= 0.5, b - diff * (1 - t), a + diff * t)
+            # (values are finite or NaN here: no floating-point warning to silence)
+            pct = np.where(t >= 0.5, b - diff * (1 - t), a + diff * t)
             if late:
                 pct[pct >= _UNFINISHED * 1e-6] = math.inf
             pct[np.isnan(top)] = math.nan  # (NaN sorts last: a group holding one)
@@ -813,8 +813,8 @@ def _groups_one_pass(n_tasks: int, task_codes: np.ndarray, served: np.ndarray, d
     ok_codes = task_codes[done_ok]
     wait_s, wait_n = runs((started - arrived)[done_ok], ok_codes)
     service_s, service_n = runs((done - started)[done_ok], ok_codes)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = (done - first) / (max_tokens - 1)
+    # (divided only where there is a gap after the first token: no warning to silence)
+    tpot = np.divide(done - first, max_tokens - 1, out=np.full(done.size, math.nan), where=max_tokens > 1)
     has_tpot = done_ok & (max_tokens > 1) & np.isfinite(tpot)
     tpot_s, tpot_n = runs(tpot[has_tpot], task_codes[has_tpot])
     # call latency: every call overall; per task, the calls holding it
@@ -1055,17 +1055,18 @@ def summarize_columns(log: LogColumns, config: dict[str, Any] | None = None,
     # computed here with numpy because sweeps summarise thousands of runs. A call's task set
     # is a bit mask, mapped to its class (few distinct masks).
     rules = compositions or Compositions()
-    distinct, mask_of = np.unique(mask, return_inverse=True)
-    del mask
     labels = list(rules.labels)
-    label_of = np.array([labels.index(c) if (c := rules.classify(frozenset(
-        str(task_names[i]) for i in range(len(task_names)) if m >> i & 1))) in labels else -1
-        for m in distinct.tolist()], dtype=np.int64)
-    call_class = label_of[mask_of] if len(distinct) else np.zeros(0, dtype=np.int64)
-    # Without a client timeout a failed call is censored at nothing: its latency as it was
-    # (calls with a prompt turned away have none and are left out).
-    censored = np.where(call_ok, call_latency, client_timeout if client_timeout is not None else call_latency)
     by_composition: dict[str, dict[str, Any]] = {}
+    if labels:  # (without rules no call is classed: nothing to compute)
+        distinct, mask_of = np.unique(mask, return_inverse=True)
+        label_of = np.array([labels.index(c) if (c := rules.classify(frozenset(
+            str(task_names[i]) for i in range(len(task_names)) if m >> i & 1))) in labels else -1
+            for m in distinct.tolist()], dtype=np.int64)
+        call_class = label_of[mask_of] if len(distinct) else np.zeros(0, dtype=np.int64)
+        # Without a client timeout a failed call is censored at nothing: its latency as it was
+        # (calls with a prompt turned away have none and are left out).
+        censored = np.where(call_ok, call_latency, client_timeout if client_timeout is not None else call_latency)
+    del mask
     if sorted_groups is not None and labels:
         # every class's statistics in the one pass: calls of no class (code -1) sort first
         classes = call_class + 1
@@ -1084,7 +1085,7 @@ def summarize_columns(log: LogColumns, config: dict[str, Any] | None = None,
                 "calls": n_class[code + 1], "ok": n_ok[code + 1], "failed": n_class[code + 1] - n_ok[code + 1],
                 "latency": ok_stats[i], "latency_censored": cen_stats[i],
             }
-    else:
+    elif labels:
         for code, label in enumerate(labels):
             mine = call_class == code
             if mine.any():
