@@ -631,6 +631,263 @@ def _gpu_figures(gpu_of: np.ndarray, served: np.ndarray, started: np.ndarray, do
     return gpu_rows, total_busy
 
 
+
+#: Up to this many prompts the summary takes every group's figures (overall, each task) in
+#: one pass (:class:`_SortedGroups`): a sweep's runs are small, and one numpy call per group
+#: and figure was most of their summary. Above it, group by group with bounded temporaries.
+_ONE_PASS = 1 << 16
+
+
+class _SortedGroups:
+    """Groups of values, each sorted, laid end to end; statistics of many of them read off
+    with one vectorized pass (:meth:`resolve`).
+
+    Percentiles are those of :func:`percentiles` (``np.percentile``, linear, bit for bit: the
+    same order statistics, virtual index and interpolation). Means are each group's sum over
+    its sorted values divided by its count: they can differ from a mean in log order (what
+    :func:`describe` takes) by floating-point rounding only."""
+
+    def __init__(self) -> None:
+        self.parts: list[np.ndarray] = []
+        self.size = 0
+        self.asks: list[tuple[list[int], list[int], tuple[float, ...], float, bool, list[dict[str, Any]]]] = []
+
+    def add(self, x: np.ndarray, codes: np.ndarray | None, n_groups: int) -> tuple[list[int], list[int]]:
+        """Add ``x`` grouped by ``codes`` (0..n_groups-1; ``None``: all in group 0): the
+        start and length of each group's sorted run."""
+        if codes is None:
+            self.parts.append(np.sort(x))
+            lengths = [x.size]
+        else:
+            self.parts.append(x[np.lexsort((x, codes))])
+            lengths = np.bincount(codes, minlength=n_groups).tolist()
+        starts = []
+        at = self.size
+        for length in lengths:
+            starts.append(at)
+            at += length
+        self.size = at
+        return starts, lengths
+
+    def ask(self, starts: Sequence[int], lengths: Sequence[int], qs: Sequence[float], scale: float = 1.0,
+            late: bool = False) -> list[dict[str, Any]]:
+        """The statistics of the runs at ``starts`` (``lengths`` long): dicts, filled by
+        :meth:`resolve`, as :func:`describe` gives them (``late``: ``+inf`` values are
+        unfinished prompts, the mean and max are given) or :func:`_stats` (mean and
+        percentiles, times ``scale``)."""
+        out: list[dict[str, Any]] = [{} for _ in starts]
+        self.asks.append((list(starts), list(lengths), tuple(qs), scale, late, out))
+        return out
+
+    def resolve(self) -> None:
+        """Fill every asked dict: the asks of one kind (percentiles, ``late``) in one
+        vectorized evaluation."""
+        if not self.asks:
+            return
+        big = np.concatenate([*self.parts, np.zeros(1)])  # (a slot past the end: reduceat's stop)
+        # the stand-in for +inf inside the interpolation, as describe's
+        finite = np.where(big == math.inf, _UNFINISHED, big)
+        kinds: dict[tuple[tuple[float, ...], bool], list[tuple[list[int], list[int], float, list[dict[str, Any]]]]] = {}
+        for starts, lengths, qs, scale, late, outs in self.asks:
+            kinds.setdefault((qs, late), []).append((starts, lengths, scale, outs))
+        for (qs, late), asks in kinds.items():
+            keys = ["mean", "p50", "p90", "p95", "p99", "max"] if late else ["mean", *(stat_name(p) for p in qs)]
+            empty = dict.fromkeys(keys)
+            s = np.array([x for ask in asks for x in ask[0]], dtype=np.int64)
+            n = np.array([x for ask in asks for x in ask[1]], dtype=np.int64)
+            full = n > 0
+            if not full.all():
+                s, n = s[full], n[full]
+            bounds = np.empty(2 * s.size, dtype=np.int64)
+            bounds[0::2] = s
+            bounds[1::2] = s + n
+            last = s + n - 1
+            means = (np.add.reduceat(big, bounds)[::2] / n).tolist() if s.size else []
+            top = big[last]
+            vi = (n - 1).astype(float)[:, None] * np.array([p / 100 for p in qs])
+            lo = np.floor(vi).astype(np.int64)
+            t = vi - lo
+            lo += s[:, None]
+            a = finite[lo]
+            b = finite[np.minimum(lo + 1, last[:, None])]
+            diff = b - a
+            # (values are finite or NaN here: no floating-point warning to silence)
+            pct = np.where(t >= 0.5, b - diff * (1 - t), a + diff * t)
+            if late:
+                pct[pct >= _UNFINISHED * 1e-6] = math.inf
+            pct[np.isnan(top)] = math.nan  # (NaN sorts last: a group holding one)
+            tops, rows = top.tolist(), pct.tolist()
+            i = 0
+            flags = full.tolist()
+            j = 0
+            for _, _, scale, outs in asks:
+                for out in outs:
+                    has = flags[j]
+                    j += 1
+                    if not has:
+                        out.update(empty)
+                        continue
+                    if late:
+                        out.update(zip(keys, (means[i], *rows[i], tops[i]), strict=True))
+                    elif scale == 1.0:
+                        out.update(zip(keys, (means[i], *rows[i]), strict=True))
+                    else:
+                        out.update(zip(keys, (means[i] * scale, *(v * scale for v in rows[i])), strict=True))
+                    i += 1
+
+
+def _groups_one_pass(n_tasks: int, task_codes: np.ndarray, served: np.ndarray, done_ok: np.ndarray,
+                     turned: dict[str, np.ndarray], arrived: np.ndarray, started: np.ndarray, first: np.ndarray,
+                     done: np.ndarray, max_tokens: np.ndarray, in_tokens: np.ndarray, preemptions: np.ndarray,
+                     batch_ids: np.ndarray, sizes: np.ndarray, padded: np.ndarray, actual: np.ndarray,
+                     batch_task: np.ndarray, call_tasks: np.ndarray, call_latency: np.ndarray, call_ok: np.ndarray,
+                     makespan: float, options: TokenOptions, sorted_groups: _SortedGroups) -> list[dict[str, Any]]:
+    """The figures of every group of prompts, overall first, then task code 0, 1, ...: those
+    :func:`_group_summary`, :func:`padding_totals` and :func:`_token_figures` give group by
+    group, taken for all groups at once (counts by ``bincount``, statistics by
+    ``sorted_groups``, resolved by the caller). ``call_tasks``: per call, a bit per task it
+    holds. Sums over a group (means, padding's mean waste) are taken in another order than
+    group by group: they can differ by floating-point rounding only."""
+    groups = n_tasks + 1
+
+    def per_group(mask: np.ndarray | None = None, weights: np.ndarray | None = None) -> list[float]:
+        """Overall, then per task: the count of rows in ``mask`` (or the sum of ``weights``)."""
+        codes = task_codes if mask is None else task_codes[mask]
+        w = None if weights is None else (weights if mask is None else weights[mask])
+        by_task = np.bincount(codes, weights=w, minlength=n_tasks)
+        return [float(by_task.sum()) if w is not None else codes.size, *by_task.tolist()]
+
+    prompts = per_group()
+    completed = per_group(done_ok)
+    served_n = per_group(served)
+    turned_n = {k: per_group(v) for k, v in turned.items()}
+    preempted = per_group(weights=preemptions.astype(float))
+    # calls holding each task (a call per bit), and how many of them completed
+    bits = ((call_tasks[:, None] >> np.arange(n_tasks, dtype=call_tasks.dtype)) & 1).astype(bool)
+    calls = [call_tasks.size, *bits.sum(axis=0).tolist()]
+    calls_ok = [int(call_ok.sum()), *bits[call_ok].sum(axis=0).tolist()]
+    # batches: each distinct batch's size and task (every row of a batch has its task)
+    batched = batch_ids >= 0
+    ids = batch_ids[batched]
+    top = int(ids.max()) + 1 if ids.size else 0
+    present = np.zeros(top, dtype=bool)
+    present[ids] = True
+    size_of = np.zeros(top, dtype=np.int64)
+    size_of[ids] = sizes[batched]
+    task_of = np.zeros(top, dtype=np.int64)
+    task_of[ids] = task_codes[batched]
+    batch_n = np.bincount(task_of[present], minlength=n_tasks)
+    batch_total = np.bincount(task_of[present], weights=size_of[present], minlength=n_tasks)
+    mean_batch = [float(size_of[present].sum()) / int(present.sum()) if present.any() else None,
+                  *(float(t) / c if c else None for t, c in zip(batch_total.tolist(), batch_n.tolist(), strict=True))]
+    # padding, per batch summed per group
+    pad_n = np.bincount(batch_task, minlength=n_tasks)
+    pad_padded = np.bincount(batch_task, weights=padded, minlength=n_tasks)
+    pad_actual = np.bincount(batch_task, weights=actual, minlength=n_tasks)
+    waste = np.where(padded > 0, (padded - actual) / np.maximum(padded, 1), 0.0)
+    pad_waste = np.bincount(batch_task, weights=waste, minlength=n_tasks)
+    padding = [(padded.size, int(padded.sum()), int(actual.sum()), float(np.add.reduce(waste)))]
+    padding += [(c, int(p), int(a), w) for c, p, a, w in zip(pad_n.tolist(), pad_padded.tolist(),
+                                                             pad_actual.tolist(), pad_waste.tolist(), strict=True)]
+    produced = per_group(done_ok, max_tokens.astype(float))
+    consumed = per_group(done_ok, in_tokens)
+    good = None
+    if options.goodput is not None:
+        ok = done_ok.copy()
+        for name, bound in options.goodput:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                x = (first - arrived if name == "ttft" else done - arrived if name == "e2e"
+                     else np.where(max_tokens > 1, (done - first) / (max_tokens - 1), np.nan))
+            ok &= (x <= bound) | (np.isnan(x) & (name in ("tpot", "itl")))
+        good = per_group(ok)
+
+    # statistics: every value sorted once overall and once by task
+    sg = sorted_groups
+
+    def runs(x: np.ndarray, codes: np.ndarray) -> tuple[list[int], list[int]]:
+        s0, n0 = sg.add(x, None, 1)
+        if n_tasks == 1:  # (the one task's run is the overall one)
+            return s0 * 2, n0 * 2
+        s1, n1 = sg.add(x, codes, n_tasks)
+        return s0 + s1, n0 + n1
+
+    def finite_prefix(x: np.ndarray, codes: np.ndarray) -> list[int]:
+        """Per group, how many of ``x`` are finite (they sort before +inf and NaN)."""
+        fin = np.isfinite(x)
+        return [int(fin.sum()), *np.bincount(codes[fin], minlength=n_tasks).tolist()]
+
+    not_done = ~done_ok
+    latency = done - arrived
+    latency[not_done] = math.inf
+    lat_s, lat_n = runs(latency, task_codes)
+    e2e_n = finite_prefix(latency, task_codes)
+    ttft = first - arrived
+    ttft[not_done] = math.inf
+    ttft_s, ttft_n = runs(ttft, task_codes)
+    ttft_ok_n = finite_prefix(ttft, task_codes)
+    ok_codes = task_codes[done_ok]
+    wait_s, wait_n = runs((started - arrived)[done_ok], ok_codes)
+    service_s, service_n = runs((done - started)[done_ok], ok_codes)
+    # (divided only where there is a gap after the first token: no warning to silence)
+    tpot = np.divide(done - first, max_tokens - 1, out=np.full(done.size, math.nan), where=max_tokens > 1)
+    has_tpot = done_ok & (max_tokens > 1) & np.isfinite(tpot)
+    tpot_s, tpot_n = runs(tpot[has_tpot], task_codes[has_tpot])
+    # call latency: every call overall; per task, the calls holding it
+    call_values = np.where(call_ok, call_latency, np.inf)
+    call_of_pair, task_of_pair = np.nonzero(bits)
+    order = np.argsort(task_of_pair, kind="stable")
+    cs0, cn0 = sg.add(call_values, None, 1)
+    cs1, cn1 = sg.add(call_values[call_of_pair[order]], task_of_pair[order], n_tasks)
+    call_s, call_n = cs0 + cs1, cn0 + cn1
+
+    late = _DESCRIBED
+    pcts = options.percentiles
+    stats = {
+        "latency": sg.ask(lat_s, lat_n, late, late=True),
+        "call_latency": sg.ask(call_s, call_n, late, late=True),
+        "wait": sg.ask(wait_s, wait_n, late, late=True),
+        "service": sg.ask(service_s, service_n, late, late=True),
+        "ttft": sg.ask(ttft_s, ttft_n, late, late=True),
+        "tpot": sg.ask(tpot_s, tpot_n, late, late=True),
+        "tok_ttft": sg.ask(ttft_s, ttft_ok_n, pcts, 1000.0),
+        "tok_tpot": sg.ask(tpot_s, tpot_n, pcts, 1000.0),
+        "tok_itl": sg.ask(tpot_s, tpot_n, pcts, 1000.0),  # (no measured gaps: a prompt's ITL is its TPOT)
+        "tok_e2e": sg.ask(lat_s, e2e_n, pcts, 1000.0),
+    }
+    out = []
+    for g in range(groups):
+        done_g = int(completed[g])
+        c, p, a, w = padding[g]
+        tokens: dict[str, Any] = {"requests": int(prompts[g]), "completed": done_g, "percentiles": list(pcts),
+                                  "ttft_ms": stats["tok_ttft"][g], "itl_ms": stats["tok_itl"][g],
+                                  "tpot_ms": stats["tok_tpot"][g], "e2e_ms": stats["tok_e2e"][g],
+                                  "span_s": makespan, "output_tokens": int(produced[g]),
+                                  "requests_per_s": done_g / makespan if makespan > 0 else None,
+                                  "output_tokens_per_s": produced[g] / makespan if makespan > 0 else None,
+                                  "total_tokens_per_s": (produced[g] + consumed[g]) / makespan if makespan > 0 else None}
+        if options.goodput is not None and good is not None:
+            good_g = int(good[g])
+            tokens["goodput"] = {f"{k}_{TOKEN_UNIT}": 1000.0 * v for k, v in options.goodput}
+            tokens["good"] = good_g
+            tokens["goodput_per_s"] = good_g / makespan if makespan > 0 else None
+            tokens["goodput_fraction"] = good_g / int(prompts[g]) if prompts[g] else None
+        out.append({
+            "prompts": int(prompts[g]), "completed": done_g, "unfinished": int(prompts[g]) - done_g,
+            "timed_out": int(served_n[g]) - done_g,
+            **{k: int(v[g]) for k, v in turned_n.items()},
+            "preemptions": int(preempted[g]), "calls": int(calls[g]), "calls_completed": int(calls_ok[g]),
+            **{k: stats[k][g] for k in ("latency", "call_latency", "wait", "service", "ttft", "tpot")},
+            "mean_batch_size": mean_batch[g],
+            "throughput_prompts_per_s": float(done_g / makespan) if makespan > 0 else None,
+            "padding": ({"batches": c, "padded_tokens": p, "actual_tokens": a,
+                         "waste": (p - a) / p if p > 0 else 0.0, "mean_batch_waste": w / c}
+                        if c else {"batches": 0, "padded_tokens": 0, "actual_tokens": 0, "waste": None,
+                                   "mean_batch_waste": None}),
+            "tokens": tokens,
+        })
+    return out
+
+
 def summarize(log: pd.DataFrame, config: dict[str, Any] | None = None,
               deadline: float | None = None, gpus: int | None = None,
               client_timeout: float | None = None, compositions: Compositions | None = None,
@@ -685,7 +942,13 @@ def summarize_columns(log: LogColumns, config: dict[str, Any] | None = None,
     ``arrived_at``, ``started_at``, ``first_token_at``, ``done_at``, ``call_index``,
     ``prompt_tokens``, ``max_tokens``, ``batch_id``, ``batch_size``, ``preemptions``, ``gpu``
     and the labels ``task``, ``status`` and ``queue`` (with a replica pool,
-    ``dispatched_at`` and the ``replicas`` attr)."""
+    ``dispatched_at`` and the ``replicas`` attr).
+
+    A log of up to :data:`_ONE_PASS` prompts has every group's figures (overall, each task,
+    each composition class) taken at once (:class:`_SortedGroups`); a larger one group by
+    group, with temporaries bounded for memory. Percentiles, counts and maxima are the same
+    either way; a mean (and padding's mean batch waste) is summed in another order, so it
+    can differ by floating-point rounding."""
     from simulator.events import SERVED
 
     limit = math.inf if deadline is None else deadline
@@ -693,7 +956,7 @@ def summarize_columns(log: LogColumns, config: dict[str, Any] | None = None,
     arrived, started, first, done = (cols[name] for name in _INSTANT_COLUMNS)
     status_code, status_names = cols["status"], log.labels["status"]
     max_tokens = cols["max_tokens"]
-    served = np.isin(np.asarray(status_names, dtype=object), SERVED)[status_code] if len(status_code) \
+    served = np.array([str(n) in SERVED for n in status_names], dtype=bool)[status_code] if len(status_code) \
         else np.zeros(0, dtype=bool)
     turned = {k: status_code == (list(status_names).index(k) if k in set(status_names) else -2)
               for k in ("rejected", "dropped", "sent_after_timeout")}
@@ -776,12 +1039,23 @@ def summarize_columns(log: LogColumns, config: dict[str, Any] | None = None,
                                            pick(in_tokens), None, options, makespan)
         return figures
 
-    overall = group(None)
-    if len(task_names) == 1:
+    # A call's task set as a bit mask (compositions, and the calls holding each task).
+    bits = np.uint8 if len(task_names) <= 8 else np.int64  # (a byte a prompt where it suffices)
+    mask = per_call.reduce(np.bitwise_or, np.left_shift(bits(1), task_codes.astype(bits)), bits(0))
+    sorted_groups = _SortedGroups() if 0 < task_codes.size <= _ONE_PASS else None
+    if sorted_groups is not None:
+        every = _groups_one_pass(len(task_names), task_codes, served, done_ok, turned, arrived, started, first, done,
+                                 max_tokens, in_tokens, preemptions, batch_ids, sizes, padded, actual, batch_task,
+                                 mask, call_latency, call_ok, makespan, options, sorted_groups)
+        overall = every[0]
+        tasks = {str(name): every[i + 1] for i, name in enumerate(task_names)}
+    elif len(task_names) == 1:
+        overall = group(None)
         # one task: its prompts are every prompt, in the same order, so its figures are
         # overall's (computed once)
         tasks = {str(task_names[0]): copy.deepcopy(overall)}
     else:
+        overall = group(None)
         # The rows of each task, found with one stable sort of the task codes (not a pass over
         # the log per task): each task's rows in log order, so its figures are those a mask
         # would pick.
@@ -795,28 +1069,49 @@ def summarize_columns(log: LogColumns, config: dict[str, Any] | None = None,
     # compositions: the figures call_figures(client_calls(log)) gives (a test holds them equal),
     # computed here with numpy because sweeps summarise thousands of runs. A call's task set
     # is a bit mask, mapped to its class (few distinct masks).
-    bits = np.uint8 if len(task_names) <= 8 else np.int64  # (a byte a prompt where it suffices)
-    mask = per_call.reduce(np.bitwise_or, np.left_shift(bits(1), task_codes.astype(bits)), bits(0))
     rules = compositions or Compositions()
-    distinct, mask_of = np.unique(mask, return_inverse=True)
-    del mask
     labels = list(rules.labels)
-    label_of = np.array([labels.index(c) if (c := rules.classify(frozenset(
-        str(task_names[i]) for i in range(len(task_names)) if m >> i & 1))) in labels else -1
-        for m in distinct.tolist()], dtype=np.int64)
-    call_class = label_of[mask_of] if len(distinct) else np.zeros(0, dtype=np.int64)
-    # Without a client timeout a failed call is censored at nothing: its latency as it was
-    # (calls with a prompt turned away have none and are left out).
-    censored = np.where(call_ok, call_latency, client_timeout if client_timeout is not None else call_latency)
     by_composition: dict[str, dict[str, Any]] = {}
-    for code, label in enumerate(labels):
-        mine = call_class == code
-        if mine.any():
-            by_composition[label] = {
-                "calls": int(mine.sum()), "ok": int((mine & call_ok).sum()), "failed": int((mine & ~call_ok).sum()),
-                "latency": describe(call_latency[mine & call_ok]),
-                "latency_censored": describe(censored[mine & np.isfinite(censored)]),
+    if labels:  # (without rules no call is classed: nothing to compute)
+        distinct, mask_of = np.unique(mask, return_inverse=True)
+        label_of = np.array([labels.index(c) if (c := rules.classify(frozenset(
+            str(task_names[i]) for i in range(len(task_names)) if m >> i & 1))) in labels else -1
+            for m in distinct.tolist()], dtype=np.int64)
+        call_class = label_of[mask_of] if len(distinct) else np.zeros(0, dtype=np.int64)
+        # Without a client timeout a failed call is censored at nothing: its latency as it was
+        # (calls with a prompt turned away have none and are left out).
+        censored = np.where(call_ok, call_latency, client_timeout if client_timeout is not None else call_latency)
+    del mask
+    if sorted_groups is not None and labels:
+        # every class's statistics in the one pass: calls of no class (code -1) sort first
+        classes = call_class + 1
+        ok_s, ok_n = sorted_groups.add(call_latency[call_ok], classes[call_ok], len(labels) + 1)
+        kept = np.isfinite(censored)
+        cen_s, cen_n = sorted_groups.add(censored[kept], classes[kept], len(labels) + 1)
+        n_class = np.bincount(classes, minlength=len(labels) + 1).tolist()
+        n_ok = np.bincount(classes[call_ok], minlength=len(labels) + 1).tolist()
+        present = [code for code in range(len(labels)) if n_class[code + 1]]
+        ok_stats = sorted_groups.ask([ok_s[c + 1] for c in present], [ok_n[c + 1] for c in present],
+                                     _DESCRIBED, late=True)
+        cen_stats = sorted_groups.ask([cen_s[c + 1] for c in present], [cen_n[c + 1] for c in present],
+                                      _DESCRIBED, late=True)
+        for i, code in enumerate(present):
+            by_composition[labels[code]] = {
+                "calls": n_class[code + 1], "ok": n_ok[code + 1], "failed": n_class[code + 1] - n_ok[code + 1],
+                "latency": ok_stats[i], "latency_censored": cen_stats[i],
             }
+    elif labels:
+        for code, label in enumerate(labels):
+            mine = call_class == code
+            if mine.any():
+                by_composition[label] = {
+                    "calls": int(mine.sum()), "ok": int((mine & call_ok).sum()),
+                    "failed": int((mine & ~call_ok).sum()),
+                    "latency": describe(call_latency[mine & call_ok]),
+                    "latency_censored": describe(censored[mine & np.isfinite(censored)]),
+                }
+    if sorted_groups is not None:
+        sorted_groups.resolve()
     return {
         "overall": overall,
         "tasks": tasks,

@@ -126,9 +126,17 @@ class Scenario(RunSettings):
     source: str | None = None
 
     def for_task(self, task: str) -> TaskConfig:
-        """The complete configuration of ``task``: defaults with its overrides applied."""
-        overrides = self.tasks.get(task)
-        return replace(self.defaults, **overrides) if overrides else self.defaults
+        """The complete configuration of ``task``: defaults with its overrides applied (made
+        once per task: a replay asks for it many times, and a scenario is never changed)."""
+        made = self.__dict__.get("_for_task")
+        if made is None:
+            made = {}
+            object.__setattr__(self, "_for_task", made)  # (a cache, not a field: no effect on eq, hash, asdict)
+        config = made.get(task)
+        if config is None:
+            overrides = self.tasks.get(task)
+            config = made[task] = replace(self.defaults, **overrides) if overrides else self.defaults
+        return config
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready record of the scenario (written beside every result)."""

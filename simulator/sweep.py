@@ -33,7 +33,7 @@ import multiprocessing
 import os
 import socket
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
@@ -206,22 +206,30 @@ def flatten(summary: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _flatten_into(out: dict[str, Any], summary: Mapping[str, Any], prefix: str, top: bool) -> None:
+    leaf_types = _LEAF_TYPES
     for key, value in summary.items():
         if top and key == "config":
             continue
-        name = f"{prefix}{key}"
-        if type(value) in _LEAF_TYPES:
-            out[name] = value
-        elif isinstance(value, Mapping):
-            _flatten_into(out, value, name + ".", False)
-        elif isinstance(value, list):
+        kind = type(value)
+        if kind in leaf_types:
+            out[f"{prefix}{key}"] = value
+        elif kind is dict or isinstance(value, Mapping):
+            _flatten_into(out, value, f"{prefix}{key}.", False)
+        elif kind is list or isinstance(value, list):
             for i, item in enumerate(value):
                 if isinstance(item, Mapping):
-                    _flatten_into(out, {k: v for k, v in item.items() if k != "id"}, f"{name}.{i}.", False)
+                    inner = f"{prefix}{key}.{i}."
+                    for k, v in item.items():  # (a list's mappings, such as the GPUs, leave out their id)
+                        if k == "id":
+                            continue
+                        if type(v) in leaf_types:
+                            out[f"{inner}{k}"] = v
+                        else:
+                            _flatten_into(out, {k: v}, inner, False)
                 else:
-                    out[f"{name}.{i}"] = item
+                    out[f"{prefix}{key}.{i}"] = item
         else:
-            out[name] = value
+            out[f"{prefix}{key}"] = value
 
 
 _BASE: Base | None = None
@@ -297,6 +305,7 @@ class ResultStore:
         self.journal = self.path.with_name(self.path.name + ".journal")
         self.meta = meta
         self.rows: list[dict[str, Any]] = []
+        self.packed = Rows()
         if force:
             self.journal.unlink(missing_ok=True)
         else:
@@ -352,16 +361,16 @@ class ResultStore:
                         self.rows.append(row)
 
     def done(self) -> set[tuple[str, int]]:
-        return {(r["config_key"], int(r["seed"])) for r in self.rows}
+        return {(r["config_key"], int(r["seed"])) for r in (*self.rows, *self.packed)}
 
     def add(self, row: dict[str, Any]) -> None:
         """Save one finished row (journal line written and flushed)."""
         self.add_many([row])
 
-    def add_many(self, rows: Sequence[dict[str, Any]], lines: Sequence[str] | None = None) -> None:
+    def add_many(self, rows: Sequence[dict[str, Any]] | Rows, lines: Sequence[str] | None = None) -> None:
         """Save finished rows with one write and flush; ``lines``: their :func:`journal_line`
         texts when already made (by the workers that ran them)."""
-        if not rows:
+        if not len(rows):
             return
         try:
             self._append([journal_line(r) for r in rows] if lines is None else lines)
@@ -369,7 +378,10 @@ class ResultStore:
             raise OutputError(self.path, None, None, f"cannot save a finished row in {self.journal.name}: "
                               f"{os_reason(exc)}; the rows saved so far are kept, "
                               "run the same command again to resume") from None
-        self.rows.extend(rows)
+        if isinstance(rows, Rows):
+            self.packed.extend(rows)  # (kept as they came: the frame is made column by column)
+        else:
+            self.rows.extend(rows)
 
     def _append(self, lines: Sequence[str]) -> None:
         if self._handle is None:
@@ -386,6 +398,8 @@ class ResultStore:
 
     def frame(self) -> pd.DataFrame:
         df = pd.DataFrame(self.rows)
+        if len(self.packed):
+            df = self.packed.frame() if df.empty else pd.concat([df, self.packed.frame()], ignore_index=True, sort=False)
         if df.empty:
             return df
         df = df.drop_duplicates(["config_key", "seed"], keep="first")
@@ -434,13 +448,17 @@ def journal_line(row: Mapping[str, Any]) -> str:
     as ``null``; a row holding one (a figure of prompts that never finished) goes through
     :func:`json.dumps`, whose ``NaN``/``Infinity`` read back as the same floats."""
     global _ENCODER
-    if any(isinstance(v, float) and not math.isfinite(v) for v in row.values()):
-        return json.dumps(row, default=_json_default)
     if _ENCODER is None:
         import msgspec
 
         _ENCODER = msgspec.json.Encoder(enc_hook=_json_default)
-    return _ENCODER.encode(row).decode()
+    text = _ENCODER.encode(row)
+    # Every None is a null; a null more (a NaN or infinity, or the word in a key or a string)
+    # sends the row through json.dumps. Counting beats a type check per value.
+    if text.count(b"null") != list(row.values()).count(None) \
+            and any(isinstance(v, float) and not math.isfinite(v) for v in row.values()):
+        return json.dumps(row, default=_json_default)
+    return text.decode()
 
 
 # -- running ----------------------------------------------------------------------------
@@ -462,8 +480,50 @@ class SweepResult:
     total: int
 
 
+class Rows:
+    """Finished rows as they travel between processes: per distinct key order, the keys once
+    and each row's values (a row has a few hundred keys; pickled once a row, they were most
+    of what a worker sent back). Iterating gives the rows as dicts."""
+
+    def __init__(self, rows: Iterable[Mapping[str, Any]] = ()) -> None:
+        self.blocks: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
+        for row in rows:
+            self.blocks.setdefault(tuple(row), []).append(tuple(row.values()))
+
+    def __len__(self) -> int:
+        return sum(len(values) for values in self.blocks.values())
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for keys, values in self.blocks.items():
+            for v in values:
+                yield dict(zip(keys, v, strict=True))
+
+    def extend(self, other: Rows) -> None:
+        for keys, values in other.blocks.items():
+            self.blocks.setdefault(keys, []).extend(values)
+
+    def frame(self) -> pd.DataFrame:
+        """The rows as a frame, column by column (no dict a row): columns in order of first
+        appearance, a column missing from some rows NaN there, as ``pd.DataFrame(rows)``."""
+        # One list a column over every block (NaN where a block lacks it) before pandas reads
+        # its dtype: frames made block by block and concatenated could differ (a figure None
+        # in one block, a number in another, is an object column there, float here).
+        columns: dict[str, list[Any]] = {}
+        total = 0
+        for keys, values in self.blocks.items():
+            for key, column in zip(keys, zip(*values, strict=True), strict=True):
+                if key not in columns:
+                    columns[key] = [math.nan] * total
+                columns[key].extend(column)
+            total += len(values)
+            for column_values in columns.values():
+                if len(column_values) < total:
+                    column_values.extend([math.nan] * (total - len(column_values)))
+        return pd.DataFrame(columns)
+
+
 #: Rows with their journal lines, as a batch of finished replays comes back.
-Batch = tuple[list[dict[str, Any]], list[str] | None]
+Batch = tuple[list[dict[str, Any]] | Rows, list[str] | None]
 
 #: Most replays a pool worker runs per task it is sent: enough that the round trip to the
 #: parent and the parent's write are small beside a chunk's replays, few enough that a Ctrl-C
@@ -514,7 +574,7 @@ def _local_results(jobs: list, task: str | None, base: Base, workers: int, lines
 def _run_chunk(jobs: list, task: str | None, base: Base | None = None, lines: bool = True) -> Batch:
     """Replay ``jobs``; their rows, and their journal lines if ``lines``."""
     rows = [run_job(job, task, base) for job in jobs]
-    return rows, [journal_line(r) for r in rows] if lines else None
+    return Rows(rows), [journal_line(r) for r in rows] if lines else None
 
 
 #: Seconds to reach a cluster's scheduler before a sweep gives up on it.

@@ -303,3 +303,56 @@ def test_a_runs_columns_give_the_summary_of_its_log_frame(topology):
     recoded = LogColumns({**columns.columns, "task": reverse[columns.columns["task"]]},
                          {**columns.labels, "task": names[::-1]}, columns.attrs)
     assert summarize_columns(recoded, **kwargs) == expected
+
+
+def _same_figures(got, want, where=""):
+    """``got`` equals ``want`` leaf for leaf, means (sums over a group taken in another order)
+    within floating-point rounding."""
+    assert type(got) is type(want) or (isinstance(got, float) and isinstance(want, float)), where
+    if isinstance(want, dict):
+        assert list(got) == list(want), where
+        for k in want:
+            _same_figures(got[k], want[k], f"{where}.{k}")
+    elif isinstance(want, list):
+        assert len(got) == len(want), where
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            _same_figures(g, w, f"{where}.{i}")
+    elif isinstance(want, float) and where.rsplit(".", 1)[-1] in ("mean", "mean_batch_waste"):
+        assert got == pytest.approx(want, rel=1e-12, abs=0.0) or (math.isnan(got) and math.isnan(want)), where
+    elif isinstance(want, float) and math.isnan(want):
+        assert math.isnan(got), where
+    else:
+        assert got == want, where
+
+
+@pytest.mark.parametrize("topology, rate, single_task", [("shared", 1.0, False), ("split", 3.0, False),
+                                                         ("continuous", 2.0, False), ("shared", 4.0, True)])
+def test_the_one_pass_summary_of_a_small_run_is_the_group_by_group_one(monkeypatch, topology, rate, single_task):
+    # Small runs (a sweep's) take every group's figures in one pass; large ones group by
+    # group. The two agree: percentiles, counts and maxima exactly, means within rounding
+    # (with a deadline, a client timeout, composition classes and a goodput SLO, so
+    # unfinished prompts, failed calls and every figure are in it).
+    from dataclasses import replace
+
+    import simulator.metrics as metrics
+    from simulator import build_scenario, load_profile, load_trace
+    from simulator.events import LogColumns
+    from simulator.metrics import TokenOptions, summarize_columns
+    from simulator.model.engine import simulate_columns
+
+    trace = load_trace("example").scaled(rate)
+    base = build_scenario(path="design-notes")
+    rules = Compositions((("graph-only", {"only": frozenset({"graph"})}), ("has-mmlu", {"all": frozenset({"mmlu"})})))
+    scenario = replace(base, tasks={**base.tasks, "infobench": {**base.tasks["infobench"], "topology": topology}},
+                       deadline=150.0, client_timeout=120.0, compositions=rules)
+    columns = simulate_columns(trace, scenario, load_profile("seed-calibrated"), seed=5)
+    if single_task:  # (every prompt relabelled as one task's)
+        columns = LogColumns({**columns.columns, "task": np.zeros_like(columns.columns["task"])},
+                             {**columns.labels, "task": ["infobench"]}, columns.attrs)
+    kwargs = dict(deadline=scenario.deadline, gpus=scenario.gpus, client_timeout=scenario.client_timeout,
+                  compositions=scenario.compositions,
+                  tokens=TokenOptions(percentiles=(25.0, 50.0, 99.9, 100.0), goodput=(("ttft", 1.0), ("tpot", 0.05))))
+    one_pass = summarize_columns(columns, **kwargs)
+    assert one_pass["overall"]["unfinished"] > 0 and one_pass["compositions"]
+    monkeypatch.setattr(metrics, "_ONE_PASS", 0)
+    _same_figures(one_pass, summarize_columns(columns, **kwargs))

@@ -6,6 +6,7 @@ import json
 import math
 import multiprocessing
 import os
+import pickle
 import signal
 from pathlib import Path
 
@@ -402,3 +403,24 @@ def test_pool_chunks_stay_small_and_balanced():
     assert sweep_mod.chunk_size(10, 2) == 1
     assert sweep_mod.chunk_size(400, 2) == 25      # 16 tasks: 8 a worker
     assert sweep_mod.chunk_size(10_000, 2) == sweep_mod.LARGEST_CHUNK
+
+
+def test_rows_sent_back_by_workers_make_the_frame_their_dicts_make():
+    # Workers send rows packed (keys once per key order); the results frame made from them
+    # column by column is the frame of the rows as dicts: columns in order of first
+    # appearance, missing figures NaN, the same dtypes.
+    from simulator.sweep import Rows
+
+    rows = [
+        {"config_key": "a", "seed": 0, "gpus.0.busy_s": 1.5, "mean_batch_size": None, "calls": 3, "name": "x"},
+        {"config_key": "b", "seed": 1, "gpus.0.busy_s": 2.0, "gpus.1.busy_s": 0.5, "mean_batch_size": 2.0,
+         "calls": 4, "name": "y", "cost.unknown": "no price"},
+        {"config_key": "c", "seed": 0, "gpus.0.busy_s": float("inf"), "mean_batch_size": None, "calls": 5, "name": "z"},
+        {"config_key": "d", "seed": 2, "calls": 6, "gpus.0.busy_s": 0.25, "mean_batch_size": None, "name": "w"},
+    ]
+    packed = Rows(rows)
+    assert len(packed) == 4 and len(packed.blocks) == 3
+    assert sorted(packed, key=lambda r: r["config_key"]) == rows
+    back = pickle.loads(pickle.dumps(packed))
+    pd.testing.assert_frame_equal(back.frame().sort_values("config_key").reset_index(drop=True),
+                                  pd.DataFrame(rows), check_exact=True)
