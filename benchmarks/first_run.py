@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import re
 import resource
 import shutil
 import subprocess
@@ -110,8 +111,9 @@ def measure(root: Path) -> dict:
         cache.mkdir(exist_ok=True)
         seconds, done = _cpu([simctl, *COMMAND, *options], cwd=work,
                              env={**env, "NUMBA_CACHE_DIR": str(cache), **extra})
-        ran = next((w for w in done.stdout.split() if w.startswith("engine=")), "engine=?")[len("engine="):]
-        return seconds, done.stderr, ran
+        # the run line's engine: "fast", "reference", or "reference (a small run: ...)"
+        ran = re.search(r"engine=(\S+(?: \(a small run)?)", " ".join(done.stdout.split()))
+        return seconds, done.stderr, ran.group(1) if ran else "?"
 
     plain, plain_err, plain_engine = replay(root / "plain-cache")
     first, first_err, first_engine = replay(root / "cache", *ON_KERNEL)
