@@ -36,8 +36,11 @@ _SIMCTL_READY = [sys.executable, "-c", "import os, sys; from simulator.cli impor
 #: ``{cluster}``: the address of the harness's Dask cluster (:func:`cluster_address`).
 _SWEEP = ["sweep", "long.json", "-c", "design-notes", "--flush", "0,0.1,0.2,0.3,0.4,0.5", "--seeds", "2"]
 COMMANDS = {
+    # (the engine named: the event log records which engine ran, and ``auto`` gives a fresh
+    # process's small replay to the reference engine but the kernel to a process that has it
+    # loaded already, as the quick form's rerun in this process has)
     "replay": ["replay", "long.json", "-c", "design-notes", "--json", "summary.json", "--events", "events.parquet",
-               "--force"],
+               "--engine", "reference", "--force"],
     "sweep": [*_SWEEP, "--jobs", "2", "--out", "results.parquet"],
     "sweep --cluster": [*_SWEEP, "--cluster", "{cluster}", "--out", "results.parquet"],
     "calibrate": ["calibrate", "run", "--scenario", "{calibrate_scenario}", "--start", "qwen3-4b-nospec-start",
