@@ -72,14 +72,23 @@ def text_outputs(nb: nbformat.NotebookNode) -> list[list[str]]:
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
-        texts = []
+        texts: list[str] = []
+        stdout = False  # whether texts[-1] is printed text
         for out in cell.get("outputs", []):
             if out.output_type == "stream" and out.get("name") == "stdout":
-                texts.append(out.text)
+                # How printed text is cut into stream outputs follows the kernel's flushes,
+                # which depend on timing: consecutive ones are one text.
+                if stdout:
+                    texts[-1] += out.text
+                else:
+                    texts.append(out.text)
+                stdout = True
             elif out.output_type == "execute_result":
                 texts.append(out.get("data", {}).get("text/plain", ""))
+                stdout = False
             elif out.output_type == "error":
                 texts.append(f"error: {out.ename}: {out.evalue}")
+                stdout = False
         cells.append([_ADDRESS.sub("", t).rstrip() for t in texts])
     return cells
 

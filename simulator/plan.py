@@ -191,8 +191,7 @@ class Evaluator:
         todo = {config_key(c): dict(c) for c in configs if config_key(c) not in self.cache}
         jobs = [(k, c, s) for k, c in todo.items() for s in self.seeds]
         sums: dict[str, list[dict[str, Any]]] = {k: [] for k in todo}
-        workers = self.workers if self.workers is not None else (os.cpu_count() or 1)
-        for rows, _ in _local_results(jobs, self.task, self.base, workers, lines=False):
+        for rows, _ in _local_results(jobs, self.task, self.base, self.workers, lines=False):
             for row in rows:
                 sums[row["config_key"]].append(row)
         self.replays += len(jobs)

@@ -16,7 +16,8 @@ holds content hashes of the trace, the profile and the base scenario; a file fro
 different base is refused rather than mixed.
 
 Executors: a local process pool (``workers`` processes, forked so imports and the loaded
-trace and profile are shared, not re-done per configuration), or a ``dask.distributed``
+trace and profile are shared, not re-done per configuration; with no ``workers`` given, every
+core unless the replays are few and small: :func:`default_workers`), or a ``dask.distributed``
 cluster (``cluster="tcp://host:8786"``, or a ``distributed.Client``), which receives the
 base once (scattered) and the configurations as tasks.
 """
@@ -537,10 +538,27 @@ def chunk_size(jobs: int, workers: int) -> int:
     return max(1, min(LARGEST_CHUNK, jobs // (8 * max(1, workers))))
 
 
-def _local_results(jobs: list, task: str | None, base: Base, workers: int, lines: bool = True) -> Iterator[Batch]:
-    """Replay ``jobs`` on ``workers`` local processes; batches of rows as they finish, with
-    their journal lines when the pool's workers ran them and ``lines`` asks for them (``None``
-    otherwise)."""
+def default_workers(jobs: int, prompts: int) -> int:
+    """Local processes for ``jobs`` replays of a trace of ``prompts`` prompts when none were
+    asked for: every core, unless the replays together are fewer prompts than
+    :data:`~simulator.model.engine.SMALL_RUN_PROMPTS`. Those take this process well under
+    a second on the reference engine, about what starting a pool costs, and a forked worker
+    starts with this process's count of small runs, so each worker might load the compiled
+    kernel for its share (a plan starts a pool per step); here they run in this process."""
+    from simulator.model.engine import SMALL_RUN_PROMPTS
+
+    if jobs * prompts < SMALL_RUN_PROMPTS:
+        return 1
+    return os.cpu_count() or 1
+
+
+def _local_results(jobs: list, task: str | None, base: Base, workers: int | None,
+                   lines: bool = True) -> Iterator[Batch]:
+    """Replay ``jobs`` on ``workers`` local processes (``None``: :func:`default_workers`);
+    batches of rows as they finish, with their journal lines when the pool's workers ran
+    them and ``lines`` asks for them (``None`` otherwise)."""
+    if workers is None:
+        workers = default_workers(len(jobs), base.trace.n_prompts)
     if workers <= 1 or len(jobs) <= 1:
         _set_base(base)
         for job in jobs:  # in this process a row is saved as soon as its replay ends
@@ -697,7 +715,7 @@ def _run_jobs(spec: SweepSpec, base: Base, out: str | Path, meta: dict[str, Any]
     if progress:
         progress(skipped, total)
     results = (_dask_results(jobs, spec.task, base, cluster) if cluster is not None
-               else _local_results(jobs, spec.task, base, workers or os.cpu_count() or 1))
+               else _local_results(jobs, spec.task, base, workers))
     interrupted = failed = False
     try:
         for rows, lines in results:

@@ -405,6 +405,24 @@ def test_pool_chunks_stay_small_and_balanced():
     assert sweep_mod.chunk_size(10_000, 2) == sweep_mod.LARGEST_CHUNK
 
 
+def test_a_small_sweep_with_no_worker_count_runs_in_this_process(tmp_path, base, monkeypatch):
+    """16 replays of a 347-prompt trace are fewer prompts than the reference engine's small
+    run: no pool is started for them unless a worker count is asked for."""
+    from simulator.model.engine import SMALL_RUN_PROMPTS
+
+    assert sweep_mod.default_workers(16, 347) == 1
+    assert sweep_mod.default_workers(SMALL_RUN_PROMPTS, 1) == (os.cpu_count() or 1)
+
+    def no_pool(*args, **kwargs):
+        raise AssertionError("a pool was started")
+
+    monkeypatch.setattr(sweep_mod.cf, "ProcessPoolExecutor", no_pool)
+    assert base.trace.n_prompts * len(SPEC.jobs()) < SMALL_RUN_PROMPTS
+    assert run_sweep(SPEC, base, tmp_path / "s.parquet").ran == 16
+    with pytest.raises(AssertionError, match="a pool was started"):
+        run_sweep(SPEC, base, tmp_path / "two.parquet", workers=2)
+
+
 def test_rows_sent_back_by_workers_make_the_frame_their_dicts_make():
     # Workers send rows packed (keys once per key order); the results frame made from them
     # column by column is the frame of the rows as dicts: columns in order of first

@@ -60,7 +60,7 @@ def plan_cli(
     seeds: int = typer.Option(1, "--seeds", min=1, max=LARGEST_SEEDS, help="Seeds per configuration; figures are their mean."),
     set_values: list[str] = typer.Option([], "--set", help="Override any field of the base scenario: KEY=VALUE with a "
                                          "dotted KEY, e.g. tasks.graph.cpu_workers=4 (repeatable)."),
-    jobs: int | None = typer.Option(None, "--jobs", "-j", min=1, max=LARGEST_JOBS, help="Local processes (default: all cores)."),
+    jobs: int | None = typer.Option(None, "--jobs", "-j", min=1, max=LARGEST_JOBS, help="Local processes (default: all cores; small steps run in this process)."),
     json_out: str | None = typer.Option(None, "--json", help="Write the recommendation as JSON (FILE or '-')."),
     plot: Path | None = typer.Option(None, "--plot", help="Draw the Pareto front of cost against the SLOs (cheapest), "
                                      "or the SLO figures against load (fewest-gpus) (PNG)."),

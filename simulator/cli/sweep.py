@@ -55,7 +55,7 @@ def sweep_cli(
     seeds: int = typer.Option(1, "--seeds", min=1, max=LARGEST_SEEDS, help="Seeds per configuration (0..N-1); figures get 95 % CIs."),
     set_values: list[str] = typer.Option([], "--set", help="Override any field of the base scenario: KEY=VALUE with a "
                                          "dotted KEY, e.g. tasks.graph.cpu_workers=4 (repeatable)."),
-    jobs: int | None = typer.Option(None, "--jobs", "-j", min=1, max=LARGEST_JOBS, help="Local processes (default: all cores)."),
+    jobs: int | None = typer.Option(None, "--jobs", "-j", min=1, max=LARGEST_JOBS, help="Local processes (default: all cores; a small sweep runs in this process)."),
     cluster: str | None = typer.Option(None, "--cluster", help="Run on a Dask cluster, e.g. tcp://HOST:8786."),
     metric: str = typer.Option("overall.latency.p95", "--metric", help="Figure to rank configurations by at the end."),
     prices: str | None = typer.Option(None, "--prices", help="Price table of the cost figures (cost.usd ...): JSON "

@@ -92,13 +92,16 @@ class GridTable:
         points = frame[self.axes].to_numpy(float)
         self.seconds = frame["seconds"].to_numpy(float)
         self.points = points
-        # whole columns converted at once (int truncates as astype does): a table of tens of
-        # thousands of rows loads in milliseconds rather than a tenth of a second
-        self.exact = dict(zip(map(tuple, points.astype(np.int64).tolist()), self.seconds.tolist(), strict=True))
         self.grid = [np.unique(points[:, i]) for i in range(points.shape[1])]
         index = tuple(np.searchsorted(self.grid[i], points[:, i]) for i in range(points.shape[1]))
         self.log_values = np.full([len(g) for g in self.grid], np.nan)
         self.log_values[index] = np.log(self.seconds)
+        # The measured seconds of each integral point, on the same grid (NaN: not measured):
+        # made with whole-column operations, where a dict keyed by row tuples took most of a
+        # table's load.
+        integral = (points == np.trunc(points)).all(axis=1)
+        self.exact_values = np.full(self.log_values.shape, np.nan)
+        self.exact_values[tuple(i[integral] for i in index)] = self.seconds[integral]
         self._log_points = np.log(points)
 
     @cached_property
@@ -153,10 +156,23 @@ class GridTable:
         distance = ((self._log_points - np.log(np.asarray(point, dtype=float))) ** 2).sum(axis=1)
         return int(np.argmin(distance))
 
+    def measured(self, point: Sequence[float]) -> float | None:
+        """The measured seconds at ``point`` (integral coordinates), or None if not measured."""
+        idx = []
+        for value, axis in zip(point, self.grid, strict=True):
+            if float(value) != int(value):
+                return None
+            i = int(np.searchsorted(axis, value))
+            if i == len(axis) or axis[i] != value:
+                return None
+            idx.append(i)
+        seconds = self.exact_values[tuple(idx)]
+        return None if np.isnan(seconds) else float(seconds)
+
     def lookup(self, point: Sequence[float]) -> Estimate:
-        key = tuple(int(v) for v in point)
-        if all(float(v) == int(v) for v in point) and key in self.exact:
-            return Estimate(float(self.exact[key]), "exact")
+        exact = self.measured(point)
+        if exact is not None:
+            return Estimate(exact, "exact")
         inside = self.interpolate(point)
         if inside is not None:
             return Estimate(inside, "interpolated")
