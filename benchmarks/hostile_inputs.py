@@ -6,7 +6,7 @@ fault scenarios of ``tests/faults.py`` (SIGKILL and SIGINT at seeded moments of 
 on local processes and on a Dask cluster, and calibrate), and writes the table into docs/robustness.md (``--write-docs``)::
 
     python benchmarks/hostile_inputs.py --write-docs     # 1000 cases a class, 3 moments a fault
-    python benchmarks/hostile_inputs.py --quick          # 10 cases a class, replay interrupted twice
+    python benchmarks/hostile_inputs.py --quick          # 10 cases a class, replay Ctrl-C'd once
 
 and the hostile-case classes of ``tests/hostile_*.py`` (outputs onto special files,
 concurrent writers, full disks, hostile HTTP clients, hostile servers for ``load``, ...),
@@ -41,12 +41,13 @@ def hostile_classes() -> dict:
 
 
 def run(examples: int, moments: int, seed: int, kinds: tuple[str, ...] | None = None,
-        hostile_cases: int | None = None, quick: bool = False) -> dict:
+        hostile_cases: int | None = None, quick: bool = False,
+        signals: tuple[signal.Signals, ...] = (signal.SIGKILL, signal.SIGINT)) -> dict:
     """``kinds``: the interrupted commands (default: every one of ``tests/faults.py``);
     ``hostile_cases``: cases a class of :func:`hostile_classes` (default ``examples``: their
     cases start processes and servers, seconds each, where a fuzz case takes milliseconds);
     ``quick``: each interrupted command's quick form (``tests/faults.py``: the run after the
-    interruption in this process)."""
+    interruption in this process); ``signals``: those sent to each command."""
     sys.path.insert(0, str(TESTS))
     import faults
     import fuzzing
@@ -70,7 +71,7 @@ def run(examples: int, moments: int, seed: int, kinds: tuple[str, ...] | None = 
     base = Path(tempfile.mkdtemp(prefix="simctl-faults-"))
     runs = []
     for kind in kinds or tuple(faults.COMMANDS):
-        for sig in (signal.SIGKILL, signal.SIGINT):
+        for sig in signals:
             for i in range(moments):
                 folder = base / f"{kind.replace(' --', '-')}-{sig.name}-{i}"
                 got = faults.interrupt(kind, sig, round(rng.uniform(0.3, 0.9), 2), folder, base, quick=quick)
@@ -114,13 +115,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--moments", type=int, default=3, help="interruptions per command and signal")
     parser.add_argument("--hostile-cases", type=int, default=100,
                         help="cases a class of tests/hostile_*.py (outputs, writers, HTTP clients, servers for load)")
-    parser.add_argument("--quick", action="store_true", help="10 cases a class; replay killed and interrupted once each")
+    parser.add_argument("--quick", action="store_true", help="10 cases a class; replay Ctrl-C'd once")
     parser.add_argument("--seed", type=int, default=19)
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--write-docs", action="store_true", help="write the table into docs/robustness.md")
     args = parser.parse_args(argv)
-    if args.quick:  # the script's own check; tests/test_fuzz_inputs.py and test_faults.py cover the rest
-        result = run(10, 1, args.seed, kinds=("replay",), hostile_cases=1, quick=True)
+    if args.quick:
+        # the script's own check, every column of its table once: a Ctrl-C (the signal whose
+        # run also says what it kept); tests/test_fuzz_inputs.py and test_faults.py cover the
+        # rest, kill -9 of every command among it
+        result = run(10, 1, args.seed, kinds=("replay",), hostile_cases=1, quick=True, signals=(signal.SIGINT,))
     else:
         result = run(args.examples, args.moments, args.seed, hostile_cases=args.hostile_cases)
     sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -322,16 +322,24 @@ SCHEMA: dict[str, tuple[dict, dict]] = {
 _wrong = st.sampled_from([None, True, False, 0, -1, 5, 1.5, 10**30, "", "x", [], [1], {}, {"a": 1}]) | _json
 
 
+#: each endpoint's valid bodies and its fields to replace, built once: hypothesis validates a
+#: strategy the first time it draws from it, which built afresh in every example cost more
+#: than the request it makes
+_BODIES = {path: st.fixed_dictionaries(required, optional=optional) for path, (required, optional) in SCHEMA.items()}
+_REPLACED = {path: st.lists(st.sampled_from(sorted({*required, *optional})), min_size=1, max_size=2, unique=True)
+             for path, (required, optional) in SCHEMA.items()}
+_PATHS = st.sampled_from(sorted(SCHEMA))
+_HOW = st.sampled_from(["valid", "one", "one", "one", "two", "body"])
+
+
 @st.composite
 def _requests(draw: Any) -> tuple[str, Any]:
-    path = draw(st.sampled_from(sorted(SCHEMA)))
-    required, optional = SCHEMA[path]
-    body = draw(st.fixed_dictionaries(required, optional=optional))
-    how = draw(st.sampled_from(["valid", "one", "one", "one", "two", "body"]))
+    path = draw(_PATHS)
+    body = draw(_BODIES[path])
+    how = draw(_HOW)
     if how == "body":
         return path, draw(_json)
-    fields = sorted({*required, *optional})
-    for field in draw(st.lists(st.sampled_from(fields), min_size=1, max_size=2, unique=True)) if how != "valid" else []:
+    for field in draw(_REPLACED[path]) if how != "valid" else []:
         body[field] = draw(_wrong)
     return path, body
 

@@ -35,6 +35,7 @@ An answer that is not valid (:mod:`simulator.live.apis`) fails its call, never t
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import signal
 import threading
@@ -55,6 +56,18 @@ from simulator.observed import CLIENT_TIMEOUT
 from simulator.settings import ClosedLoop, parse_client
 from simulator.trace.formats.client import client_records
 from simulator.trace.model import Call, Trace
+
+
+@functools.cache
+def _tls_context() -> Any:
+    """httpx's default TLS context (certificates verified, from certifi or the
+    ``SSL_CERT_FILE``/``SSL_CERT_DIR`` it names), made once a process: reading the
+    certificate store costs tens of milliseconds, which a process of many runs (a library
+    user's loop) paid again for every run."""
+    import httpx
+
+    return httpx.create_ssl_context()
+
 
 #: The users' client: its semaphore (calls on the wire at once) and its ``max_tokens``.
 MAX_IN_FLIGHT = 300
@@ -300,7 +313,7 @@ async def _drive(planned: list[_Planned], url: str, closed: ClosedLoop | None, o
         if on_progress is not None:
             on_progress(replace(state.progress))
 
-    async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(None)) as client:
+    async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(None), verify=_tls_context()) as client:
 
         async def one(p: _Planned, due: float) -> None:
             wait = due - clock()
