@@ -567,7 +567,11 @@ def _local_results(jobs: list, task: str | None, base: Base, workers: int | None
     ctx = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
     if ctx is not None:
         # The first job runs here: forked workers then inherit the loaded compiled kernel
-        # instead of each loading it again (a plan makes a pool per step).
+        # instead of each loading it again (a plan makes a pool per step); a grid of more
+        # than a small run's prompts loads it for that first job.
+        from simulator.model.engine import expect_prompts
+
+        expect_prompts(len(jobs) * base.trace.n_prompts)
         _set_base(base)
         yield [run_job(jobs[0], task)], None
         jobs = jobs[1:]

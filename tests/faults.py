@@ -254,20 +254,14 @@ def run_again(args: list[str], folder: Path, in_process: bool) -> tuple[int, str
     if not in_process:
         again = subprocess.run([*SIMCTL, *args], cwd=folder, env=_env(), capture_output=True, text=True, timeout=300)
         return again.returncode, again.stdout
-    from unittest import mock
-
     from typer.testing import CliRunner
 
     from simulator.cli import app
-    from simulator.model import engine
 
     here = os.getcwd()
     os.chdir(folder)  # the command's paths are relative to its folder, as in a shell there
-    # The engine ``auto`` picks as a fresh process would (no prompts run yet, no kernel
-    # loaded): the outputs record which engine ran, and the reference run is a fresh process.
     try:
-        with mock.patch.object(engine, "_small_run_prompts", 0), mock.patch.object(engine, "kernel_loaded", lambda: False):
-            result = CliRunner().invoke(app, args)
+        result = CliRunner().invoke(app, args)
     finally:
         os.chdir(here)
     return result.exit_code, result.stdout

@@ -460,3 +460,16 @@ def test_auto_gives_small_runs_to_the_reference_engine_until_the_kernel_pays(mon
     fast = simulate(TRACE, scenario, profile, 0, engine="fast")
     for log in runs:
         pd.testing.assert_frame_equal(log, fast, check_exact=True)
+
+
+def test_a_process_told_of_more_than_a_small_run_takes_the_kernel_at_once(monkeypatch):
+    """A sweep says how many prompts its grid holds before its first run: past
+    SMALL_RUN_PROMPTS, ``auto`` takes the kernel from that run on (its forked workers
+    inherit it loaded); a grid within it leaves the reference engine its small runs."""
+    monkeypatch.setattr(engine_module, "_small_run_prompts", 0)
+    monkeypatch.setattr(engine_module, "kernel_loaded", lambda: False)
+    profile, scenario = load_profile("seed-calibrated"), build_scenario(path="design-notes")
+    engine_module.expect_prompts(engine_module.SMALL_RUN_PROMPTS)
+    assert simulate(TRACE, scenario, profile, 0).attrs["engine"] == engine_module.SMALL_RUN
+    engine_module.expect_prompts(engine_module.SMALL_RUN_PROMPTS + 1)
+    assert simulate(TRACE, scenario, profile, 0).attrs["engine"] == "fast"

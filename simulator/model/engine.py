@@ -228,4 +228,15 @@ def auto_takes_kernel(prompts: int, small_run_prompts: int, loaded: bool) -> boo
 def kernel_loaded() -> bool:
     """Whether this process has the compiled kernel loaded (a run on it already made)."""
     kernel = sys.modules.get("simulator.model.batch_kernel")
-    return kernel is not None and len(kernel.run_kernel.overloads) > 0
+    # (the module may be half imported: another thread of this process loading it now)
+    run_kernel = getattr(kernel, "run_kernel", None)
+    return run_kernel is not None and len(run_kernel.overloads) > 0
+
+
+def expect_prompts(prompts: int) -> None:
+    """Say that this process (and those it forks) is about to run ``prompts`` in all, over
+    many runs (a sweep's grid): where they are more than :data:`SMALL_RUN_PROMPTS`, ``auto``
+    takes the kernel from the first run on instead of renting the reference engine first."""
+    global _small_run_prompts
+    if prompts > SMALL_RUN_PROMPTS:
+        _small_run_prompts = max(_small_run_prompts, SMALL_RUN_PROMPTS)
