@@ -482,7 +482,9 @@ def measure_op_tables(device: str | torch.device, dtype: torch.dtype, grid: OpGr
     started = time.perf_counter()
     with torch.no_grad():
         tick("copy bandwidth")
-        bandwidth = measure_bandwidth(dev, nbytes=(1 << 30) if dev.type == "cuda" else (256 << 20))
+        # the grid's repeat count caps the copy's too, so a quick grid stays quick here
+        bandwidth = measure_bandwidth(dev, nbytes=(1 << 30) if dev.type == "cuda" else (256 << 20),
+                                      repeats=min(10, grid.repeats))
         tick("peak GEMM rate")
         flops = _peak_flops(dev, dtype, grid)
         weights = _pass_weights(dev, dtype, grid)

@@ -81,7 +81,9 @@ def time_sequence(calls: Sequence[Callable[[], object]], device: torch.device, p
 def measure_bandwidth(device: torch.device, nbytes: int = 1 << 30, repeats: int = 10) -> float:
     """Device-memory bandwidth in bytes/s from a large device-to-device copy (read + write)."""
     n = nbytes // 4
-    src = torch.empty(n, dtype=torch.float32, device=device).uniform_()
+    # a copy moves the same bytes whatever they hold: filled, not drawn (drawing a host
+    # buffer this size costs more than timing its copies)
+    src = torch.empty(n, dtype=torch.float32, device=device).fill_(1.0)
     dst = torch.empty_like(src)
     timing = time_call(lambda: dst.copy_(src), device, warmup=3, repeats=repeats)
     return 2 * n * 4 / timing.median
