@@ -24,43 +24,17 @@ import math
 import os
 import shutil
 import tempfile
-import unittest.mock
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
-import typer.main
-import typer.testing
 from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parent.parent
 REAL = ROOT.parent / "shared" / "traces" / "real"
 
 
-class BuiltOnceRunner(CliRunner):
-    """typer's ``CliRunner`` that turns the app into its click command once, as one ``simctl``
-    process does, instead of on every ``invoke``.
-
-    typer rebuilds every registered command from its function signature on each ``invoke``:
-    once the command modules are imported that costs more than most fuzz cases themselves.
-    Reusing the built group changes nothing a case sees: simctl's group resolves a command
-    name through its own loader (``simulator.cli._load``), never through the commands typer
-    built into it.
-    """
-
-    def invoke(self, app: typer.Typer, *args: Any, **kwargs: Any) -> Any:
-        command = _click_command(app)
-        with unittest.mock.patch.object(typer.testing, "_get_command", lambda _app: command):
-            return super().invoke(app, *args, **kwargs)
-
-
-@functools.cache
-def _click_command(app: typer.Typer) -> Any:
-    return typer.main.get_command(app)
-
-
-runner = BuiltOnceRunner()
+runner = CliRunner()
 
 #: class -> [cases tried, cases handled]; read by the benchmark's report.
 TALLY: dict[str, list[int]] = defaultdict(lambda: [0, 0])

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fuzzing import BuiltOnceRunner
 from helpers import assert_one_line_error
+from typer.testing import CliRunner
 
 from simulator.calibrate import predict, simulate_figures
 from simulator.cli import app
@@ -29,7 +29,7 @@ STATS = ("p50", "p90", "p99", "mean")
 
 
 def _invoke(*args: str):
-    return BuiltOnceRunner().invoke(app, ["predict", *args])
+    return CliRunner().invoke(app, ["predict", *args])
 
 
 def _library_figures(seeds: int = 2):

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from fuzzing import BuiltOnceRunner
 from helpers import assert_one_line_error
+from typer.testing import CliRunner
 
 from simulator.cli import app
 from simulator.cost import cost_summary, load_prices
@@ -21,7 +21,7 @@ TRACE = ROOT / "traces" / "batch_arrivals.json"
 SCENARIO = ROOT / "scenarios" / "design-notes.toml"
 STAT_KEYS = {"mean", "p50", "p90", "p95", "p99", "max"}
 
-runner = BuiltOnceRunner()
+runner = CliRunner()
 
 
 def invoke(*args: str):

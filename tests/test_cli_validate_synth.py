@@ -6,15 +6,15 @@ import json
 from pathlib import Path
 
 import pytest
-from fuzzing import BuiltOnceRunner
 from helpers import assert_one_line_error
+from typer.testing import CliRunner
 
 from simulator.cli import app
 from simulator.trace.formats import load_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "traces" / "batch_arrivals.json"
-runner = BuiltOnceRunner()
+runner = CliRunner()
 
 
 def invoke(*args):

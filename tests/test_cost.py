@@ -7,9 +7,9 @@ import math
 from pathlib import Path
 
 import pytest
-from fuzzing import BuiltOnceRunner
 from helpers import assert_one_line_error, make_trace
 from hypothesis import given, settings, strategies as st
+from typer.testing import CliRunner
 
 from simulator.cli import app
 from simulator.cost import (
@@ -27,7 +27,7 @@ from simulator.sweep import Base
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "traces" / "batch_arrivals.json"
-runner = BuiltOnceRunner()
+runner = CliRunner()
 
 
 def fixed(name: str, gpu: str | None, seconds: float):

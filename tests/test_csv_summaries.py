@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import pandas as pd
-from fuzzing import BuiltOnceRunner
 from helpers import assert_one_line_error
+from typer.testing import CliRunner
 
 from simulator.cli import app
 from simulator.outputs import flat_record, task_rows, write_csv
@@ -16,7 +16,7 @@ from simulator.outputs import flat_record, task_rows, write_csv
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "traces" / "batch_arrivals.json"
 VLLM = ROOT / "tests" / "data" / "loadgen" / "vllm_bench.json"
-runner = BuiltOnceRunner()
+runner = CliRunner()
 
 
 def invoke(*args: object):

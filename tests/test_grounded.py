@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fuzzing import BuiltOnceRunner
 from helpers import make_trace, run, timeline
+from typer.testing import CliRunner
 
 from simulator.cli import app
 from simulator.errors import ProfileError
@@ -224,7 +224,7 @@ def test_batches_on_two_gpus_slow_each_other_by_the_share_the_engine_computes():
 
 def test_profile_composes_for_a_named_gpu(tmp_path):
     out = tmp_path / "p.json"
-    result = BuiltOnceRunner().invoke(app, ["profile", "--gpu", "h100-sxm", "--model", "qwen3-8b", "--draft", "qwen3-0.6b",
+    result = CliRunner().invoke(app, ["profile", "--gpu", "h100-sxm", "--model", "qwen3-8b", "--draft", "qwen3-0.6b",
                                       "--spec-task", "infobench", "--engine", "cuda-graph", "-o", str(out)])
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
@@ -244,7 +244,7 @@ def test_profile_composes_for_a_named_gpu(tmp_path):
     (["--gpu", "a100-sxm", "--model", "qwen3-4b", "--draft", "qwen3-0.6b", "--spec-task", "graph"], "--spec-task"),
 ])
 def test_profile_refuses_bad_input_in_one_line(tmp_path, args, field):
-    result = BuiltOnceRunner().invoke(app, ["profile", *args, "-o", str(tmp_path / "p.json")])
+    result = CliRunner().invoke(app, ["profile", *args, "-o", str(tmp_path / "p.json")])
     assert result.exit_code == 2
     assert "Traceback" not in result.output and field in result.output
     assert not (tmp_path / "p.json").exists()
@@ -279,7 +279,7 @@ def test_calibrating_a_grounded_profile_moves_only_the_engine_and_says_what_the_
     start = tmp_path / "start.json"
     start.write_text(json.dumps(users_profile))
     out = tmp_path / "fitted.json"
-    result = BuiltOnceRunner().invoke(app, [
+    result = CliRunner().invoke(app, [
         "calibrate", str(REQUEST / "batch_results_4B_4queues_nothinking"), "-s", "lminference-4queues",
         "--start", str(start), "-o", str(out), "--screen", "4", "--starts", "2", "--max-evaluations", "6",
         "--seeds", "1"])
@@ -308,12 +308,12 @@ def test_a_hugging_face_config_gives_the_preset_it_describes(tmp_path):
     assert {k: v for k, v in shape.to_dict().items() if k not in ("name", "source")} == \
         {k: v for k, v in qwen.to_dict().items() if k not in ("name", "source")}
     out = tmp_path / "p.json"
-    result = BuiltOnceRunner().invoke(app, ["profile", "--gpu", "a100-sxm", "--model", str(path), "-o", str(out)])
+    result = CliRunner().invoke(app, ["profile", "--gpu", "a100-sxm", "--model", str(path), "-o", str(out)])
     assert result.exit_code == 0, result.output
     assert json.loads(out.read_text())["meta"]["grounded"]["model"] == "Qwen3-4B"
     path.write_text(json.dumps({**config, "model_type": "mamba"}))
     with pytest.raises(UnknownPreset, match="model_type"):
         load_shape(path)
     path.write_text(json.dumps({**config, "hidden_size": "wide"}))
-    result = BuiltOnceRunner().invoke(app, ["profile", "--gpu", "a100-sxm", "--model", str(path), "-o", str(out), "--force"])
+    result = CliRunner().invoke(app, ["profile", "--gpu", "a100-sxm", "--model", str(path), "-o", str(out), "--force"])
     assert result.exit_code == 2 and "hidden_size" in result.output and "Traceback" not in result.output

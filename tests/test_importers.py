@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fuzzing import BuiltOnceRunner
 from helpers import assert_one_line_error
+from typer.testing import CliRunner
 
 from simulator.cli import app
 from simulator.errors import SimctlWarning, TraceError
@@ -24,7 +24,7 @@ from simulator.trace.formats import ImportOptions, load_trace, sniff
 from simulator.trace.synth import InterArrival, synthesize
 
 REAL = Path(__file__).resolve().parent.parent.parent / "shared" / "traces" / "real"
-runner = BuiltOnceRunner()
+runner = CliRunner()
 
 
 def real(rel: str) -> Path:

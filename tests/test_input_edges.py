@@ -12,9 +12,9 @@ import warnings
 from pathlib import Path
 
 import pytest
-from fuzzing import BuiltOnceRunner
 from helpers import assert_one_line_error
 from hostile_inputs_edges import CLASSES, names_cases, sizes_cases
+from typer.testing import CliRunner
 
 from simulator.cli import app
 from simulator.errors import ScenarioError, SimctlWarning, TraceError
@@ -23,7 +23,7 @@ from simulator.scenario import build_scenario, check_tasks
 from simulator.trace.formats import load_trace
 
 ROOT = Path(__file__).resolve().parent.parent
-runner = BuiltOnceRunner()
+runner = CliRunner()
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 
 import pytest
-from fuzzing import BuiltOnceRunner
 from helpers import assert_one_line_error
+from typer.testing import CliRunner
 
 from simulator import inputs
 from simulator.cli import app
@@ -21,7 +21,7 @@ from simulator.errors import SweepError, TraceError
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "simulator"
 TRACE = ROOT / "traces" / "batch_arrivals.json"
-runner = BuiltOnceRunner()
+runner = CliRunner()
 
 #: Calls that open or read a file. Parsing text already read (``json.loads``) is not one.
 READING_CALLS = {"open", "read_text", "read_bytes", "load", "reader", "DictReader", "read_csv", "read_parquet",

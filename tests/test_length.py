@@ -145,11 +145,11 @@ def test_serve_refuses_length_rules():
 
 
 def test_the_cli_takes_the_length_flags_and_names_a_bad_one(tmp_path):
-    from fuzzing import BuiltOnceRunner
+    from typer.testing import CliRunner
 
     from simulator.cli import app
 
-    runner = BuiltOnceRunner()
+    runner = CliRunner()
     ok = runner.invoke(app, ["replay", "example", "--length-buckets", "2", "--batch-selection", "similar-length",
                              "--json", str(tmp_path / "s.json")])
     assert ok.exit_code == 0, ok.stdout + ok.stderr

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from fuzzing import BuiltOnceRunner
+from typer.testing import CliRunner
 
 pytest.importorskip("httpx")
 
@@ -41,7 +41,7 @@ DATA = Path(__file__).parent / "data" / "loadgen"
 #: the client timeout of the runs with a stalling request: the stall is what meets it, while
 #: the fake server's other answers come within milliseconds (a margin of seconds for load)
 TIMEOUT = 3.0
-runner = BuiltOnceRunner()
+runner = CliRunner()
 
 
 def trace_of(*calls: tuple[float, list[str | tuple[str, str]]]) -> Trace:

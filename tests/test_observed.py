@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fuzzing import BuiltOnceRunner
 from helpers import assert_one_line_error
+from typer.testing import CliRunner
 
 from simulator.cli import app
 from simulator.errors import ObservedError
@@ -78,9 +78,9 @@ def test_published_figures_of_the_runs_are_reproduced():
 
 @needs_shared
 def test_wrong_arrival_file_is_a_one_line_error():
-    result = BuiltOnceRunner().invoke(app, ["observed", str(REQUEST / "batch_results_sample_py")])
+    result = CliRunner().invoke(app, ["observed", str(REQUEST / "batch_results_sample_py")])
     assert_one_line_error(result, "simulation_summary.json", "total_batches", "--arrivals")
-    good = BuiltOnceRunner().invoke(app, ["observed", str(REQUEST / "batch_results_sample_py"),
+    good = CliRunner().invoke(app, ["observed", str(REQUEST / "batch_results_sample_py"),
                                     "--arrivals", str(REQUEST / "batch_arrivals_sample.json")])
     assert good.exit_code == 0, good.stdout
 
@@ -120,10 +120,10 @@ def test_compare_runs_cli_writes_plots_and_refuses_overwrite(tmp_path):
     a, b = tmp_path / "a.csv", tmp_path / "b.csv"
     write_event_log(log, a)
     write_event_log(log, b)
-    out = BuiltOnceRunner().invoke(app, ["compare-runs", str(a), str(b), "--plot", str(tmp_path / "p")])
+    out = CliRunner().invoke(app, ["compare-runs", str(a), str(b), "--plot", str(tmp_path / "p")])
     assert out.exit_code == 0, out.stdout
     assert (tmp_path / "p" / "cdf.png").stat().st_size > 0 and (tmp_path / "p" / "scatter.png").exists()
-    again = BuiltOnceRunner().invoke(app, ["compare-runs", str(a), str(b), "--plot", str(tmp_path / "p")])
+    again = CliRunner().invoke(app, ["compare-runs", str(a), str(b), "--plot", str(tmp_path / "p")])
     assert_one_line_error(again, "cdf.png")
 
 
@@ -154,7 +154,7 @@ def test_measured_output_lengths_match_the_raw_responses(tmp_path):
             expected[(str(rec["batch_id"]), i)] = -(-len(answer) // 4)
     assert len(expected) == 100
     out = tmp_path / "lengths.json"
-    result = BuiltOnceRunner().invoke(app, ["observed", str(folder), "--lengths", "infobench", "--write-trace", str(out)])
+    result = CliRunner().invoke(app, ["observed", str(folder), "--lengths", "infobench", "--write-trace", str(out)])
     assert result.exit_code == 0, result.output
     from simulator.trace.formats import load_trace
 
@@ -165,9 +165,9 @@ def test_measured_output_lengths_match_the_raw_responses(tmp_path):
     assert {p.max_tokens for c in trace.calls for p in c.prompts if p.task != "infobench"} == {2048}
     assert trace.meta["output_lengths"]["prompts"] == 100
     # the options go together, and the trace is not overwritten
-    again = BuiltOnceRunner().invoke(app, ["observed", str(folder), "--lengths", "infobench", "--write-trace", str(out)])
+    again = CliRunner().invoke(app, ["observed", str(folder), "--lengths", "infobench", "--write-trace", str(out)])
     assert_one_line_error(again, str(out))
-    alone = BuiltOnceRunner().invoke(app, ["observed", str(folder), "--write-trace", str(tmp_path / "x.json")])
+    alone = CliRunner().invoke(app, ["observed", str(folder), "--write-trace", str(tmp_path / "x.json")])
     assert_one_line_error(alone, "--lengths")
 
 
@@ -189,7 +189,7 @@ def test_a_folder_with_arrivals_but_no_results_says_what_is_missing(tmp_path):
     (tmp_path / "batch_arrivals.json").write_text("[]")
     (tmp_path / "batch_results_a").mkdir()
     (tmp_path / "batch_results_a" / "batch_0000.json").write_text("{}")
-    result = BuiltOnceRunner().invoke(app, ["observed", str(tmp_path)])
+    result = CliRunner().invoke(app, ["observed", str(tmp_path)])
     assert_one_line_error(result, "no results of a run here", "simulation_summary.json", "batch_NNNN.json",
                           "the arrival file, not a run", "batch_results_a")
 
@@ -198,7 +198,7 @@ def test_observed_shows_a_time_scaled_run_in_model_seconds_with_its_token_figure
     from test_cli_predict import write_scaled_run
 
     write_scaled_run(tmp_path / "run", 20.0, timeout=30.0)
-    runner = BuiltOnceRunner()
+    runner = CliRunner()
     result = runner.invoke(app, ["observed", str(tmp_path / "run"), "--goodput", "ttft:1s", "--percentiles", "50,95"])
     assert result.exit_code == 0, result.output
     text = " ".join(result.stdout.split())
@@ -219,5 +219,5 @@ def test_a_client_run_without_requests_has_no_token_figures(tmp_path):
     (tmp_path / "run" / "requests.parquet").unlink()
     run = read_observed(tmp_path / "run")
     assert run.time_scale == 1 and run.figures()["tokens"] is None
-    result = BuiltOnceRunner().invoke(app, ["observed", str(tmp_path / "run")])
+    result = CliRunner().invoke(app, ["observed", str(tmp_path / "run")])
     assert result.exit_code == 0 and "no per-request records" in result.stdout

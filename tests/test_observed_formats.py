@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fuzzing import BuiltOnceRunner
 from helpers import assert_one_line_error
+from typer.testing import CliRunner
 
 from simulator.cli import app
 from simulator.errors import ObservedError
@@ -35,7 +35,7 @@ SWEEP = FIXTURES / "guidellm-0.8.1" / "sweep.json"
 ERRORS = FIXTURES / "guidellm-0.8.1" / "constant_errors.json"
 AIPERF_OK = FIXTURES / "aiperf-0.13.0" / "ok"
 AIPERF_ERRORS = FIXTURES / "aiperf-0.13.0" / "errors"
-runner = BuiltOnceRunner()
+runner = CliRunner()
 
 
 def guidellm_percentile(values, q: float) -> float:

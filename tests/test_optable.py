@@ -34,12 +34,12 @@ TINY = PRESETS["tiny"]
 def measured(tmp_path_factory) -> Path:
     """Tables of this CPU for the tiny preset, written by ``simctl profile --measure-ops --quick``."""
     pytest.importorskip("torch", reason=TORCH)
-    from fuzzing import BuiltOnceRunner
+    from typer.testing import CliRunner
 
     from simulator.cli import app
 
     out = tmp_path_factory.mktemp("optable") / "cpu"
-    result = BuiltOnceRunner().invoke(app, ["profile", "--measure-ops", str(out), "--quick", "--device", "cpu"])
+    result = CliRunner().invoke(app, ["profile", "--measure-ops", str(out), "--quick", "--device", "cpu"])
     assert result.exit_code == 0, result.output
     return out
 
@@ -117,11 +117,11 @@ def test_a_folder_that_is_not_measured_tables_is_one_line(tmp_path):
 
 
 def test_measure_ops_refuses_bad_input_in_one_line(measured, tmp_path):
-    from fuzzing import BuiltOnceRunner
+    from typer.testing import CliRunner
 
     from simulator.cli import app
 
-    runner = BuiltOnceRunner()
+    runner = CliRunner()
     for args, message in ((["--measure-ops", str(measured), "--quick"], "use --force"),
                           (["--measure-ops", str(tmp_path / "x"), "--model", "no-such-model"], "unknown model preset"),
                           (["--measure-ops", str(tmp_path / "x"), "--gpu", "a100-sxm"], "takes a CUDA device index"),
@@ -134,13 +134,13 @@ def test_measure_ops_refuses_bad_input_in_one_line(measured, tmp_path):
 
 
 def test_measure_ops_refuses_models_whose_weights_do_not_fit(measured, tmp_path, monkeypatch):
-    from fuzzing import BuiltOnceRunner
+    from typer.testing import CliRunner
 
     from simulator.cli import app
     from simulator.harness import optable
 
     monkeypatch.setattr(optable, "memory_bytes", lambda dev: 1e9)     # a 1 GB device
-    result = BuiltOnceRunner().invoke(app, ["profile", "--measure-ops", str(tmp_path / "x"), "--model", "llama-160m"])
+    result = CliRunner().invoke(app, ["profile", "--measure-ops", str(tmp_path / "x"), "--model", "llama-160m"])
     assert result.exit_code == 2 and "choose smaller models" in result.output, result.output
     assert not (tmp_path / "x").exists()
 

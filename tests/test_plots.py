@@ -8,15 +8,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from fuzzing import BuiltOnceRunner
 from helpers import assert_one_line_error, fixed_profile, make_trace, run
+from typer.testing import CliRunner
 
 from simulator import plots
 from simulator.cli import app
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "traces" / "batch_arrivals.json"
-runner = BuiltOnceRunner()
+runner = CliRunner()
 
 
 @pytest.fixture(scope="module")

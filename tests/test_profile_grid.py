@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from fuzzing import BuiltOnceRunner
 from helpers import make_trace
+from typer.testing import CliRunner
 
 from simulator.cli import app
 from simulator.profile import load_profile
@@ -14,7 +14,7 @@ from simulator.trace.formats import save_trace
 from simulator.trace.model import Call, Prompt, Trace
 
 COMPOSED = "h100-sxm-llama-3.1-8b-cuda-graph"   # infobench grid: rows 1..32, contexts 350..862
-runner = BuiltOnceRunner()
+runner = CliRunner()
 
 
 def burst(prompts: int, prompt_tokens: int = 350, max_tokens: int = 512) -> Trace:

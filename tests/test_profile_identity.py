@@ -7,7 +7,7 @@ from dataclasses import fields
 from pathlib import Path
 
 import pytest
-from fuzzing import BuiltOnceRunner
+from typer.testing import CliRunner
 
 from simulator.cli import app
 from simulator.errors import ProfileError
@@ -17,7 +17,7 @@ from simulator.profile.identity import NOT_STATED, ProfileIdentity, describe
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = sorted(p.stem for p in (ROOT / "profiles").glob("*.json"))
 TASK = {"resource": "gpu", "service": {"kind": "distribution", "dist": "deterministic", "mean": 1.0}}
-runner = BuiltOnceRunner()
+runner = CliRunner()
 
 
 @pytest.mark.parametrize("name", BUNDLED)

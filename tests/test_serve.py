@@ -27,7 +27,7 @@ pytest.importorskip("fastapi")
 pytest.importorskip("prometheus_client")
 httpx = pytest.importorskip("httpx")
 
-from fuzzing import BuiltOnceRunner  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
 from virtual_time import run_virtual  # noqa: E402
 
 from simulator.cli import app as cli_app  # noqa: E402
@@ -603,7 +603,7 @@ def test_continuous_preemption_as_the_simulator():
 
 
 # -- the command ---------------------------------------------------------------------------
-runner = BuiltOnceRunner()
+runner = CliRunner()
 
 
 @pytest.mark.parametrize("args, words", [

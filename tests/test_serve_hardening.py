@@ -23,7 +23,6 @@ pytest.importorskip("uvicorn")
 httpx = pytest.importorskip("httpx")
 
 import hostile_http  # noqa: E402
-from fuzzing import BuiltOnceRunner  # noqa: E402
 from helpers import assert_one_line_error  # noqa: E402
 from hypothesis import (  # noqa: E402
     HealthCheck,
@@ -31,6 +30,7 @@ from hypothesis import (  # noqa: E402
     settings,
     strategies as st,  # noqa: E402
 )
+from typer.testing import CliRunner  # noqa: E402
 from virtual_time import run_virtual  # noqa: E402
 
 from simulator.cli import app as cli_app  # noqa: E402
@@ -373,7 +373,7 @@ def test_the_server_still_answers_after_the_fuzz_run(fuzz_server):
 
 
 # -- the command -----------------------------------------------------------------------------
-runner = BuiltOnceRunner()
+runner = CliRunner()
 
 
 @pytest.mark.parametrize(("args", "words"), [

@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from fuzzing import BuiltOnceRunner
 from helpers import assert_one_line_error
+from typer.testing import CliRunner
 
 from simulator.cli import app
 from simulator.errors import ScenarioError
@@ -40,7 +40,7 @@ from simulator.sweep import SweepError, parse_axis_values
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "traces" / "batch_arrivals.json"
-runner = BuiltOnceRunner()
+runner = CliRunner()
 
 
 # -- the declarations ---------------------------------------------------------------------

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from fuzzing import BuiltOnceRunner
 from helpers import assert_one_line_error
 from theory import mmc_wait
+from typer.testing import CliRunner
 
 import simulator.sweep as sweep_mod
 from simulator.cli import app
@@ -28,7 +28,7 @@ from simulator.trace.synth import SynthSpec, synthesize
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "traces" / "batch_arrivals.json"
-runner = BuiltOnceRunner()
+runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
@@ -375,7 +375,7 @@ def test_goodput_figures_reach_sweep_rows(tmp_path):
 
 
 def test_plan_goodput_without_its_slo_is_a_one_line_error():
-    result = BuiltOnceRunner().invoke(app, ["plan", "example", "--slo", "goodput>=0.9", "--max-gpus", "1"])
+    result = CliRunner().invoke(app, ["plan", "example", "--slo", "goodput>=0.9", "--max-gpus", "1"])
     assert_one_line_error(result, "--goodput")
 
 

@@ -9,8 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from fuzzing import BuiltOnceRunner
 from hypothesis import HealthCheck, given, settings, strategies as st
+from typer.testing import CliRunner
 
 from simulator.cli import app
 from simulator.errors import SimctlWarning, TraceError
@@ -105,7 +105,7 @@ def test_import_validate_and_replay_read_and_write_parquet(tmp_path):
     source.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,100,20\n"
                       "2023-11-16 18:15:47.00,50,10\n")
     out = tmp_path / "t.parquet"
-    runner = BuiltOnceRunner()
+    runner = CliRunner()
     result = runner.invoke(app, ["import", "auto", str(source), "-o", str(out)])
     assert result.exit_code == 0, result.output
     read = load_trace(out)
