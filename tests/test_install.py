@@ -171,12 +171,17 @@ def _dependency_view(dists: dict[str, Any], view: Path) -> None:
 #: Run by the installed package's interpreter, from a folder outside the checkout, with an
 #: empty numba cache: the first replay on the kernel (``simctl replay example -c design-notes
 #: --engine fast``) and its kernel's cache hits and misses, the same replay from the library,
-#: the documented commands, and where the package reads its data from; prints JSON. The commands run in this one
+#: the documented commands, where the package reads its data from, and the notebook named by
+#: its argument in a Jupyter kernel of the installed environment; prints JSON. The commands run in this one
 #: process through typer's CliRunner, as the console script runs them (the test runs the
 #: script itself as a real process too): a process each would only pay the interpreter's and
 #: the libraries' start-up again.
 _INSTALLED_RUN = """
 import json
+import sys
+
+import nbclient
+import nbformat
 
 from typer.testing import CliRunner
 
@@ -210,6 +215,10 @@ from simulator.hardware import load_gpu
 
 found["bundled"] = str(simulator.bundled.folder("traces"))
 found["gemm_tag"] = load_gpu("a100-sxm").gemm(1, 4096, 4096).tag
+
+nb = nbformat.read(sys.argv[1], as_version=4)
+nbclient.NotebookClient(nb, timeout=600, kernel_name="python3").execute()
+found["figures"] = sum(1 for c in nb.cells if c.cell_type == "code" for o in c.outputs if "image/png" in o.get("data", {}))
 print(json.dumps(found))
 """
 
@@ -232,9 +241,13 @@ def test_wheel_installs_and_runs_from_a_temporary_folder(tmp_path):
     _add_dependencies(_venv_bin(build_env, "python"), _requirements_closure(requires, set()),
                       tmp_path / "build-dependencies")
     wheels = tmp_path / "wheels"
-    # -v: setup.py's output says whether the kernel was compiled or the checkout's copied
-    build = subprocess.run([sys.executable, "-m", "pip", "--python", str(_venv_bin(build_env, "python")), "wheel",
-                            "--no-deps", "--no-build-isolation", "-v", "-w", str(wheels), str(REPO)],
+    # The PEP 517 backend that pyproject.toml names, called in that environment as a build
+    # frontend calls it (pip's own start-up would only add a process resolving nothing);
+    # setup.py's output says whether the kernel was compiled or the checkout's copied.
+    backend = tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]["build-backend"]
+    build_wheel = (f"import importlib, os, sys; os.chdir(sys.argv[1]); "
+                   f"print(importlib.import_module({backend!r}).build_wheel(sys.argv[2]))")
+    build = subprocess.run([str(_venv_bin(build_env, "python")), "-c", build_wheel, str(REPO), str(wheels)],
                            env=env, capture_output=True, text=True)
     assert build.returncode == 0, f"building the wheel failed:\n{(build.stdout + build.stderr)[-3000:]}"
     wheel = next(wheels.glob("simctl_llm-*.whl"))
@@ -263,7 +276,10 @@ def test_wheel_installs_and_runs_from_a_temporary_folder(tmp_path):
     env.update(COLUMNS="100", SIMCTL_HOME=str(tmp_path / "home"), NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"))
     env.pop("SIMCTL_NO_PACKAGED_CACHE", None)
 
-    done = subprocess.run([str(python), "-c", _INSTALLED_RUN], cwd=work, env=env, capture_output=True, text=True)
+    notebook = work / "latency_cdfs.ipynb"
+    shutil.copy(REPO / "notebooks" / "latency_cdfs.ipynb", notebook)
+    done = subprocess.run([str(python), "-c", _INSTALLED_RUN, str(notebook)], cwd=work, env=env,
+                          capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.splitlines()[-1])
     for name in ("first", "replay", "json", "sweep", "plan"):
@@ -282,20 +298,10 @@ def test_wheel_installs_and_runs_from_a_temporary_folder(tmp_path):
     assert str(REPO) not in found["bundled"] and "_bundled" in found["bundled"]
     # ... and the hardware cost model's tables came with the wheel.
     assert found["gemm_tag"] == "exact"
+    # ... and a notebook runs on it in a kernel of that environment, figures and all.
+    assert found["figures"] == 2
 
     # The console script, as a real process (found by its distribution name).
     version = subprocess.run([str(_venv_bin(env_dir, "simctl")), "--version"], cwd=work, env=env,
                              capture_output=True, text=True)
     assert version.returncode == 0 and version.stdout.strip() == f"simctl {wheel.name.split('-')[1]}"
-
-    notebook = work / "latency_cdfs.ipynb"
-    shutil.copy(REPO / "notebooks" / "latency_cdfs.ipynb", notebook)
-    run_nb = ("import nbclient, nbformat, sys\n"
-              "nb = nbformat.read(sys.argv[1], as_version=4)\n"
-              "nbclient.NotebookClient(nb, timeout=600, kernel_name='python3').execute()\n"
-              "print('figures', sum(1 for c in nb.cells if c.cell_type == 'code' for o in c.outputs "
-              "if 'image/png' in o.get('data', {})))\n")
-    done = subprocess.run([str(python), "-c", run_nb, str(notebook)], cwd=work, env=env,
-                          capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "figures 2" in done.stdout
