@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from itertools import chain
 from dataclasses import dataclass, replace
 from functools import cached_property
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -203,7 +203,7 @@ class TraceColumns:
                    for k, pt, mt, text, prefix in zip(self.task_of.tolist(), self.prompt_tokens.tolist(),
                                                       self.max_tokens.tolist(), texts, prefixes, strict=True)]
         ends = np.cumsum(np.bincount(self.call_of, minlength=len(self.call_t))).tolist()
-        starts = [0, *ends[:-1]]
+        starts = [0, *ends[:-1]] if ends else []  # (a trace of no calls: head(0))
         return tuple(Call(i, t, tuple(prompts[a:b]))
                      for i, t, a, b in zip(self.call_ids.tolist(), self.call_t.tolist(), starts, ends, strict=True))
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import json
 import math
+from itertools import chain
 from operator import attrgetter
 from pathlib import Path
-from itertools import chain
 from typing import Annotated, Any
 
 import msgspec

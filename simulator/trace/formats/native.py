@@ -507,6 +507,7 @@ def read_native(obj: Any, path: str | Path) -> Trace:
     path = Path(path)
     meta: dict[str, Any] = {}
     block_tokens = 0
+    wrapped = isinstance(obj, dict)
     if isinstance(obj, dict):
         fmt = obj.get("format", FORMAT_NAME)
         if fmt != FORMAT_NAME:
