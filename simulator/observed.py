@@ -415,7 +415,7 @@ def with_observed_lengths(trace: Trace, observed: ObservedRun, tasks: tuple[str,
     meta = dict(trace.meta)
     meta["output_lengths"] = {"run": observed.path, "tasks": sorted(wanted), "prompts": len(lengths),
                               "chars_per_token": chars_per_token}
-    return Trace(calls=tuple(calls), meta=meta, source=trace.source)
+    return Trace(calls=tuple(calls), meta=meta, source=trace.source, prefix_block_tokens=trace.prefix_block_tokens)
 
 
 def observed_to_json(run: ObservedRun, tokens: TokenOptions | None = None) -> dict[str, Any]:

@@ -51,6 +51,10 @@ def print_stats(stats: TraceStats) -> None:
     overview.add_row("duration (first to last)", _num(stats.duration, unit=" s"))
     overview.add_row("call rate", _num(stats.call_rate, 4, " /s"))
     overview.add_row("prompt rate", _num(stats.prompt_rate, 4, " /s"))
+    if stats.prefix is not None:
+        pre = stats.prefix
+        overview.add_row("prompts with prefix ids", f"{pre.prompts_with_ids:,} ({100 * pre.share:.1f} %)")
+        overview.add_row(f"prefix blocks ({pre.block_tokens} tokens)", f"{pre.blocks:,} ({pre.distinct_blocks:,} distinct)")
     console.print(overview)
 
     gaps = stats.inter_arrival

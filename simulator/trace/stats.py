@@ -11,6 +11,8 @@ Definitions (``n`` calls at instants ``t_0 <= ... <= t_{n-1}``, seconds from tra
 * ``prompts_per_call``: ``{size: number of calls}``; ``task_counts`` / ``task_fractions``:
   prompts per task and their share of all prompts; ``tokens``: per task, the mean of
   ``prompt_tokens`` and of ``max_tokens`` over the prompts that give them.
+* ``prefix`` (only where prompts carry block hash ids): the prompts with ids and their share
+  of all prompts, the block ids in all and the distinct ones.
 """
 
 from __future__ import annotations
@@ -49,6 +51,19 @@ class TaskTokens:
 
 
 @dataclass(frozen=True)
+class PrefixStats:
+    """The prompts' prefix identity: tokens per hash block, prompts with ids (and their
+    share of all prompts), block ids in all and distinct ones (the blocks a cache of
+    unbounded size would hold at the end of the trace)."""
+
+    block_tokens: int
+    prompts_with_ids: int
+    share: float
+    blocks: int
+    distinct_blocks: int
+
+
+@dataclass(frozen=True)
 class TraceStats:
     """What :func:`trace_stats` computes; see the module docstring for the definitions."""
 
@@ -69,10 +84,15 @@ class TraceStats:
     tokens: dict[str, TaskTokens]
     unknown: int
     arrival_fit: dict[str, Any] | None = None
+    prefix: PrefixStats | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dicts, lists, numbers and strings (``json.dumps``-able)."""
-        return asdict(self)
+        """Plain dicts, lists, numbers and strings (``json.dumps``-able); ``prefix`` only
+        where the trace has prefix ids."""
+        out = asdict(self)
+        if self.prefix is None:
+            del out["prefix"]
+        return out
 
 
 def _mean(values: list[int]) -> float | None:
@@ -129,7 +149,18 @@ def trace_stats(trace: Trace, fit: bool = False) -> TraceStats:
         tokens=tokens,
         unknown=counts.get(UNKNOWN, 0),
         arrival_fit=_fit(t) if fit else None,
+        prefix=_prefix(trace),
     )
+
+
+def _prefix(trace: Trace) -> PrefixStats | None:
+    cols = trace.columns
+    if cols.prefix_offsets is None or cols.prefix_hashes is None:
+        return None
+    with_ids = int((np.diff(cols.prefix_offsets) > 0).sum())
+    return PrefixStats(block_tokens=cols.prefix_block_tokens, prompts_with_ids=with_ids,
+                       share=with_ids / len(cols.task_of), blocks=len(cols.prefix_hashes),
+                       distinct_blocks=len(np.unique(cols.prefix_hashes)))
 
 
 def _fit(times: np.ndarray) -> dict[str, Any] | None:

@@ -87,7 +87,7 @@ def is_number(value: Any) -> bool:
 MAX_COUNT = MAX_TOKENS
 
 
-def check_count(path: Path, record: int, field: str, value: Any, minimum: int) -> int:
+def check_count(path: Path, record: int | None, field: str, value: Any, minimum: int) -> int:
     """An integer token count ``>= minimum`` (and at most :data:`MAX_COUNT`), else
     :class:`TraceError`."""
     if not is_int(value) or value < minimum:
@@ -189,6 +189,7 @@ def build_trace(
     records: list[CallRecord],
     meta: dict[str, Any],
     id_field: str,
+    prefix_block_tokens: int = 0,
 ) -> Trace:
     """The :class:`Trace` of ``records``: times normalised, ids checked, calls sorted.
 
@@ -201,6 +202,8 @@ def build_trace(
     * A call id seen before: :class:`TraceError` on ``id_field``.
     * Calls out of time order: sorted stably by time, with a :class:`SimctlWarning`
       naming the first record that is earlier than its predecessor.
+
+    ``prefix_block_tokens``: the tokens per hash block of the prompts' ``prefix`` ids.
     """
     if not records:
         raise TraceError(path, None, None, "no calls (the trace is empty)")
@@ -241,7 +244,7 @@ def build_trace(
             f"{path}: calls not sorted by time; sorted them stably (first out of order: "
             f"record {first})"
         ), stacklevel=3)
-    return Trace(calls=tuple(calls), meta=meta, source=str(path))
+    return Trace(calls=tuple(calls), meta=meta, source=str(path), prefix_block_tokens=prefix_block_tokens)
 
 
 def json_default(value: Any) -> Any:

@@ -22,7 +22,7 @@ from simulator import inputs
 from simulator.errors import SimctlWarning, TraceError
 from simulator.registry import Registry
 from simulator.trace.formats._common import EPOCH_THRESHOLD
-from simulator.trace.model import PROMPT_INT, Trace, TraceColumns
+from simulator.trace.model import PROMPT_INT, Trace, TraceColumns, take_prefixes
 
 
 def read_csv_table(path: Path) -> pd.DataFrame:
@@ -152,12 +152,14 @@ def bad_rows(path: Path, lines: np.ndarray, bad: np.ndarray, reasons: list[tuple
 
 def build(path: Path, t: np.ndarray, prompt_tokens: np.ndarray | None, max_tokens: np.ndarray | None,
           tasks: np.ndarray | tuple[tuple[str, ...], np.ndarray], lines: np.ndarray, meta: dict[str, Any],
-          options: ImportOptions) -> Trace:
+          options: ImportOptions, prefix: tuple[np.ndarray, np.ndarray, int] | None = None) -> Trace:
     """The trace of request columns (already valid), with ``options`` applied, as
     :class:`TraceColumns` made by array operations (no object per request).
 
     ``tasks``: a task name per request, or (names, an index into them per request) where
-    the reader has them coded already. A call's id is the file line of its first request."""
+    the reader has them coded already. A call's id is the file line of its first request.
+    ``prefix``: the requests' block hash ids as (offsets, hashes, tokens per block), laid
+    out as :class:`TraceColumns` holds them; they travel with their requests."""
     if t.size == 0:
         raise TraceError(path, None, None, "no requests (the trace is empty)")
     t = np.asarray(t, dtype=float)
@@ -168,6 +170,7 @@ def build(path: Path, t: np.ndarray, prompt_tokens: np.ndarray | None, max_token
         names, codes = tuple(uniques.tolist()), codes_
     codes = np.asarray(codes, dtype=PROMPT_INT)
     meta = dict(meta)
+    offsets, hashes, block_tokens = (None, None, 0) if prefix is None else prefix
     origin = float(t.min())
     if origin >= EPOCH_THRESHOLD or meta.pop("absolute", False):
         meta["epoch_start"] = origin
@@ -178,6 +181,7 @@ def build(path: Path, t: np.ndarray, prompt_tokens: np.ndarray | None, max_token
         t, lines, codes = t[order], lines[order], codes[order]
         prompt_tokens = None if prompt_tokens is None else prompt_tokens[order]
         max_tokens = None if max_tokens is None else max_tokens[order]
+        offsets, hashes = take_prefixes(offsets, hashes, order)
 
     if options.start is not None or options.end is not None:
         lo = options.start or 0.0
@@ -191,6 +195,7 @@ def build(path: Path, t: np.ndarray, prompt_tokens: np.ndarray | None, max_token
         t, lines, codes = t[keep] - lo, lines[keep], codes[keep]
         prompt_tokens = None if prompt_tokens is None else prompt_tokens[keep]
         max_tokens = None if max_tokens is None else max_tokens[keep]
+        offsets, hashes = take_prefixes(offsets, hashes, np.flatnonzero(keep))
         meta["window"] = [lo, None if options.end is None else hi]
 
     if options.task is not None:
@@ -215,7 +220,8 @@ def build(path: Path, t: np.ndarray, prompt_tokens: np.ndarray | None, max_token
     columns = TraceColumns.of_sizes(
         call_t=t[starts], call_ids=lines[starts].astype(np.dtypes.StringDType()), sizes=sizes, task_names=names,
         task_of=codes, prompt_tokens=np.full(n, -1, PROMPT_INT) if prompt_tokens is None else prompt_tokens,
-        max_tokens=np.zeros(n, PROMPT_INT) if max_tokens is None else max_tokens)
+        max_tokens=np.zeros(n, PROMPT_INT) if max_tokens is None else max_tokens,
+        prefix_offsets=offsets, prefix_hashes=hashes, prefix_block_tokens=block_tokens)
     meta["requests"] = int(n)
     return Trace(columns=columns, meta=meta, source=str(path))
 

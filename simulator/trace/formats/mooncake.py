@@ -1,17 +1,22 @@
 """Mooncake (FAST'25) JSONL traces: ``{"timestamp": ms, "input_length", "output_length", "hash_ids"}``.
 
 One request per line; ``timestamp`` is milliseconds from the trace start. ``hash_ids``
-(512-token prefix blocks) are kept only as a count in ``meta``. The task is ``mooncake``
-unless ``--task`` says otherwise.
+(a list of integers ``>= 0``; absent, ``null`` or empty: none) are the hash ids of the
+request's prompt in blocks of :data:`BLOCK_TOKENS` tokens, chained along the prompt (equal
+ids: equal tokens up to that block's end; Mooncake, FAST'25, and the trace's README): each
+prompt keeps them as its prefix identity (:attr:`simulator.trace.model.Prompt.prefix`), and
+``meta["prefix_blocks"]`` counts them. The task is ``mooncake`` unless ``--task`` says
+otherwise.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from itertools import chain
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import numpy as np
@@ -20,9 +25,11 @@ from simulator import inputs
 from simulator.errors import TraceError
 from simulator.trace.formats._common import MAX_COUNT
 from simulator.trace.formats._requests import DEFAULT_OPTIONS, TRACE_IMPORTERS, Importer, ImportOptions, bad_rows, build
-from simulator.trace.model import Trace
+from simulator.trace.model import MAX_HASH, Trace
 
 FIELDS = ("timestamp", "input_length", "output_length")
+#: Tokens per hash block of Mooncake's traces (the trace's README: blocks of 512 tokens).
+BLOCK_TOKENS = 512
 
 
 def looks_like(first_line: str) -> bool:
@@ -41,7 +48,7 @@ class _Request(msgspec.Struct, gc=False):
     timestamp: int | float
     input_length: int
     output_length: int
-    hash_ids: list[Any] | None = None
+    hash_ids: list[Annotated[int, msgspec.Meta(ge=0, le=MAX_HASH)]] | None = None
 
 
 def _read_columns(path: Path, options: ImportOptions) -> Trace | None:
@@ -65,10 +72,15 @@ def _read_columns(path: Path, options: ImportOptions) -> Trace | None:
     if not (np.all(np.isfinite(t)) and t.min() >= 0 and t.max() <= MAX_COUNT and inp.min() >= 0
             and out.min() >= 0 and inp.max() <= MAX_COUNT and out.max() <= MAX_COUNT):
         return None
-    blocks = sum(map(len, filter(None, map(attrgetter("hash_ids"), records))))
+    ids = [h or () for h in map(attrgetter("hash_ids"), records)]
     n = len(records)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, ids), dtype=np.int64, count=n), out=offsets[1:])
+    blocks = int(offsets[-1])
+    hashes = np.fromiter(chain.from_iterable(ids), dtype=np.int64, count=blocks)
     return build(path, t / 1000.0, inp, np.maximum(out, 1), (("mooncake",), np.zeros(n, dtype=np.int64)),
-                 np.arange(1, n + 1), {"format": "mooncake", "prefix_blocks": blocks}, options)
+                 np.arange(1, n + 1), {"format": "mooncake", "prefix_blocks": blocks}, options,
+                 prefix=(offsets, hashes, BLOCK_TOKENS))
 
 
 def read_mooncake(path: str | Path, options: ImportOptions = DEFAULT_OPTIONS) -> Trace:
@@ -77,6 +89,7 @@ def read_mooncake(path: str | Path, options: ImportOptions = DEFAULT_OPTIONS) ->
     if fast is not None:
         return fast
     t, inp, out, lines, bad, blocks = [], [], [], [], [], 0
+    ids: list[list[int]] = []
     why: list[tuple[str | None, str]] = []
     with inputs.open_text(path, TraceError, "Mooncake trace") as fh:
         for n, line in enumerate(fh, start=1):
@@ -103,9 +116,11 @@ def read_mooncake(path: str | Path, options: ImportOptions = DEFAULT_OPTIONS) ->
                     reason = (key, "missing" if v is None else f"must be a finite number >= 0, got {shown}")
                 values.append(v if reason is None else 0)
             hash_ids = rec.get("hash_ids")
-            if reason is None and hash_ids is not None and not isinstance(hash_ids, list):
-                reason = ("hash_ids", f"must be a list of block hashes, got {json.dumps(hash_ids)[:40]}")
-            blocks += len(hash_ids or []) if reason is None else 0
+            if reason is None and hash_ids is not None:
+                reason = _check_hash_ids(hash_ids)
+            hash_ids = hash_ids or [] if reason is None else []
+            blocks += len(hash_ids)
+            ids.append(hash_ids)
             t.append(values[0] / 1000.0)
             inp.append(int(values[1]))
             out.append(int(values[2]))
@@ -124,9 +139,24 @@ def read_mooncake(path: str | Path, options: ImportOptions = DEFAULT_OPTIONS) ->
     if not lines:
         raise TraceError(path, None, None, "no requests (the file is empty)")
     n = int(keep.sum())
+    kept = [h for h, k in zip(ids, keep.tolist(), strict=True) if k]
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, kept), dtype=np.int64, count=n), out=offsets[1:])
+    hashes = np.fromiter(chain.from_iterable(kept), dtype=np.int64, count=int(offsets[-1]))
     return build(path, np.array(t)[keep], np.array(inp)[keep], np.maximum(np.array(out)[keep], 1),
                  np.full(n, "mooncake", dtype=object), lines_a[keep],
-                 {"format": "mooncake", "prefix_blocks": blocks}, options)
+                 {"format": "mooncake", "prefix_blocks": blocks}, options, prefix=(offsets, hashes, BLOCK_TOKENS))
+
+
+def _check_hash_ids(hash_ids: Any) -> tuple[str, str] | None:
+    """(field, message) where ``hash_ids`` is not a list of block hash ids; ``None`` where it is."""
+    if not isinstance(hash_ids, list):
+        return ("hash_ids", f"must be a list of block hash ids (integers >= 0), got {json.dumps(hash_ids)[:40]}")
+    for k, h in enumerate(hash_ids):
+        if isinstance(h, bool) or not isinstance(h, int) or not 0 <= h <= MAX_HASH:
+            shown = f"an integer of {len(str(h))} digits" if isinstance(h, int) and h > MAX_HASH else json.dumps(h)[:40]
+            return ("hash_ids", f"element {k} must be an integer from 0 to {MAX_HASH:,}, got {shown}")
+    return None
 
 
 TRACE_IMPORTERS.register("mooncake")(Importer(looks_like, read_mooncake))

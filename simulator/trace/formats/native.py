@@ -3,19 +3,25 @@
 The file is either a bare list of calls or the wrapped form the writer produces::
 
     {"format": "simctl-trace/1",
+     "prefix_block_tokens": 512,
      "meta": {...free-form provenance...},
      "calls": [
         {"id": "0", "t": 3.09, "prompts": [
-            {"task": "mmlu", "prompt_tokens": 190, "max_tokens": 2048},
+            {"task": "mmlu", "prompt_tokens": 190, "max_tokens": 2048, "hash_ids": [0, 1]},
             "graph"]},
         ...]}
 
 A call is ``{"id": str (optional; default its index in the list, as a string), "t":
 seconds, "prompts": [prompt, ...]}``; ``timestamp``, ``arrival_time`` and ``time`` are
 synonyms of ``t``. A prompt is ``{"task": str, "prompt_tokens": int >= 0 (optional),
-"max_tokens": int >= 1 (optional), "text": str (optional)}``, with ``task_type`` and
-``type`` synonyms of ``task``, or a bare string, which is the task name. ``null`` token
-counts mean "absent".
+"max_tokens": int >= 1 (optional), "text": str (optional), "hash_ids": [int >= 0, ...]
+(optional)}``, with ``task_type`` and ``type`` synonyms of ``task``, or a bare string, which
+is the task name. ``null`` token counts mean "absent".
+
+``hash_ids`` are the prompt's prefix identity: the hash ids of its blocks of
+``prefix_block_tokens`` tokens, chained along the prompt (:attr:`Prompt.prefix`; ``null``
+or ``[]``: none). ``prefix_block_tokens`` (an integer >= 1) is a key of the wrapped form,
+required when any prompt has ``hash_ids`` (a bare list cannot carry them).
 
 Times are seconds ``>= 0`` or ISO-8601 strings; absolute times (ISO, or numbers whose
 smallest is ``>= 1e9``) are shifted to start at 0, the original start kept in
@@ -25,6 +31,7 @@ smallest is ``>= 1e9``) are shifted to start at 0, the original start kept in
 from __future__ import annotations
 
 import json
+from itertools import chain
 from pathlib import Path
 from typing import IO, Annotated, Any
 
@@ -49,13 +56,16 @@ from simulator.trace.formats._common import (
     show,
     type_name,
 )
-from simulator.trace.model import PROMPT_INT, Prompt, Trace, TraceColumns, id_column
+from simulator.trace.model import MAX_HASH, PROMPT_INT, Prompt, Trace, TraceColumns, id_column
 
 FORMAT_NAME = "simctl-trace/1"
 TIME_KEYS = ("t", "timestamp", "arrival_time", "time")
 TASK_KEYS = ("task", "task_type", "type")
 _CALL_KEYS = ("id", "prompts", *TIME_KEYS)
-_PROMPT_KEYS = ("prompt_tokens", "max_tokens", "text", *TASK_KEYS)
+_PROMPT_KEYS = ("prompt_tokens", "max_tokens", "text", "hash_ids", *TASK_KEYS)
+#: In the bytes of a file or a block: where it is absent, no prompt has ids (nothing to look for).
+_HASH_KEY = b'"hash_ids"'
+
 
 
 # The canonical form of the format (what write_native writes), as typed records that
@@ -64,6 +74,7 @@ _PROMPT_KEYS = ("prompt_tokens", "max_tokens", "text", *TASK_KEYS)
 # read_native, which accepts what the format allows and names what is wrong.
 _Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]
 _Positive = Annotated[int, msgspec.Meta(ge=1, le=MAX_COUNT)]
+_Hash = Annotated[int, msgspec.Meta(ge=0, le=MAX_HASH)]
 
 
 class _Prompt(msgspec.Struct, forbid_unknown_fields=True, gc=False):
@@ -71,6 +82,7 @@ class _Prompt(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     prompt_tokens: _Count | None = None
     max_tokens: _Positive | None = None
     text: str | None = None
+    hash_ids: list[_Hash] | None = None
 
 
 class _Call(msgspec.Struct, forbid_unknown_fields=True, gc=False):
@@ -84,6 +96,7 @@ class _File(msgspec.Struct):
     calls: list[_Call]
     format: str = FORMAT_NAME
     meta: dict[str, Any] = {}
+    prefix_block_tokens: _Positive | None = None
 
 
 _DECODER = msgspec.json.Decoder(list[_Call] | _File)
@@ -102,12 +115,15 @@ class _ColumnBlocks:
         self.codes: dict[str, int] = {}
         self.blocks: list[tuple[np.ndarray, ...]] = []
         self.texts: list[tuple[int, Any]] = []  # (first prompt, texts) of blocks with any
+        self.prefixes: list[tuple[int, np.ndarray, np.ndarray]] = []  # (first prompt, ids per prompt, ids)
         self.n_calls = 0
         self.n_prompts = 0
         #: the ids as integers (their bytes) while every block's ids fit 8 bytes of ASCII
         self.id_keys: list[np.ndarray] | None = []
 
-    def add(self, calls: list[_Call]) -> None:
+    def add(self, calls: list[_Call], hash_ids: bool = False) -> None:
+        """Add decoded ``calls`` (``hash_ids``: whether any prompt may have them; where
+        ``False`` they are not looked for)."""
         n_calls = len(calls)
         first = self.n_calls
         call_t = np.fromiter((c.t for c in calls), dtype=float, count=n_calls)
@@ -130,6 +146,14 @@ class _ColumnBlocks:
             if any(p.text is not None for p in records):
                 self.texts.append((self.n_prompts, [None if p.__class__ is str else p.text  # type: ignore[union-attr]
                                                     for p in prompts]))
+            if hash_ids:
+                lengths = np.zeros(n, dtype=np.int64)
+                lengths[at] = np.fromiter((len(p.hash_ids or ()) for p in records), dtype=np.int64,
+                                          count=len(records))
+                ids = np.fromiter(chain.from_iterable(p.hash_ids for p in records if p.hash_ids), dtype=np.int64,
+                                  count=int(lengths.sum()))
+                if ids.size:
+                    self.prefixes.append((self.n_prompts, lengths, ids))
         self.blocks.append((call_t, call_ids, sizes, task_of, prompt_tokens, max_tokens))
         self.id_keys = None
         self.n_calls += n_calls
@@ -153,10 +177,12 @@ class _ColumnBlocks:
         self.n_calls += len(call_t)
         self.n_prompts += len(task_of)
 
-    def trace(self, meta: dict[str, Any], path: str | Path) -> Trace | None:
+    def trace(self, meta: dict[str, Any], path: str | Path, prefix_block_tokens: int | None = None) -> Trace | None:
         """The trace of the calls added, or ``None`` where the general reader must look
         (no calls, unsorted times, a repeated id, a blank task name or one holding a control
-        character)."""
+        character, block hash ids without ``prefix_block_tokens``)."""
+        if self.prefixes and prefix_block_tokens is None:
+            return None
         if not self.n_calls or any(not name.strip() or control_character(name) for name in self.codes):
             return None
         call_t, call_ids, sizes, task_of, prompt_tokens, max_tokens = (
@@ -180,9 +206,18 @@ class _ColumnBlocks:
             texts = np.full(self.n_prompts, None, dtype=object)
             for first, block in self.texts:
                 texts[first:first + len(block)] = block
+        prefix: dict[str, Any] = {}
+        if self.prefixes:
+            lengths = np.zeros(self.n_prompts, dtype=np.int64)
+            for first, block, _ in self.prefixes:
+                lengths[first:first + len(block)] = block
+            offsets = np.zeros(self.n_prompts + 1, dtype=np.int64)
+            np.cumsum(lengths, out=offsets[1:])
+            prefix = {"prefix_offsets": offsets, "prefix_hashes": np.concatenate([ids for _, _, ids in self.prefixes]),
+                      "prefix_block_tokens": prefix_block_tokens}
         columns = TraceColumns.of_sizes(call_t=call_t, call_ids=call_ids, sizes=sizes, task_names=tuple(self.codes),
                                         task_of=task_of, prompt_tokens=prompt_tokens, max_tokens=max_tokens,
-                                        texts=texts)
+                                        texts=texts, **prefix)
         return Trace(columns=columns, meta=meta, source=str(path))
 
 
@@ -199,16 +234,18 @@ def read_native_fast(raw: bytes, path: str | Path) -> Trace | None:
     except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
         return None  # (the general reader reports it)
     meta: dict[str, Any] = {}
+    block_tokens = None
     if isinstance(decoded, _File):
         if decoded.format != FORMAT_NAME:
             return None
         meta.update(decoded.meta)
         calls = decoded.calls
+        block_tokens = decoded.prefix_block_tokens
     else:
         calls = decoded
     blocks = _ColumnBlocks()
-    blocks.add(calls)
-    return blocks.trace(meta, path)
+    blocks.add(calls, hash_ids=_HASH_KEY in raw)
+    return blocks.trace(meta, path, block_tokens)
 
 
 def read_native_lines(handle: IO[bytes], path: str | Path) -> Trace | None:
@@ -264,7 +301,7 @@ def read_native_lines(handle: IO[bytes], path: str | Path) -> Trace | None:
     calls = tail[:len(tail) - len(_CLOSE) + 1]
     if calls and (calls[-1:] != b"\n" or not _add_block(blocks, calls, last=True)):
         return None
-    return blocks.trace(dict(head.meta), path)
+    return blocks.trace(dict(head.meta), path, head.prefix_block_tokens)
 
 
 #: The end of the file as the writer writes it (after the last call's line; whitespace may follow).
@@ -285,7 +322,7 @@ def _add_block(blocks: _ColumnBlocks, lines: bytes, last: bool) -> bool:
     if last == body.endswith(b","):
         return False
     try:
-        blocks.add(_CALLS.decode(b"[" + (body if last else body[:-1]) + b"]"))
+        blocks.add(_CALLS.decode(b"[" + (body if last else body[:-1]) + b"]"), hash_ids=_HASH_KEY in lines)
     except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
         return False
     return True
@@ -367,6 +404,8 @@ def _split_lines(lines: bytes, last: bool) -> tuple[Any, ...] | None:
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    if _HASH_KEY in lines:
+        return None  # (prompts with ids are all distinct: decoding each distinct list would gain nothing)
     buf = np.frombuffer(lines, dtype=np.uint8)
     ends = np.flatnonzero(buf == 10)
     if not ends.size or (buf < 32).sum() != ends.size or (buf == 127).any():
@@ -467,6 +506,8 @@ def read_native(obj: Any, path: str | Path) -> Trace:
     """
     path = Path(path)
     meta: dict[str, Any] = {}
+    block_tokens = 0
+    wrapped = isinstance(obj, dict)
     if isinstance(obj, dict):
         fmt = obj.get("format", FORMAT_NAME)
         if fmt != FORMAT_NAME:
@@ -477,6 +518,8 @@ def read_native(obj: Any, path: str | Path) -> Trace:
         if not isinstance(file_meta, dict):
             raise TraceError(path, None, "meta", f"must be an object, got {type_name(file_meta)}")
         meta.update(file_meta)
+        if obj.get("prefix_block_tokens") is not None:
+            block_tokens = check_count(path, None, "prefix_block_tokens", obj["prefix_block_tokens"], 1)
         obj = obj["calls"]
         if not isinstance(obj, list):
             raise TraceError(path, None, "calls", f"must be a list of calls, got {type_name(obj)}")
@@ -490,7 +533,13 @@ def read_native(obj: Any, path: str | Path) -> Trace:
     unknown = UnknownFields()
     records = [_read_call(path, i, rec, unknown) for i, rec in enumerate(obj)]
     unknown.warn(path)
-    return build_trace(path, records, meta, id_field="id")
+    if not block_tokens:
+        with_ids = next((rec.record for rec in records if any(p.prefix for p in rec.prompts)), None)
+        if with_ids is not None:
+            how = ("the wrapped form gives it at its top level; a bare list of calls cannot" if not wrapped
+                   else "give the tokens per hash block at the file's top level, an integer >= 1")
+            raise TraceError(path, None, "prefix_block_tokens", f"missing, and record {with_ids} has hash_ids ({how})")
+    return build_trace(path, records, meta, id_field="id", prefix_block_tokens=block_tokens)
 
 
 def _read_call(path: Path, i: int, rec: Any, unknown: UnknownFields) -> CallRecord:
@@ -540,11 +589,22 @@ def _read_prompt(path: Path, i: int, j: int, p: Any, unknown: UnknownFields) -> 
     text = p.get("text")
     if text is not None and not isinstance(text, str):
         raise TraceError(path, i, f"{where}.text", f"must be a string, got {type_name(text)}")
-    return Prompt(task, prompt_tokens, max_tokens, text)
+    hash_ids = p.get("hash_ids")
+    if hash_ids is not None:
+        if not isinstance(hash_ids, list):
+            raise TraceError(path, i, f"{where}.hash_ids",
+                             f"must be a list of block hash ids (integers >= 0), got {show(hash_ids)}")
+        for k, h in enumerate(hash_ids):
+            if not is_int(h) or not 0 <= h <= MAX_HASH:
+                shown = f"an integer of {len(str(h))} digits" if is_int(h) and h > MAX_HASH else show(h)
+                raise TraceError(path, i, f"{where}.hash_ids[{k}]",
+                                 f"must be an integer from 0 to {MAX_HASH:,}, got {shown}")
+    return Prompt(task, prompt_tokens, max_tokens, text, tuple(hash_ids) if hash_ids else None)
 
 
 def write_native(trace: Trace, handle: IO[str]) -> None:
-    """Write ``trace`` to ``handle`` in the wrapped ``simctl-trace/1`` form, one call a line.
+    """Write ``trace`` to ``handle`` in the wrapped ``simctl-trace/1`` form, one call a line
+    (with ``prefix_block_tokens`` and each prompt's ``hash_ids`` where it has prefix ids).
 
     ``meta`` is written as given, except its ``format`` key (which records the format the
     trace was read from). Token counts and texts that are ``None`` are left out.
@@ -552,6 +612,8 @@ def write_native(trace: Trace, handle: IO[str]) -> None:
     meta = {k: v for k, v in trace.meta.items() if k != "format"}
     handle.write("{\n")
     handle.write(f'  "format": "{FORMAT_NAME}",\n')
+    if trace.has_prefixes:
+        handle.write(f'  "prefix_block_tokens": {trace.prefix_block_tokens},\n')
     handle.write('  "meta": ' + _dumps(meta, indent=2).replace("\n", "\n  ") + ",\n")
     handle.write('  "calls": [')
     for n, call in enumerate(trace.calls):
@@ -564,6 +626,8 @@ def write_native(trace: Trace, handle: IO[str]) -> None:
                 entry["max_tokens"] = p.max_tokens
             if p.text is not None:
                 entry["text"] = p.text
+            if p.prefix:
+                entry["hash_ids"] = p.prefix
             prompts.append(entry)
         record = {"id": call.id, "t": call.t, "prompts": prompts}
         handle.write(("\n    " if n == 0 else ",\n    ") + _dumps(record))

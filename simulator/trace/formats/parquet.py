@@ -7,9 +7,13 @@ Columns (in trace order; the rows of a call are consecutive):
 * ``t`` (float64): the call's arrival, seconds, on its first row (null on the others);
 * ``task`` (text, dictionary-encoded): the prompt's task;
 * ``prompt_tokens``, ``max_tokens`` (int32, null: absent): the prompt's token counts;
-* ``text`` (text, null: none; written only when a prompt has one): the prompt's text.
+* ``text`` (text, null: none; written only when a prompt has one): the prompt's text;
+* ``hash_ids`` (list<int64>, null or empty: none; written only when a prompt has them): the
+  prompt's block hash ids (its prefix identity, :attr:`simulator.trace.model.Prompt.prefix`).
 
-The schema's metadata key ``simctl`` holds ``{"format": "simctl-trace/1", "meta": {...}}``.
+The schema's metadata key ``simctl`` holds ``{"format": "simctl-trace/1", "meta": {...}}``,
+and ``"prefix_block_tokens": int >= 1`` (the tokens per hash block) where a prompt has
+``hash_ids``.
 The checks are
 those of the JSON format (:mod:`simulator.trace.formats.native`), and an error names the
 record (the call's position in the file) and the field. Reading is column operations only:
@@ -27,14 +31,14 @@ import numpy as np
 
 from simulator import inputs
 from simulator.errors import SimctlWarning, TraceError
-from simulator.trace.formats._common import EPOCH_THRESHOLD, MAX_COUNT, json_default, show
-from simulator.trace.model import PROMPT_INT, Trace, TraceColumns
+from simulator.trace.formats._common import EPOCH_THRESHOLD, MAX_COUNT, check_count, json_default, show
+from simulator.trace.model import MAX_HASH, PROMPT_INT, Trace, TraceColumns, take_prefixes
 
 FORMAT_NAME = "simctl-trace/1"
 #: Parquet's magic number: the first (and last) four bytes of every Parquet file.
 MAGIC = b"PAR1"
 METADATA_KEY = b"simctl"
-COLUMNS = ("call_id", "t", "task", "prompt_tokens", "max_tokens", "text")
+COLUMNS = ("call_id", "t", "task", "prompt_tokens", "max_tokens", "text", "hash_ids")
 
 
 def is_parquet(head: bytes) -> bool:
@@ -64,8 +68,15 @@ def write_parquet(trace: Trace, handle: IO[bytes]) -> None:
     }
     if cols.texts is not None:
         data["text"] = pa.array(cols.texts, type=pa.string())
+    header_fields: dict[str, Any] = {"format": FORMAT_NAME}
+    if cols.prefix_offsets is not None and cols.prefix_hashes is not None:
+        # (64-bit offsets where the ids outnumber 32-bit ones: the same list<int64> values)
+        kind = pa.LargeListArray if cols.prefix_offsets[-1] > np.iinfo(np.int32).max else pa.ListArray
+        data["hash_ids"] = kind.from_arrays(pa.array(cols.prefix_offsets), pa.array(cols.prefix_hashes, pa.int64()),
+                                            mask=pa.array(np.diff(cols.prefix_offsets) == 0))
+        header_fields["prefix_block_tokens"] = cols.prefix_block_tokens
     meta = {k: v for k, v in trace.meta.items() if k != "format"}
-    header = json.dumps({"format": FORMAT_NAME, "meta": meta}, default=json_default, allow_nan=True)
+    header = json.dumps({**header_fields, "meta": meta}, default=json_default, allow_nan=True)
     table = pa.table(data).replace_schema_metadata({METADATA_KEY: header.encode()})
     pq.write_table(table, handle)
 
@@ -80,7 +91,7 @@ def read_parquet_trace(path: str | Path) -> Trace:
 
     path = Path(path)
     table = inputs.read_parquet(path, TraceError, "trace file")
-    meta = _file_meta(path, table.schema.metadata or {})
+    meta, block_tokens = _file_meta(path, table.schema.metadata or {})
     unknown = [name for name in table.column_names if name not in COLUMNS]
     if unknown:
         raise TraceError(path, None, unknown[0], f"unknown column (a Parquet trace has {', '.join(COLUMNS)})")
@@ -154,6 +165,7 @@ def read_parquet_trace(path: str | Path) -> Trace:
         text_col = _column(path, table, "text", (pa.types.is_string, pa.types.is_large_string, pa.types.is_null))
         if text_col.null_count < len(text_col):
             texts = text_col.to_numpy(zero_copy_only=False).astype(object)
+    offsets, hashes = _hash_ids(path, table, call_of, block_tokens)
 
     meta["format"] = "parquet"
     start = float(call_t.min())
@@ -173,16 +185,19 @@ def read_parquet_trace(path: str | Path) -> Trace:
         call_t, call_ids = call_t[order], call_ids[order]
         task_of, prompt_tokens, max_tokens = task_of[rows], prompt_tokens[rows], max_tokens[rows]
         texts = None if texts is None else texts[rows]
+        offsets, hashes = take_prefixes(offsets, hashes, rows)
     columns = TraceColumns.of_sizes(call_t=call_t, call_ids=call_ids, sizes=sizes, task_names=tuple(names),
                                     task_of=task_of.astype(PROMPT_INT), prompt_tokens=prompt_tokens,
-                                    max_tokens=max_tokens, texts=texts)
+                                    max_tokens=max_tokens, texts=texts, prefix_offsets=offsets, prefix_hashes=hashes,
+                                    prefix_block_tokens=block_tokens if offsets is not None else 0)
     return Trace(columns=columns, meta=meta, source=str(path))
 
 
-def _file_meta(path: Path, metadata: dict[bytes, bytes]) -> dict[str, Any]:
+def _file_meta(path: Path, metadata: dict[bytes, bytes]) -> tuple[dict[str, Any], int]:
+    """The file's ``meta`` and its tokens per hash block (0: not given)."""
     raw = metadata.get(METADATA_KEY)
     if raw is None:
-        return {}
+        return {}, 0
     try:
         header = json.loads(raw)
     except (ValueError, RecursionError):
@@ -195,7 +210,51 @@ def _file_meta(path: Path, metadata: dict[bytes, bytes]) -> dict[str, Any]:
     meta = header.get("meta", {})
     if not isinstance(meta, dict):
         raise TraceError(path, None, "meta", "must be an object")
-    return dict(meta)
+    block_tokens = header.get("prefix_block_tokens")
+    if block_tokens is not None:
+        block_tokens = check_count(path, None, "prefix_block_tokens", block_tokens, 1)
+    return dict(meta), block_tokens or 0
+
+
+def _hash_ids(path: Path, table: Any, call_of: np.ndarray, block_tokens: int) -> tuple[Any, Any]:
+    """The ``hash_ids`` column as prefix columns (offsets, hashes) by array operations;
+    ``(None, None)`` where the file has none."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if "hash_ids" not in table.column_names:
+        return None, None
+    col = _column(path, table, "hash_ids", (pa.types.is_list, pa.types.is_large_list, pa.types.is_null))
+    if pa.types.is_null(col.type):
+        return None, None
+    if not pa.types.is_integer(col.type.value_type) and not pa.types.is_null(col.type.value_type):
+        raise TraceError(path, None, "hash_ids", f"column has type {col.type}; block hash ids are integers")
+    lengths = pc.fill_null(pc.list_value_length(col), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    values = pc.list_flatten(col)  # (the values of the non-null lists only)
+    if not len(values):
+        return None, None
+    owner = np.repeat(np.arange(len(lengths)), lengths)
+    if values.null_count:
+        row = int(owner[int(np.argmax(values.is_null().to_numpy(zero_copy_only=False)))])
+        raise TraceError(path, int(call_of[row]), "hash_ids", "holds a null id (ids are integers >= 0)")
+    hashes = values.to_numpy()
+    if hashes.dtype == np.uint64:
+        too_large = hashes > MAX_HASH
+        if too_large.any():
+            row = int(owner[int(np.argmax(too_large))])
+            raise TraceError(path, int(call_of[row]), "hash_ids",
+                             f"must be integers from 0 to {MAX_HASH:,}, got {int(hashes[np.argmax(too_large)])}")
+    hashes = hashes.astype(np.int64)
+    if (hashes < 0).any():
+        at = int(np.argmax(hashes < 0))
+        raise TraceError(path, int(call_of[int(owner[at])]), "hash_ids",
+                         f"must be integers from 0 to {MAX_HASH:,}, got {int(hashes[at])}")
+    if not block_tokens:
+        raise TraceError(path, None, "prefix_block_tokens", "missing from the file's simctl metadata, and prompts "
+                         "have hash_ids (give the tokens per hash block, an integer >= 1)")
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return offsets, hashes
 
 
 def _column(path: Path, table: Any, name: str, kinds: tuple[Any, ...]) -> Any:
