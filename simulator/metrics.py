@@ -926,6 +926,8 @@ def log_columns(log: pd.DataFrame) -> LogColumns:
     columns["gpu"] = gpu.to_numpy(dtype=np.int64 if gpu.dtype == "Int64" else np.int32, na_value=-1)
     if "dispatched_at" in log:
         columns["dispatched_at"] = log["dispatched_at"].to_numpy(float)
+    if "cached_tokens" in log:
+        columns["cached_tokens"] = log["cached_tokens"].to_numpy()
     labels: dict[str, list[str]] = {}
     for name in ("task", "status", "queue"):
         columns[name], labels[name] = _codes(log[name])
@@ -1123,7 +1125,46 @@ def summarize_columns(log: LogColumns, config: dict[str, Any] | None = None,
         "config": config or {},
         **({"replicas": _replica_figures(log.attrs["replicas"], arrived, cols["dispatched_at"], done,
                                          served)} if "replicas" in log.attrs else {}),
+        **({"prefix_cache": prefix_cache_figures(cols["cached_tokens"], cols["prompt_tokens"], batch_ids >= 0,
+                                                 arrived, task_codes, task_names)}
+           if "cached_tokens" in cols else {}),
     }
+
+
+#: Windows of the arrival span over which the prefix cache's hit rate is given.
+PREFIX_WINDOWS = 10
+
+
+def prefix_cache_figures(cached: np.ndarray, prompt_tokens: np.ndarray, admitted: np.ndarray, arrived: np.ndarray,
+                         task_codes: np.ndarray, task_names: Sequence[str]) -> dict[str, Any]:
+    """The prefix cache's figures over the prompts admitted to an engine: ``hit_rate``, the
+    share of their prompt tokens found cached (what prefill did not compute), ``cached_tokens``,
+    ``prompt_tokens``, ``prompts_hit`` (prompts that found any); overall, per task
+    (``tasks``), and over :data:`PREFIX_WINDOWS` equal windows of arrival time (``over_time``:
+    each window's start ``t_s`` and hit rate, ``None`` where none was admitted)."""
+    cached = cached[admitted].astype(np.int64)
+    tokens = prompt_tokens[admitted].astype(np.int64)
+    codes, t = task_codes[admitted], arrived[admitted]
+
+    def figures(rows: np.ndarray | None) -> dict[str, Any]:
+        c, n = (cached, tokens) if rows is None else (cached[rows], tokens[rows])
+        total, hit = int(n.sum()), int(c.sum())
+        return {"hit_rate": hit / total if total else None, "cached_tokens": hit, "prompt_tokens": total,
+                "prompts": len(c), "prompts_hit": int(np.count_nonzero(c))}
+
+    over_time = []
+    if len(t):
+        start, span = float(arrived.min()), float(arrived.max() - arrived.min())
+        width = span / PREFIX_WINDOWS if span > 0 else 1.0
+        window = np.minimum(((t - start) / width).astype(np.int64), PREFIX_WINDOWS - 1)
+        hit = np.bincount(window, weights=cached, minlength=PREFIX_WINDOWS)
+        total = np.bincount(window, weights=tokens, minlength=PREFIX_WINDOWS)
+        over_time = [{"t_s": start + i * width, "hit_rate": float(hit[i] / total[i]) if total[i] else None}
+                     for i in range(PREFIX_WINDOWS)]
+    return {**figures(None),
+            "tasks": {str(name): figures(np.flatnonzero(codes == i)) for i, name in enumerate(task_names)
+                      if np.any(codes == i)},
+            "over_time": over_time}
 
 
 def time_average_in_system(log: pd.DataFrame) -> float:

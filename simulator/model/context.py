@@ -20,8 +20,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from simulator.errors import ScenarioError
 from simulator.model.batching import BatchFormer
-from simulator.model.dispatch import DISPATCH_RULES, DispatchGroups, DispatchRule
+from simulator.model.dispatch import DISPATCH_RULES, PREFIX_RULES, DispatchGroups, DispatchRule
 from simulator.model.kernel import SimEnvironment
 from simulator.model.policies import POLICIES, BatchingPolicy
 from simulator.model.prompts import PromptTable
@@ -100,6 +101,10 @@ class RunContext(PromptTable):
     def dispatch_rule(self, config: TaskConfig, task: str | None = None) -> DispatchRule:
         """A new rule of ``config.dispatch``, except for a task of a dispatch group: the one
         rule its group shares."""
+        if config.dispatch in PREFIX_RULES and not (config.topology == "continuous" and config.prefix_caching):
+            raise ScenarioError(self.source, f"tasks.{task}" if task is not None else "defaults", "dispatch",
+                                f"{config.dispatch!r} places prompts by the prefixes an engine caches: it needs "
+                                f"topology = \"continuous\" and prefix_caching = true")
         shared = self.dispatch_groups.rule_for(task, config.dispatch) if task is not None else None
         return shared if shared is not None else DISPATCH_RULES.get(config.dispatch)()
 

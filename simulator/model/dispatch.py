@@ -24,9 +24,10 @@ class DispatchRule(ABC):
     name = ""
     unit = "prompts"
 
-    def loads(self, places: Sequence) -> list[int]:
+    def loads(self, places: Sequence, pid: int | None = None) -> list:
         """The load of each place in this rule's unit: every place (queue, device or engine)
-        has ``outstanding``, ``outstanding_tokens`` and ``waiting_count``."""
+        has ``outstanding``, ``outstanding_tokens`` and ``waiting_count``. ``pid`` is the
+        prompt being placed, where one is (a rule that reads the prompt needs it)."""
         attr = _LOAD_ATTRIBUTE[self.unit]
         return [getattr(place, attr) for place in places]
 
@@ -96,6 +97,28 @@ class UniformRandom(DispatchRule):
 
     def choose(self, loads: Sequence[int], rng: np.random.Generator) -> int:
         return int(rng.integers(len(loads)))
+
+
+@DISPATCH_RULES.register("cache-aware")
+class CacheAware(DispatchRule):
+    """The engine holding the longest cached prefix of the prompt; ties (no engine holds
+    any, say) go to the fewest outstanding tokens, then the lowest index: llm-d's KV-cache
+    aware routing, scoring prefix hits first and load second. Only continuous engines
+    with ``prefix_caching`` hold prefixes (:data:`PREFIX_RULES`)."""
+
+    name = "cache-aware"
+    unit = "prefix"
+
+    def loads(self, places: Sequence, pid: int | None = None) -> list:
+        assert pid is not None, "cache-aware dispatch places prompts, one at a time"
+        return [(-place.prefix.hit_blocks(pid), place.outstanding_tokens) for place in places]
+
+    def choose(self, loads: Sequence, rng: np.random.Generator) -> int:
+        return min(range(len(loads)), key=loads.__getitem__)
+
+
+#: Dispatch rules that read the prompt's cached prefix: continuous engines with prefix caching only.
+PREFIX_RULES = frozenset({"cache-aware"})
 
 
 class DispatchGroups:

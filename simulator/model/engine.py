@@ -64,6 +64,8 @@ class System:
         self.profile = profile
         self.seed = seed
         self.context = RunContext(scenario, profile, ServiceStreams(seed), dispatch_stream(seed))
+        if any(scenario.for_task(task).prefix_caching for task in trace.columns.task_names):
+            self.context.prefix_chains, self.context.prefix_block_tokens = prefix_chains(trace)
         self.router = Router(self.context, trace, scenario, profile)
         #: per call: its task groups, each (the task's front, its prompt ids)
         self.groups = self.router.groups
@@ -82,6 +84,8 @@ class System:
             self.pool.check_drained()
         self._check_stalled()
         log = self._event_log()
+        if self.context.prefix_chains is not None:
+            log["cached_tokens"] = np.asarray(self.context.cached_tokens, dtype=np.int32)
         if self.pool is not None:
             add_pool_columns(log, self.pool, max(self.context.arrived_at, default=0.0))
         return log
@@ -126,6 +130,16 @@ class System:
         return build_event_log(prompt_columns(self.trace, names, code, run.task_of,
                                               [run.resource_of(t) for t in names],
                                               run.prompt_tokens, run.max_tokens, run.arrived_at), outcome)
+
+
+def prefix_chains(trace: Trace) -> tuple[list[tuple[int, ...]] | None, int]:
+    """Each prompt's prefix block ids (trace order) and the tokens of a block; ``(None, 0)``
+    for a trace without them."""
+    cols = trace.columns
+    if cols.prefix_hashes is None or cols.prefix_offsets is None:
+        return None, 0
+    ids, bounds = cols.prefix_hashes.tolist(), cols.prefix_offsets.tolist()
+    return [tuple(ids[bounds[i]:bounds[i + 1]]) for i in range(len(bounds) - 1)], int(cols.prefix_block_tokens)
 
 
 def prompt_columns(trace: Trace, names: list[str], code: dict[str, int], task_of: list[str],

@@ -16,7 +16,9 @@ class PromptTable:
     ``call_of``, ``task_of``, ``prompt_tokens``, ``max_tokens`` (defaults and caps applied).
     Outcome (after :meth:`allocate`): ``batch_of`` (-1: not in a batch yet), ``done_at`` and
     ``first_token_at`` (NaN until known), ``status`` (``served`` unless turned away),
-    ``preemptions``."""
+    ``preemptions``, ``cached_tokens`` (prompt tokens its first admission found in the
+    prefix cache). ``prefix_chains`` (each prompt's prefix block ids) and
+    ``prefix_block_tokens`` are set where a task caches prefixes."""
 
     def __init__(self) -> None:
         self.arrived_at: list[float] = []
@@ -29,6 +31,9 @@ class PromptTable:
         self.first_token_at: list[float] = []
         self.status: list[str] = []
         self.preemptions: list[int] = []
+        self.cached_tokens: list[int] = []
+        self.prefix_chains: list[tuple[int, ...]] | None = None
+        self.prefix_block_tokens = 0
 
     def allocate(self) -> None:
         """Start the outcome columns for every prompt of the input columns."""
@@ -39,3 +44,4 @@ class PromptTable:
         self.first_token_at = [nan] * n
         self.status = ["served"] * n
         self.preemptions = [0] * n
+        self.cached_tokens = [0] * n

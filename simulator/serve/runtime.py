@@ -534,6 +534,7 @@ class ServeEngine:
         self.total_blocks: float = kv if kv is not None else math.inf
         self.free_blocks: float = self.total_blocks
         self.counts_blocks = kv is not None
+        self.prefix = None  # no prefix caching here (check_served refuses it)
         self.limits = QueueLimits.of(config)
         self.priority = config.priority
         self.cost = step_cost(task_profile, runtime.service_of(task))
@@ -786,6 +787,10 @@ def check_served(scenario: Scenario, tasks: Sequence[str], backend: str = "sleep
         if cfg.adaptive_lookahead:
             raise ScenarioError(scenario.source, f"tasks.{task}", "adaptive_lookahead",
                                 "simctl serve does not pick lookaheads; set it to false")
+        if cfg.prefix_caching:
+            raise ScenarioError(scenario.source, f"tasks.{task}", "prefix_caching",
+                                "simctl serve does not cache prefixes (requests carry no prefix block ids); "
+                                "replay models it; set it to false")
         for key, plain in (("batch_selection", "fifo"), ("length_buckets", 1), ("bucket_bounds", None)):
             if getattr(cfg, key) != plain:
                 raise ScenarioError(scenario.source, f"tasks.{task}", key,

@@ -61,6 +61,7 @@ from simulator.errors import ScenarioError
 from simulator.model.kernel import TIMER
 from simulator.model.queues import QueueLimits
 from simulator.model.resources import Batch, Device
+from simulator.model.rules.prefix_cache import EnginePrefixes, PrefixCache
 from simulator.model.topologies.base import TOPOLOGIES, Topology
 from simulator.profile.iteration import StepCost, step_cost
 
@@ -336,8 +337,9 @@ def iteration_boundary(engine: Any, ptoks: Any, on_preempt: Callable[[int], None
     cannot drift apart: the running rows' tokens, preempting the newest while the cache is
     short (``on_preempt(pid)`` for each), else admissions. ``engine`` holds ``rows``,
     ``rng``, ``counts_blocks``, ``free_blocks``, ``outstanding_tokens``, ``resumed``,
-    ``waiting``, ``block_size``, ``token_budget``, ``max_rows``, ``reads_lengths`` and
-    ``running``. Returns ``(decoding rows, prefilled token counts, prompts prefilled for the
+    ``waiting``, ``block_size``, ``token_budget``, ``max_rows``, ``reads_lengths``,
+    ``running`` and ``prefix`` (an :class:`EnginePrefixes`, or ``None`` without prefix
+    caching: an admitted prompt then prefills only what the cache lacks). Returns ``(decoding rows, prefilled token counts, prompts prefilled for the
     first time, context, capacity)``."""
     rows = engine.rows
     # 1. tokens of the running rows, preempting the newest while the cache is short
@@ -362,11 +364,15 @@ def iteration_boundary(engine: Any, ptoks: Any, on_preempt: Callable[[int], None
         waiting, resumed, bs = engine.waiting, engine.resumed, engine.block_size
         budget = engine.token_budget - decoding
         room = engine.max_rows - decoding
+        prefix = engine.prefix
         while waiting and len(prefill) < room:
             pid = waiting[0]
             made = resumed.get(pid, 0)
             tokens = ptoks[pid] + made
-            if tokens > budget and (decoding or prefill):
+            # what the prefill computes: the tokens not found in the prefix cache
+            cached = prefix.cached_tokens(pid, tokens) if prefix is not None else 0
+            work = tokens - cached
+            if work > budget and (decoding or prefill):
                 break
             if engine.counts_blocks:
                 blocks = _blocks(tokens + 1, bs)
@@ -378,9 +384,12 @@ def iteration_boundary(engine: Any, ptoks: Any, on_preempt: Callable[[int], None
                 del resumed[pid]
             else:
                 fresh.append(pid)
+            if prefix is not None:
+                prefix.admit(pid, cached, first=not made)
+                engine.outstanding_tokens -= cached
             rows.admit(pid, tokens, made)
-            prefill.append(tokens)
-            budget -= tokens
+            prefill.append(work)
+            budget -= work
     return decoding, prefill, fresh, context, capacity
 
 
@@ -422,6 +431,7 @@ class Engine:
         self._admitted = 0          # rows it prefills ...
         self._admitted_tokens = 0   # ... and their tokens
         self._fresh: list[int] = []  # the prompts it prefills for the first time
+        self.prefix = prefix_cache_of(run, task, config, self.total_blocks)
 
     # -- arrivals -----------------------------------------------------------------------
     def add(self, pid: int) -> None:
@@ -463,8 +473,12 @@ class Engine:
     def _iterate(self, event=None) -> None:
         run = self.run
 
+        prefix = self.prefix
+
         def preempted(pid: int) -> None:
             run.preemptions[pid] += 1
+            if prefix is not None:
+                prefix.release(pid)
 
         decoding, prefill, fresh, context, capacity = iteration_boundary(self, run.prompt_tokens, preempted)
         if not decoding and not prefill:
@@ -507,6 +521,9 @@ class Engine:
             done_at = run.done_at
             for pid in finished:
                 done_at[pid] = now
+            if self.prefix is not None:
+                for pid in finished:
+                    self.prefix.release(pid)
             if self.counts_blocks:
                 ptoks, mtoks, bs = run.prompt_tokens, run.max_tokens, self.block_size
                 # a row ends with its prompt and max tokens (one token if it has none)
@@ -544,5 +561,25 @@ class Continuous(Topology):
             if len(engines) == 1:
                 engines[0].add(pid)
             else:
-                loads = self.rule.loads(engines)
+                loads = self.rule.loads(engines, pid)
                 engines[self.rule.choose(loads, self.rng)].add(pid)
+
+
+def prefix_cache_of(run: RunContext, task: str, config: TaskConfig, kv_blocks: float) -> EnginePrefixes | None:
+    """The prefix cache of one of ``task``'s engines (``None`` without ``prefix_caching``):
+    ``prefix_cache_tokens`` of capacity, else the KV cache's (``kv_blocks`` of
+    ``block_size``), else unlimited, in the trace's prefix blocks."""
+    if not config.prefix_caching:
+        return None
+    chains, block_tokens = run.prefix_chains, run.prefix_block_tokens
+    if chains is None or block_tokens < 1:
+        raise ScenarioError(run.source, f"tasks.{task}", "prefix_caching",
+                            "needs the prompts' prefix block ids, and the trace has none (Mooncake traces carry "
+                            "them as hash_ids; simctl-trace/1 prompts as \"hash_ids\")")
+    if config.prefix_cache_tokens is not None:
+        capacity: float = config.prefix_cache_tokens // block_tokens
+    elif kv_blocks != math.inf:
+        capacity = int(kv_blocks) * config.block_size // block_tokens
+    else:
+        capacity = math.inf
+    return EnginePrefixes(PrefixCache(capacity, block_tokens), chains, run.cached_tokens)
