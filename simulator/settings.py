@@ -423,8 +423,8 @@ class TaskConfig:
         False, "Automatic prefix caching: an engine keeps the prefix blocks of the prompts it ran (the trace's "
         "hash_ids) and prefills only what a prompt does not share with them", read_by=CONTINUOUS, sweepable=True,
         cli=REPLAY_SWEEP, reference_only=True)
-    prefix_cache_tokens: int | None = setting(
-        None, "Prefix-cache capacity per engine in tokens (least recently used unreferenced blocks are evicted)",
+    prefix_cache_size: int | None = setting(
+        None, "Prefix-cache capacity per engine, in tokens (least recently used unreferenced blocks are evicted)",
         min=1, max=LARGEST_TOKENS, unset="the KV cache's, else unlimited", read_by=CONTINUOUS, sweepable=True,
         cli=REPLAY_SWEEP, reference_only=True)
     sticky_gpu: bool = setting(

@@ -203,7 +203,7 @@ def test_replay_flag_errors_name_the_flag():
 @pytest.mark.parametrize("name", AXES)
 def test_every_axis_parses_values_of_its_settings_type(name):
     spec = next(s for s in SETTINGS if s.name == name)
-    sample = {int: "1,2", float: "0.5,1"}.get(spec.value_type, ",".join(spec.names()[:2]) or "a,b")
+    sample = {int: "1,2", float: "0.5,1", bool: "true,false"}.get(spec.value_type, ",".join(spec.names()[:2]) or "a,b")
     values = parse_axis_values(name, sample)
     assert len(values) == 2 and all(isinstance(v, spec.value_type) for v in values)
     if spec.value_type in (int, float):

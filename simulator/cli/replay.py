@@ -276,6 +276,8 @@ def print_summary(result: ReplayResult, source: str | None = None, units: str = 
         padding.add_row(_label(name), str(pad["batches"]), f"{pad['padded_tokens']:,}", _waste(pad["waste"]),
                         _waste(pad["mean_batch_waste"]))
     print_table(padding)
+    if "prefix_cache" in s:
+        print_prefix_cache(s["prefix_cache"])
     if "replicas" in s:
         print_pool(s["replicas"], sc)
     gtable = Table(title=f"GPUs (makespan {s['makespan_s']:,.1f} s, {s['gpu_seconds']:,.0f} GPU-s busy)", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
@@ -285,6 +287,23 @@ def print_summary(result: ReplayResult, source: str | None = None, units: str = 
         gtable.add_row(str(g["id"]), f"{100 * g['utilization']:.1f} %", str(g["batches"]), _fmt(g["mean_batch_size"]))
     print_table(gtable)
     console.print(cost_line(s.get("cost")), highlight=False)
+
+
+def print_prefix_cache(figures: dict[str, Any]) -> None:
+    """The prefix cache's hit rates: per task and overall, and over the run's arrival windows."""
+    table = Table(title="Prefix cache (share of admitted prompts' tokens found cached, not prefilled)",
+                  title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    for col in ("task", "prompts", "with a hit", "prompt tokens", "cached", "hit rate"):
+        table.add_column(col, justify="left" if col == "task" else "right")
+    for name, r in [*figures["tasks"].items(), ("overall", figures)]:
+        table.add_row(_label(name), str(r["prompts"]), str(r["prompts_hit"]), f"{r['prompt_tokens']:,}",
+                      f"{r['cached_tokens']:,}", _waste(r["hit_rate"]))
+    print_table(table)
+    windows = figures["over_time"]
+    if len(windows) > 1:
+        rates = " ".join("–" if w["hit_rate"] is None else f"{100 * w['hit_rate']:.0f}%" for w in windows)
+        width = windows[1]["t_s"] - windows[0]["t_s"]
+        console.print(f"hit rate over time (arrival windows of {width:,.0f} s): {rates}", highlight=False)
 
 
 def cost_line(cost: dict[str, Any] | None) -> str:

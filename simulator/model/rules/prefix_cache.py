@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Sequence
+from typing import Any
 
 
 def cached_tokens(hit_blocks: int, block_tokens: int, tokens: int) -> int:
@@ -109,16 +110,17 @@ class PrefixCache:
 class EnginePrefixes:
     """One engine's prefix cache bound to a run's prompts: ``chains[pid]`` is prompt
     ``pid``'s block ids; the tokens each prompt's first admission found cached are written
-    to ``cached_out[pid]``. An engine calls :meth:`cached_tokens` to price an admission,
+    to ``table.cached_tokens[pid]`` (looked up at each write: the run allocates that column
+    after its engines are built). An engine calls :meth:`cached_tokens` to price an admission,
     :meth:`admit` when it admits, :meth:`release` when the prompt leaves (finished or
     preempted)."""
 
-    __slots__ = ("_held", "cache", "cached_out", "chains")
+    __slots__ = ("_held", "cache", "chains", "table")
 
-    def __init__(self, cache: PrefixCache, chains: Sequence[Sequence[int]], cached_out: list[int]) -> None:
+    def __init__(self, cache: PrefixCache, chains: Sequence[Sequence[int]], table: Any) -> None:
         self.cache = cache
         self.chains = chains
-        self.cached_out = cached_out
+        self.table = table
         self._held: dict[int, int] = {}
 
     def hit_blocks(self, pid: int) -> int:
@@ -134,7 +136,7 @@ class EnginePrefixes:
         admission, not on the recompute after a preemption)."""
         self._held[pid] = self.cache.acquire(self.chains[pid])
         if first:
-            self.cached_out[pid] = cached
+            self.table.cached_tokens[pid] = cached
 
     def release(self, pid: int) -> None:
         """Prompt ``pid`` leaves the running batch."""

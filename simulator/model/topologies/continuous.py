@@ -567,7 +567,7 @@ class Continuous(Topology):
 
 def prefix_cache_of(run: RunContext, task: str, config: TaskConfig, kv_blocks: float) -> EnginePrefixes | None:
     """The prefix cache of one of ``task``'s engines (``None`` without ``prefix_caching``):
-    ``prefix_cache_tokens`` of capacity, else the KV cache's (``kv_blocks`` of
+    ``prefix_cache_size`` of capacity, else the KV cache's (``kv_blocks`` of
     ``block_size``), else unlimited, in the trace's prefix blocks."""
     if not config.prefix_caching:
         return None
@@ -576,10 +576,10 @@ def prefix_cache_of(run: RunContext, task: str, config: TaskConfig, kv_blocks: f
         raise ScenarioError(run.source, f"tasks.{task}", "prefix_caching",
                             "needs the prompts' prefix block ids, and the trace has none (Mooncake traces carry "
                             "them as hash_ids; simctl-trace/1 prompts as \"hash_ids\")")
-    if config.prefix_cache_tokens is not None:
-        capacity: float = config.prefix_cache_tokens // block_tokens
+    if config.prefix_cache_size is not None:
+        capacity: float = config.prefix_cache_size // block_tokens
     elif kv_blocks != math.inf:
         capacity = int(kv_blocks) * config.block_size // block_tokens
     else:
         capacity = math.inf
-    return EnginePrefixes(PrefixCache(capacity, block_tokens), chains, run.cached_tokens)
+    return EnginePrefixes(PrefixCache(capacity, block_tokens), chains, run)
