@@ -225,6 +225,11 @@ for name in sys.argv[1:]:
 # A fork copies only the thread that calls it: with no other thread, no lock is left held.
 assert threading.active_count() == 1, threading.enumerate()
 from simulator.cli import main
+import gc
+# What was imported is never collected: each process's collections, and its end, then pass
+# those objects by instead of walking them (and copying each page they are on), a second of
+# CPU less a command.
+gc.freeze()
 while True:
     line = sys.stdin.readline()
     if not line:  # (freeing its modules would be half a second of nothing)
@@ -248,27 +253,10 @@ os.dup2(null, 0)
 for fd, name in ((1, ask["stdout"]), (2, ask["stderr"])):
     os.dup2(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644) if name else null, fd)
 sys.argv = ["simctl", *ask["args"]]
-try:
-    main()
-except SystemExit as exc:
-    code = exc.code
-else:
-    code = 0
-# The process ends as Python ends one, up to freeing its modules (half a second for all the
-# modules above, and nothing a command's outputs or its processes depend on): other threads
-# joined, exit handlers run, stdout and stderr flushed.
-import atexit
-threading._shutdown()
-atexit._run_exitfuncs()
-if code is not None and not isinstance(code, int):
-    print(code, file=sys.stderr)
-    code = 1
-sys.stdout.flush()
-sys.stderr.flush()
-os._exit(code or 0)
+main()  # and the process ends as any Python process does
 """
-#: What :func:`forker`'s interpreter imports before it forks: simctl's commands as replay,
-#: sweep (local and on a cluster) and calibrate import them once their main is entered.
+#: What :func:`forker`'s interpreter imports before it forks: what simctl's replay, sweep and
+#: calibrate import once their main is entered.
 _PRELOADED = ("simulator.cli", "simulator.cli.replay", "simulator.cli.sweep", "simulator.cli.calibrate",
               "simulator.cli.importer", "simulator.replay", "simulator.sweep", "simulator.calibrate",
               "simulator.events", "simulator.observed", "simulator.observed_formats", "simulator.cost",
@@ -307,10 +295,10 @@ class Forker:
     interpreter spends before a command starts its work. One command at a time."""
 
     def __init__(self) -> None:
-        import importlib.util
-
-        names = [*_PRELOADED, *(["distributed"] if importlib.util.find_spec("distributed") else [])]
-        self.proc = subprocess.Popen([sys.executable, "-c", _FORKER, *names], env=_env(), stdin=subprocess.PIPE,
+        # (dask.distributed is left to the command to import: imported before the fork, its
+        # exit handler fails on the client the command made after it, which a process that
+        # imported it itself never does)
+        self.proc = subprocess.Popen([sys.executable, "-c", _FORKER, *_PRELOADED], env=_env(), stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
 
     def fork(self, args: list[str], folder: Path, stdout: object = None, stderr: object = None,
