@@ -70,13 +70,16 @@ def run(examples: int, moments: int, seed: int, kinds: tuple[str, ...] | None = 
     rng = random.Random(seed)
     base = Path(tempfile.mkdtemp(prefix="simctl-faults-"))
     runs = []
-    for kind in kinds or tuple(faults.COMMANDS):
-        for sig in signals:
-            for i in range(moments):
-                folder = base / f"{kind.replace(' --', '-')}-{sig.name}-{i}"
-                got = faults.interrupt(kind, sig, round(rng.uniform(0.3, 0.9), 2), folder, base, quick=quick)
-                runs.append({k: got[k] for k in ("kind", "signal", "moment", "delay", "exit", "orphans", "leftovers", "rows_lost",
-                                                 "identical", "one_line", "said")})
+    try:
+        for kind in kinds or tuple(faults.COMMANDS):
+            for sig in signals:
+                for i in range(moments):
+                    folder = base / f"{kind.replace(' --', '-')}-{sig.name}-{i}"
+                    got = faults.interrupt(kind, sig, round(rng.uniform(0.3, 0.9), 2), folder, base, quick=quick)
+                    runs.append({k: got[k] for k in ("kind", "signal", "moment", "delay", "exit", "orphans", "leftovers",
+                                                     "rows_lost", "identical", "one_line", "said")})
+    finally:
+        faults.close_forker()  # the quick form's forking interpreter, if it started one
     return {"examples": examples, "classes": classes, "faults": runs}
 
 

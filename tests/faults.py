@@ -9,6 +9,9 @@ One :func:`interrupt` returns what the README promises about interruptions, as f
 before the interruption that the next run redid), ``identical`` (the resumed outputs equal an
 uninterrupted run's: byte for byte for replay's and calibrate's files, row for row for a
 sweep), ``said`` (a Ctrl-C'd command said in one line what it kept).
+
+The quick form starts the interrupted commands as forks of one interpreter that imported
+simctl once (:class:`Forker`); a caller ends it with :func:`close_forker` (or at exit).
 """
 
 from __future__ import annotations
@@ -57,6 +60,11 @@ QUICK_COMMANDS = {
                   "--force"],
 }
 QUICK_RUN_CALLS = 20
+#: The quick form's trace for replay and sweep: the bundled trace repeated this many times
+#: (the full form: 40). Its commands run forked with their modules imported (:func:`start`),
+#: so the moments are fractions of the work alone: a quarter of the work still has each
+#: moment land in the same stage of it (a sweep's 12 replays still load the compiled kernel).
+QUICK_TRACE_REPEATS = 10
 OUTPUTS = {"replay": ("summary.json", "events.parquet"), "sweep": ("results.parquet",),
            "sweep --cluster": ("results.parquet",), "calibrate": ("fit.json",)}
 
@@ -90,7 +98,7 @@ def prepare(kind: str, folder: Path, quick: bool = False) -> None:
     if kind == "calibrate":
         make_run(folder, QUICK_RUN_CALLS if quick else 40)
     else:
-        make_trace(folder)
+        make_trace(folder, QUICK_TRACE_REPEATS if quick else 40)
 
 
 def _env() -> dict[str, str]:
@@ -164,7 +172,8 @@ def reference(kind: str, base: str, quick: bool = False) -> dict[str, bytes]:
         for name in OUTPUTS[kind]:  # a sweep would resume its finished file
             (folder / name).unlink(missing_ok=True)
         cache = _kernel_cache()
-        proc, began = start(command(kind, quick), folder, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc, began = start(command(kind, quick), folder, quick, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
         if proc.wait(timeout=300) != 0:
             raise subprocess.CalledProcessError(proc.returncode, command(kind, quick))
         DURATIONS[_key(kind, quick)] = time.monotonic() - began
@@ -173,7 +182,7 @@ def reference(kind: str, base: str, quick: bool = False) -> dict[str, bytes]:
 
 
 def _key(kind: str, quick: bool) -> str:
-    return f"{kind} (quick)" if quick and kind in QUICK_COMMANDS else kind
+    return f"{kind} (quick)" if quick else kind
 
 
 def _kernel_cache() -> dict[str, int]:
@@ -185,9 +194,13 @@ def _kernel_cache() -> dict[str, int]:
     return {str(f): f.stat().st_mtime_ns for place in places for f in place.rglob("*.nb[ic]")}
 
 
-def start(args: list[str], folder: Path, **popen: object) -> tuple[subprocess.Popen, float]:
+def start(args: list[str], folder: Path, quick: bool = False, **popen: object) -> tuple[subprocess.Popen, float]:
     """Start ``simctl ARGS`` in ``folder``; return it and the instant it entered simctl's
-    main (after the interpreter's start-up and the imports), once it has."""
+    main (after the interpreter's start-up and the imports), once it has. ``quick``: a fork
+    of :func:`forker`'s interpreter (``popen``'s ``stdout`` and ``stderr`` are then
+    ``subprocess.DEVNULL`` or ``subprocess.PIPE``)."""
+    if quick:
+        return forker().fork(args, folder, **popen), time.monotonic()
     ready, tell = os.pipe()
     try:
         proc = subprocess.Popen([*_SIMCTL_READY, str(tell), *args], cwd=folder, env=_env(), pass_fds=(tell,),
@@ -197,6 +210,154 @@ def start(args: list[str], folder: Path, **popen: object) -> tuple[subprocess.Po
     with os.fdopen(ready, "rb") as pipe:
         pipe.read(1)  # b"." once main is entered; b"" if the process ended before (a hang guard: it ends)
     return proc, time.monotonic()
+
+
+#: The forking interpreter of :class:`Forker`: it imports the modules named on its command
+#: line, then for each request on stdin (JSON: ``args``, ``cwd``, ``stdout`` and ``stderr``,
+#: file names or null for /dev/null) forks a process that enters simctl's main with that
+#: command line, in that folder, with those files as its stdout and stderr, as a shell would
+#: start it; it writes the process's pid, then, on the next line read and once the process
+#: has ended, its exit status as ``subprocess`` gives it (``-9``: killed by SIGKILL).
+_FORKER = r"""
+import json, os, sys, threading
+for name in sys.argv[1:]:
+    __import__(name)
+# A fork copies only the thread that calls it: with no other thread, no lock is left held.
+assert threading.active_count() == 1, threading.enumerate()
+from simulator.cli import main
+import gc
+# What was imported is never collected: each process's collections, and its end, then pass
+# those objects by instead of walking them (and copying each page they are on), a second of
+# CPU less a command.
+gc.freeze()
+while True:
+    line = sys.stdin.readline()
+    if not line:  # (freeing its modules would be half a second of nothing)
+        os._exit(0)
+    ask = json.loads(line)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        break
+    sys.stdout.write(f"{pid}\n")
+    sys.stdout.flush()
+    # Reaped only when asked: until then an ended process stays a zombie, so a signal sent to
+    # its pid can never reach another process that was given the same pid.
+    sys.stdin.readline()
+    sys.stdout.write(f"{os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])}\n")
+    sys.stdout.flush()
+os.chdir(ask["cwd"])
+null = os.open(os.devnull, os.O_RDWR)
+os.dup2(null, 0)
+for fd, name in ((1, ask["stdout"]), (2, ask["stderr"])):
+    os.dup2(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644) if name else null, fd)
+sys.argv = ["simctl", *ask["args"]]
+main()  # and the process ends as any Python process does
+"""
+#: What :func:`forker`'s interpreter imports before it forks: what simctl's replay, sweep and
+#: calibrate import once their main is entered.
+_PRELOADED = ("simulator.cli", "simulator.cli.replay", "simulator.cli.sweep", "simulator.cli.calibrate",
+              "simulator.cli.importer", "simulator.replay", "simulator.sweep", "simulator.calibrate",
+              "simulator.events", "simulator.observed", "simulator.observed_formats", "simulator.cost",
+              "simulator.metrics", "simulator.notices", "simulator.trace.stats", "simulator.model.kernel_service",
+              "simulator.model.batch_kernel", "numba", "pandas", "pyarrow.parquet", "pydantic", "scipy.optimize",
+              "scipy.stats", "typer._adapters", "typer._click.decorators")
+
+
+class Forked:
+    """A command's process forked by a :class:`Forker`: what ``subprocess.Popen`` offers
+    :func:`interrupt` (``pid``, ``send_signal``, ``wait``, ``communicate``, ``returncode``)."""
+
+    def __init__(self, forker: Forker, pid: int, stderr: Path | None) -> None:
+        self.forker, self.pid, self.stderr = forker, pid, stderr
+        self.returncode: int | None = None
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, sig)
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self.returncode = self.forker.status(timeout)
+        return self.returncode
+
+    def communicate(self, timeout: float | None = None) -> tuple[None, str | None]:
+        self.wait(timeout)
+        return None, None if self.stderr is None else self.stderr.read_text()
+
+
+class Forker:
+    """One interpreter that has imported simctl's modules once (:data:`_PRELOADED`) and forks
+    a process for each command (:data:`_FORKER`). Each such process is the command's own, a
+    signal sent to its pid lands in it alone, and it ends with its own exit status, as a
+    command a shell started does; what it skips is the second or so of imports every fresh
+    interpreter spends before a command starts its work. One command at a time."""
+
+    def __init__(self) -> None:
+        # (dask.distributed is left to the command to import: imported before the fork, its
+        # exit handler fails on the client the command made after it, which a process that
+        # imported it itself never does)
+        self.proc = subprocess.Popen([sys.executable, "-c", _FORKER, *_PRELOADED], env=_env(), stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
+
+    def fork(self, args: list[str], folder: Path, stdout: object = None, stderr: object = None,
+             **_: object) -> Forked:
+        """``simctl ARGS`` in ``folder`` as a forked process; ``stderr=subprocess.PIPE``:
+        its stderr into a file beside ``folder``, read by :meth:`Forked.communicate`."""
+        import json
+
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        err = folder.parent / f"{folder.name}.stderr" if stderr == subprocess.PIPE else None
+        out = None if stdout in (None, subprocess.DEVNULL) else stdout
+        self.proc.stdin.write(json.dumps({"args": args, "cwd": str(folder), "stdout": out,
+                                          "stderr": str(err) if err else None}) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the forking interpreter ended (status {self.proc.wait()})")
+        return Forked(self, int(line), err)
+
+    def status(self, timeout: float | None) -> int:
+        """The exit status of the process forked last, once it has ended."""
+        import select
+
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write("wait\n")
+        self.proc.stdin.flush()
+        if not select.select([self.proc.stdout], [], [], timeout)[0]:
+            raise subprocess.TimeoutExpired("forked simctl", timeout or 0)
+        return int(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        """End the interpreter and wait for it (its CPU time, and that of every process it
+        forked, is then counted in this process's children's)."""
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            self.proc.wait(timeout=60)
+
+
+_forker: Forker | None = None
+
+
+def forker() -> Forker:
+    """The :class:`Forker` of this process, started on first use."""
+    global _forker
+    if _forker is None or _forker.proc.poll() is not None:
+        import atexit
+
+        _forker = Forker()
+        atexit.register(_forker.close)
+    return _forker
+
+
+def close_forker() -> None:
+    """End :func:`forker`'s interpreter, if started."""
+    global _forker
+    if _forker is not None:
+        _forker.close()
+        _forker = None
 
 
 def descendants(pid: int) -> list[int]:
@@ -273,8 +434,11 @@ def interrupt(kind: str, sig: signal.Signals, moment: float, folder: Path, base:
     uninterrupted run's duration on this machine from entering simctl's main, counted from
     the same point, so the signal falls inside the command however fast the machine is),
     run it again; the figures. ``quick`` (the suite's form): the command's
-    :data:`QUICK_COMMANDS` form, and the run after the interruption in this process
-    (:func:`run_again`); the interrupted run and the reference are fresh processes always.
+    :data:`QUICK_COMMANDS` form; the interrupted run and the reference run are processes of
+    their own, forked by :func:`forker` with simctl's modules already imported, so that the
+    moments fall in the command's work (and not in its imports) and no process spends a
+    second importing; the run after the interruption runs in this process
+    (:func:`run_again`). Without ``quick`` both are fresh interpreters.
 
     ``said``: a command that exits 130 (Ctrl-C) said so on stderr in one line, with what it
     kept and that the same command finishes the work."""
@@ -282,7 +446,7 @@ def interrupt(kind: str, sig: signal.Signals, moment: float, folder: Path, base:
     sweep = kind.startswith("sweep")
     prepare(kind, folder, quick)
     args = command(kind, quick)
-    proc, _ = start(args, folder, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc, _ = start(args, folder, quick, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     delay = moment * DURATIONS[_key(kind, quick)]
     time.sleep(delay)
     tree = descendants(proc.pid)

@@ -9,7 +9,7 @@ import random
 import signal
 
 import pytest
-from faults import interrupt
+from faults import close_forker, interrupt
 
 #: (command, signal, moment): the moments, fractions of an uninterrupted run's duration,
 #: drawn from a fixed seed.
@@ -35,12 +35,21 @@ MORE += [(kind, sig, round(_later.uniform(0.25, 0.95), 2)) for kind in ("calibra
 MORE = [case for case in MORE if case[2] > max(moment for *_, moment in CASES)]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _forker_ended():
+    """The forking interpreter ends with this module's tests, waited for: its CPU time and its
+    commands' count in this process's, as each fresh process's did."""
+    yield
+    close_forker()
+
+
 def _check(tmp_path_factory, kind, sig, moment) -> None:
     base = tmp_path_factory.getbasetemp() / "faults"
     if kind == "sweep --cluster":
         pytest.importorskip("distributed", reason="dask.distributed is the optional 'cluster' extra")
-    # quick: calibrate's smaller fit, and the run after the interruption in this process (the
-    # interrupted run and the reference run stay fresh processes: signals land in those)
+    # quick: calibrate's smaller fit; the interrupted run and the reference run are processes
+    # of their own (signals land in those), forked from one interpreter that imported simctl
+    # once, the run after the interruption in this process
     got = interrupt(kind, sig, moment, tmp_path_factory.mktemp(f"{kind.replace(' --', '-')}-{sig.name}"), base,
                     quick=True)
     assert got["orphans"] == 0, got
