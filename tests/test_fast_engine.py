@@ -16,9 +16,11 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from simulator import build_scenario, load_profile, load_trace
 from simulator.errors import ScenarioError
 from simulator.model import DISPATCH_RULES, GPU_SHARING, POLICIES, TOPOLOGIES, engine as engine_module, simulate
+from simulator.model.dispatch import PREFIX_RULES
 from simulator.model.fast import POLICY_CODES, RULE_CODES, SHARING_CODES, TOPOLOGY_CODES, unsupported
 from simulator.profile import profile_from_dict
 from simulator.profile.kinds.table import TableService
+from simulator.settings import TASK
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 TASKS = ("mmlu", "infobench", "graph")
@@ -210,9 +212,11 @@ def test_kernel_equals_reference_on_a_real_public_trace():
 
 def test_every_registered_policy_and_rule_is_in_the_kernel():
     """A policy or rule added to the model and not to the kernel fails here (and the kernel
-    would refuse scenarios that name it, see below)."""
+    would refuse scenarios that name it, see below). The prefix rules are the exception:
+    they need prefix caching, a reference-only setting, so the kernel never sees them."""
     assert set(POLICIES) == set(POLICY_CODES)
-    assert set(DISPATCH_RULES) == set(RULE_CODES)
+    assert set(DISPATCH_RULES) - PREFIX_RULES == set(RULE_CODES)
+    assert PREFIX_RULES <= set(DISPATCH_RULES) and TASK["prefix_caching"].reference_only
     assert set(GPU_SHARING) == set(SHARING_CODES)
     assert set(TOPOLOGY_CODES) <= set(TOPOLOGIES)
 
