@@ -26,7 +26,8 @@ contrast.
     python benchmarks/live_loop.py                 # four 60 s runs: about 6 minutes on 2 cores
     python benchmarks/live_loop.py --write-docs    # ... and the table into docs/calibration.md
     python benchmarks/live_loop.py --quick         # 4 s runs, a small fit, the bundled profile,
-                                                   # client commands in-process: about 20 s
+                                                   # client commands in-process, servers forked
+                                                   # from this process: about 20 s
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from live_twin import stop  # noqa: E402
+from live_twin import ForkedSimctl, preload_serve, stop  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "scenarios" / "harness-cpu.toml"
@@ -59,7 +60,8 @@ RATE_C = 2.0
 
 #: The quick mode runs the client commands (synth, load, calibrate, predict) in this process
 #: through typer's CliRunner: the same commands and arguments, without an interpreter start
-#: and the simulator's imports per command. ``simctl serve`` is always a process of its own.
+#: and the simulator's imports per command. ``simctl serve`` is always a process of its own:
+#: in the quick mode a fork of this one (:class:`~live_twin.ForkedSimctl`, torch imported once).
 IN_PROCESS = False
 
 
@@ -136,17 +138,26 @@ def serve_and_load(trace: Path, flush: float, out: Path, timeout: float, rate_sc
     import httpx
 
     port = free_port()
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    server = subprocess.Popen(
-        [sys.executable, "-c", "from simulator.cli import main; main()", "serve", "-s", str(SCENARIO),
-         "-p", str(SERVED_PROFILE), "--backend", "harness", "--harness-device", "cpu",
-         "--set", f"tasks.{TASK}.flush={flush}", "--port", str(port)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    args = ["serve", "-s", str(SCENARIO), "-p", str(SERVED_PROFILE), "--backend", "harness", "--harness-device", "cpu",
+            "--set", f"tasks.{TASK}.flush={flush}", "--port", str(port)]
+    log = out.parent / f"serve-{out.name}.log"
+    server: subprocess.Popen | ForkedSimctl
+    if IN_PROCESS:
+        preload_serve()
+        import torch  # noqa: F401 - the harness backend's, imported once for every fork
+
+        import simulator.harness.specdec  # noqa: F401
+        server = ForkedSimctl(args, log)
+    else:
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        server = subprocess.Popen([sys.executable, "-c", "from simulator.cli import main; main()", *args],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         deadline = time.monotonic() + 120
         while True:
             if server.poll() is not None:
-                raise RuntimeError(f"simctl serve exited {server.returncode}: {server.stderr.read() if server.stderr else ''}")
+                said = server.stderr.read() if server.stderr else log.read_text() if log.exists() else ""
+                raise RuntimeError(f"simctl serve exited {server.returncode}: {said}")
             try:
                 if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
                     break

@@ -20,7 +20,8 @@ batch size within 2 %.
 
     python benchmarks/live_twin.py                 # the whole trace at --time-scale 20 (~6 min)
     python benchmarks/live_twin.py --write-docs    # ... and its table into docs/benchmarks.md
-    python benchmarks/live_twin.py --quick         # the first 20 calls at --time-scale 100
+    python benchmarks/live_twin.py --quick         # the first 20 calls at --time-scale 100, each
+                                                   # server a fork of this process (no fresh interpreter)
 """
 
 from __future__ import annotations
@@ -68,8 +69,96 @@ def simulated(trace: Any, topology: str, seed: int) -> dict[str, Any]:
     return {"latency": latency, "batch": batches}
 
 
-def _serve(topology: str, time_scale: float, seed: int, log_path: Path) -> tuple[subprocess.Popen, str]:
-    """``simctl serve`` as a process on a free port of 127.0.0.1; (process, base URL)."""
+class ForkedSimctl:
+    """``simctl ARGS`` in a child forked from this process: a process of its own (its event
+    loop, signal handlers, sockets and exit status are its own; it is stopped with SIGINT as a
+    fresh one is) that skips the interpreter's start-up and the imports this process has made
+    already. The quick modes' servers: their figures are a check that every step runs, and a
+    fresh interpreter per server would cost more than the rest of the quick run.
+
+    The part of :class:`subprocess.Popen` the callers use: ``pid``, ``returncode``, ``poll``,
+    ``wait``, ``send_signal``, ``kill``; ``stdout`` is a pipe from the child's standard
+    output, its standard error goes to ``stderr_path``."""
+
+    def __init__(self, args: list[str], stderr_path: Path) -> None:
+        read, write = os.pipe()
+        err = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()  # nothing buffered here is written twice by the child
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into the caller's code
+            code = 1
+            try:
+                os.close(read)
+                os.dup2(write, 1)
+                os.dup2(err, 2)
+                sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - the child's for its life
+                sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+                sys.argv = ["simctl", *args]
+                from simulator.cli import main
+
+                main()
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            except BaseException:  # noqa: BLE001 - said on the child's standard error, then its exit status
+                import traceback
+
+                traceback.print_exc()
+            finally:
+                try:
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                finally:
+                    os._exit(code)  # no atexit handler or finaliser of the parent's runs here
+        os.close(write)
+        os.close(err)
+        self.pid = pid
+        self.args = args
+        self.returncode: int | None = None
+        self.stdout = open(read, encoding="utf-8")  # noqa: SIM115 - closed by wait()
+        self.stderr = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+                self.stdout.close()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+            time.sleep(0.02)
+        assert self.returncode is not None
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def preload_serve() -> None:
+    """Import what ``simctl serve`` imports as it starts, here, once: each server forked
+    from this process (:class:`ForkedSimctl`) then starts with them imported."""
+    import uvicorn  # noqa: F401
+
+    import simulator.cli.serve  # noqa: F401
+    import simulator.serve.app  # noqa: F401
+    import simulator.serve.backends  # noqa: F401
+
+
+def _serve(topology: str, time_scale: float, seed: int, log_path: Path,
+           fork: bool = False) -> tuple[subprocess.Popen | ForkedSimctl, str]:
+    """``simctl serve`` as a process on a free port of 127.0.0.1; (process, base URL).
+    ``fork``: a fork of this process (:class:`ForkedSimctl`), not a fresh interpreter."""
     args = [sys.executable, "-c", "from simulator.cli import main; main()", "serve", "-s", "design-notes",
             "-p", "seed-calibrated", "--backend", "sleep", "--time-scale", f"{time_scale:g}", "--seed", str(seed),
             "--host", "127.0.0.1", "--port", "0", "--grace", "5",
@@ -78,9 +167,14 @@ def _serve(topology: str, time_scale: float, seed: int, log_path: Path) -> tuple
             "--batch-timeout", "1000000"]
     for key, value in overrides(topology).items():
         args += ["--set", f"{key}={value}"]
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    err = log_path.open("w")
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, text=True, env=env, cwd=log_path.parent)
+    proc: subprocess.Popen | ForkedSimctl
+    if fork:
+        preload_serve()
+        proc = ForkedSimctl(args[3:], log_path)
+    else:
+        env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        err = log_path.open("w")
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, text=True, env=env, cwd=log_path.parent)
     line = proc.stdout.readline() if proc.stdout else ""
     match = re.search(r"http://127\.0\.0\.1:(\d+)", line)
     if not match:
@@ -106,7 +200,7 @@ def wait_http(url: str, seconds: float = 30.0) -> None:
         time.sleep(0.1)
 
 
-def stop(proc: subprocess.Popen, timeout: float = 30.0) -> None:
+def stop(proc: subprocess.Popen | ForkedSimctl, timeout: float = 30.0) -> None:
     """Stop a server as Ctrl-C would (it finishes what it serves), killing it after ``timeout`` s."""
     proc.send_signal(signal.SIGINT)
     try:
@@ -122,14 +216,14 @@ def _batch_means(metrics: str) -> dict[str, float]:
     return {t: float(sums[t]) / float(counts[t]) for t in sums if float(counts.get(t, 0)) > 0}
 
 
-def served(trace: Any, topology: str, time_scale: float, seed: int, work: Path) -> dict[str, Any]:
+def served(trace: Any, topology: str, time_scale: float, seed: int, work: Path, fork: bool = False) -> dict[str, Any]:
     """The live run's per-call latencies (model seconds), mean batch size per task, and
-    how late calls were sent (wall seconds)."""
+    how late calls were sent (wall seconds); ``fork``: the server a fork of this process."""
     import httpx
 
     from simulator.live.load import LoadOptions, run_load
 
-    proc, url = _serve(topology, time_scale, seed, work / f"serve-{topology}.log")
+    proc, url = _serve(topology, time_scale, seed, work / f"serve-{topology}.log", fork)
     try:
         wait_http(url + "/health")
         result = run_load(trace, LoadOptions(url=url + "/", time_scale=time_scale), work / f"run-{topology}",
@@ -164,7 +258,10 @@ def compare(topology: str, model: dict[str, Any], live: dict[str, Any]) -> dict[
     return row
 
 
-def run(time_scale: float, calls: int | None, seed: int, topologies: tuple[str, ...]) -> dict[str, Any]:
+def run(time_scale: float, calls: int | None, seed: int, topologies: tuple[str, ...],
+        fork: bool = False) -> dict[str, Any]:
+    """``fork``: each server a fork of this process (:class:`ForkedSimctl`; the quick mode),
+    not a fresh interpreter."""
     from simulator import load_trace
     from simulator.trace.model import Trace
 
@@ -176,7 +273,7 @@ def run(time_scale: float, calls: int | None, seed: int, topologies: tuple[str, 
         for topology in topologies:
             started = time.monotonic()
             model = simulated(trace, topology, seed)
-            live = served(trace, topology, time_scale, seed, Path(tmp))
+            live = served(trace, topology, time_scale, seed, Path(tmp), fork)
             row = compare(topology, model, live)
             row["wall_s"] = time.monotonic() - started
             rows.append(row)
@@ -224,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(topologies) - set(TOPOLOGIES)
     if unknown:
         parser.error(f"unknown topologies {sorted(unknown)}; valid: {', '.join(TOPOLOGIES)}")
-    result = run(time_scale, calls, args.seed, topologies)
+    result = run(time_scale, calls, args.seed, topologies, fork=args.quick)
     from docs_tables import report
 
     return report(result, table(result), "live-twin", write_docs=args.write_docs, as_json=args.json)
