@@ -29,6 +29,8 @@ p50: the run-to-run spread no model can beat, reported beside the errors. Needs 
 from __future__ import annotations
 
 import argparse
+import copy
+import functools
 import json
 import sys
 from concurrent.futures import ProcessPoolExecutor
@@ -62,14 +64,22 @@ def family_profile(family: str, engine_values: dict[str, float] | None = None,
                    free: tuple[str, ...] = FREE, source: str = "calibrated") -> dict[str, Any]:
     """The composed profile of a server family (JSON data), with ``engine_values`` set on every
     GPU task's engine block (keys ``engine.launch_s`` ..., their provenance ``source``) and
-    ``free`` the engine parameters calibration frees."""
+    ``free`` the engine parameters calibration frees. A copy of the caller's own: each
+    predicted run composes the same few profiles again (one per fit of an ensemble)."""
+    values = tuple(sorted((engine_values or {}).items()))
+    return copy.deepcopy(_family_profile(family, values, tuple(free), source))
+
+
+@functools.lru_cache(maxsize=64)
+def _family_profile(family: str, engine_values: tuple[tuple[str, float], ...], free: tuple[str, ...],
+                    source: str) -> dict[str, Any]:
     from simulator.hardware import load_gpu
     from simulator.hardware.engines import get_engine
     from simulator.hardware.grounded import GpuTask, grounded_profile
     from simulator.harness.presets import get_preset
 
     gpu, engine, target = load_gpu("a100-sxm"), get_engine("hf-eager"), get_preset("qwen3-4b")
-    values = {name.split(".", 1)[1]: value for name, value in (engine_values or {}).items()}
+    values = {name.split(".", 1)[1]: value for name, value in engine_values}
     common = {"overrides": values, "overrides_source": source, "free": free}
     if family == "nospec":
         base = json.loads((ROOT / "profiles" / "qwen3-4b-nospec-start.json").read_text())
@@ -81,7 +91,10 @@ def family_profile(family: str, engine_values: dict[str, float] | None = None,
                             kv_cache=False, acceptance=ACCEPTANCE, **common)
 
 
+@functools.cache
 def _inputs(run: str):
+    """The observed run, its trace and scenario (read once a process: every prediction of
+    ``run`` and every fit on it reads the same files)."""
     from simulator.observed import read_observed, with_observed_lengths
     from simulator.scenario import build_scenario
     from simulator.trace.formats import load_trace
