@@ -93,9 +93,9 @@ class Plan(NamedTuple):
     def quick(cls) -> Plan:
         """Tiny shapes and a tiny grid: a CPU rehearsal of every stage in seconds."""
         return cls(target="tiny", draft="tiny", plain="llama-68m", batches=(1, 2), contexts=(16,),
-                   round_batches=(2,), lookahead=2, warmup=1, repeats=3, round_repeats=2,
+                   round_batches=(2,), lookahead=2, warmup=1, repeats=2, round_repeats=2,
                    grid_contexts=(8, 16, 32), grid_prompts=(8,),
-                   table_timing=(("repeats", 3), ("warmup", 1), ("point_seconds", 0.02),
+                   table_timing=(("repeats", 2), ("min_repeats", 2), ("warmup", 1), ("point_seconds", 0.02),
                                  ("rotate_bytes", 4 << 20), ("elementwise_numel", (16, 1024, 65536))),
                    profile=(("batch", (1, 2)), ("lookahead", (2,)), ("acceptance", (0.7,)),
                             ("prompt_tokens", (8, 16)), ("max_tokens", 8), ("disciplines", ("ragged",)),
