@@ -423,6 +423,10 @@ class TaskConfig:
         False, "Automatic prefix caching: an engine keeps the prefix blocks of the prompts it ran (the trace's "
         "hash_ids) and prefills only what a prompt does not share with them", read_by=CONTINUOUS, sweepable=True,
         cli=REPLAY_SWEEP, reference_only=True)
+    system_tokens: int = setting(
+        0, "Tokens of a system prompt every prompt of the task begins with: prefix caching shares its whole blocks "
+        "between the task's prompts that carry no prefix ids in the trace", min=0, max=LARGEST_TOKENS,
+        read_by=CONTINUOUS, sweepable=True, cli=REPLAY_SWEEP, reference_only=True)
     prefix_cache_size: int | None = setting(
         None, "Prefix-cache capacity per engine, in tokens (least recently used unreferenced blocks are evicted)",
         min=1, max=LARGEST_TOKENS, unset="the KV cache's, else unlimited", read_by=CONTINUOUS, sweepable=True,

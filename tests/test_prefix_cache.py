@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 
 from simulator.errors import ScenarioError
 from simulator.metrics import summarize
-from simulator.model.rules.prefix_cache import PrefixCache, cached_tokens, unlimited_hit_blocks
+from simulator.model.rules.prefix_cache import PrefixCache, cached_tokens, unlimited_hit_blocks, with_system_prompts
 from simulator.profile import profile_from_dict
 from simulator.trace.model import Call, Prompt, Trace
 
@@ -217,3 +217,20 @@ def test_prefix_cache_benchmark_quick_mode(capsys):
     assert rows["unlimited", "cache-aware"]["ttft_p50"] <= rows["off", "jsq-tokens"]["ttft_p50"]
     assert all(r["engine"] == "reference" for r in result["rows"])
     assert sum(line.startswith("| ") for line in bench.table(result).splitlines()) == len(result["rows"]) + 1
+
+
+def test_a_task_s_system_prompt_is_a_prefix_its_prompts_share():
+    """No ids in the trace; system prompt of 40 tokens, blocks of 16 (the KV block): its 2
+    whole blocks are shared. Prompts of 40 tokens, one output token, one GPU.
+
+    t=0   a: a miss, 40 tokens: 1 + 4 = 5 -> done 5; blocks s1 s2 a3 cached
+    t=10  b: s1 s2 hit: 32 cached, 8 prefilled: 1 + 0.8 -> done 11.8 (its own block misses)"""
+    trace = Trace((Call("a", 0.0, (Prompt("x"),)), Call("b", 10.0, (Prompt("x"),))))
+    log = run(trace, PROFILE, gpus=1, topology="continuous", prefix_caching=True, system_tokens=40)
+    assert timeline(log) == [("a.0", 5.0), ("b.0", pytest.approx(11.8))]
+    assert list(log["cached_tokens"]) == [0, 32]
+    chains = with_system_prompts(None, ["x", "y", "x"], [40, 40, 20], {"x": 40, "y": 0}, 16)
+    assert chains[0][:2] == chains[2][:2] and len(chains[0]) == 3 and len(chains[2]) == 2 and chains[1] == ()
+    assert len(set(chains[0]) | set(chains[2])) == 3 and all(i < 0 for i in chains[0])
+    # the trace's ids win where a prompt has them
+    assert with_system_prompts([(5, 6), ()], ["x", "x"], [40, 40], {"x": 40}, 16)[0] == (5, 6)

@@ -33,6 +33,7 @@ from simulator.model.fast import simulate_fast, simulate_fast_columns, unsupport
 from simulator.model.log import STATUS_CODE, Outcome, PromptColumns, build_event_log
 from simulator.model.replicas import ReplicaPool, add_pool_columns, check_pool_settings
 from simulator.model.router import Router
+from simulator.model.rules.prefix_cache import with_system_prompts
 from simulator.model.streams import dispatch_stream, service_stream
 from simulator.model.topologies import TOPOLOGIES
 from simulator.profile import Profile
@@ -64,9 +65,19 @@ class System:
         self.profile = profile
         self.seed = seed
         self.context = RunContext(scenario, profile, ServiceStreams(seed), dispatch_stream(seed))
-        if any(scenario.for_task(task).prefix_caching for task in trace.columns.task_names):
-            self.context.prefix_chains, self.context.prefix_block_tokens = prefix_chains(trace)
+        caching = [cfg for task in trace.columns.task_names if (cfg := scenario.for_task(task)).prefix_caching]
+        if caching:
+            # (engines keep the list; it is filled once the router has the prompts' token counts)
+            run, (from_trace, block_tokens) = self.context, prefix_chains(trace)
+            chains: list[tuple[int, ...]] = []
+            run.prefix_chains, run.prefix_from_trace = chains, from_trace is not None
+            # without the trace's block size, a prefix block is a KV block
+            run.prefix_block_tokens = block_tokens or min(cfg.block_size for cfg in caching)
         self.router = Router(self.context, trace, scenario, profile)
+        if caching:
+            system = {task: scenario.for_task(task).system_tokens for task in trace.columns.task_names}
+            chains.extend(with_system_prompts(from_trace, run.task_of, run.prompt_tokens, system,
+                                              run.prefix_block_tokens))
         #: per call: its task groups, each (the task's front, its prompt ids)
         self.groups = self.router.groups
         self.client = client_for(scenario.client)

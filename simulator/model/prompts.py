@@ -17,8 +17,8 @@ class PromptTable:
     Outcome (after :meth:`allocate`): ``batch_of`` (-1: not in a batch yet), ``done_at`` and
     ``first_token_at`` (NaN until known), ``status`` (``served`` unless turned away),
     ``preemptions``, ``cached_tokens`` (prompt tokens its first admission found in the
-    prefix cache). ``prefix_chains`` (each prompt's prefix block ids) and
-    ``prefix_block_tokens`` are set where a task caches prefixes."""
+    prefix cache). ``prefix_chains`` (each prompt's prefix block ids),
+    ``prefix_block_tokens`` and ``prefix_from_trace`` are set where a task caches prefixes."""
 
     def __init__(self) -> None:
         self.arrived_at: list[float] = []
@@ -34,6 +34,7 @@ class PromptTable:
         self.cached_tokens: list[int] = []
         self.prefix_chains: list[tuple[int, ...]] | None = None
         self.prefix_block_tokens = 0
+        self.prefix_from_trace = False  # whether the trace gave prefix ids (else only system prompts make chains)
 
     def allocate(self) -> None:
         """Start the outcome columns for every prompt of the input columns."""

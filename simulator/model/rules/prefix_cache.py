@@ -145,6 +145,31 @@ class EnginePrefixes:
             self.cache.release(self.chains[pid], held)
 
 
+def with_system_prompts(chains: Sequence[Sequence[int]] | None, task_of: Sequence[str], prompt_tokens: Sequence[int],
+                        system_tokens: dict[str, int], block_tokens: int) -> list[tuple[int, ...]]:
+    """Each prompt's chain: the trace's ids where it gave a prompt any (``chains``; ``None``:
+    it gave none); else, for a task whose prompts all begin with a system prompt of
+    ``system_tokens[task]`` tokens, that prompt's whole blocks (ids the task's prompts
+    share) followed by blocks of the prompt's own (ids no other prompt has); else none.
+    Made-up ids are negative, so they never meet a trace's (which are >= 0)."""
+    own = -(1 << 40)  # the next id of a prompt's own block (counting down; below every system block)
+    system_ids: dict[str, tuple[int, ...]] = {}
+    out: list[tuple[int, ...]] = []
+    for pid, task in enumerate(task_of):
+        chain = tuple(chains[pid]) if chains is not None else ()
+        shared = system_tokens.get(task, 0) // block_tokens
+        if not chain and shared:
+            ids = system_ids.get(task)
+            if ids is None:  # task k's system blocks: -(k + 1) * 2**20 - i
+                base = -(len(system_ids) + 1) * (1 << 20)
+                ids = system_ids[task] = tuple(base - i for i in range(shared))
+            rest = max(0, -(-prompt_tokens[pid] // block_tokens) - shared)
+            chain = ids + tuple(range(own, own - rest, -1))
+            own -= rest
+        out.append(chain)
+    return out
+
+
 def unlimited_hit_blocks(chains: Sequence[Sequence[int]]) -> list[int]:
     """Each prompt's hit in leading blocks, prompts admitted in the order given, on an engine
     whose cache never evicts: block *i* of a chain hits when some earlier prompt carried the

@@ -572,10 +572,11 @@ def prefix_cache_of(run: RunContext, task: str, config: TaskConfig, kv_blocks: f
     if not config.prefix_caching:
         return None
     chains, block_tokens = run.prefix_chains, run.prefix_block_tokens
-    if chains is None or block_tokens < 1:
+    if chains is None or not (run.prefix_from_trace or config.system_tokens):
         raise ScenarioError(run.source, f"tasks.{task}", "prefix_caching",
                             "needs the prompts' prefix block ids, and the trace has none (Mooncake traces carry "
-                            "them as hash_ids; simctl-trace/1 prompts as \"hash_ids\")")
+                            "them as hash_ids; simctl-trace/1 prompts as \"hash_ids\"), or a shared system "
+                            "prompt (system_tokens)")
     if config.prefix_cache_size is not None:
         capacity: float = config.prefix_cache_size // block_tokens
     elif kv_blocks != math.inf:
