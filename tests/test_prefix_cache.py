@@ -13,6 +13,7 @@ from hypothesis import given, settings, strategies as st
 
 from simulator.errors import ScenarioError
 from simulator.metrics import summarize
+from simulator.model import simulate
 from simulator.model.rules.prefix_cache import PrefixCache, cached_tokens, unlimited_hit_blocks, with_system_prompts
 from simulator.profile import profile_from_dict
 from simulator.trace.model import Call, Prompt, Trace
@@ -234,3 +235,20 @@ def test_a_task_s_system_prompt_is_a_prefix_its_prompts_share():
     assert len(set(chains[0]) | set(chains[2])) == 3 and all(i < 0 for i in chains[0])
     # the trace's ids win where a prompt has them
     assert with_system_prompts([(5, 6), ()], ["x", "x"], [40, 40], {"x": 40}, 16)[0] == (5, 6)
+
+
+def test_prefix_affinity_sends_a_call_to_the_replica_whose_cache_holds_its_prefix():
+    """Two replicas of one GPU. a(0, 1 2) -> replica 0 (no cache holds anything: the fewest
+    calls, then the first); b(0, 7 8) -> replica 1 (replica 0 holds a); c(20, 7 8 9) ->
+    replica 1, whose cache holds 7 8 (least-loaded, both idle, takes replica 0)."""
+    from simulator.scenario import build_scenario
+
+    trace = prefix_trace([(0, (1, 2)), (0, (7, 8)), (20, (7, 8, 9))])
+    replicas = {}
+    for rule in ("prefix-affinity", "least-loaded"):
+        scenario = build_scenario(defaults={"topology": "continuous", "prefix_caching": True},
+                                  run={"gpus": 1, "autoscaler": "fixed", "min_replicas": 2, "pool_rule": rule})
+        log = simulate(trace, scenario, PROFILE, 0)
+        replicas[rule] = (log["replica"].tolist(), log["cached_tokens"].tolist())
+    assert replicas["prefix-affinity"] == ([0, 1, 1], [0, 0, 32])
+    assert replicas["least-loaded"] == ([0, 1, 0], [0, 0, 0])

@@ -98,9 +98,10 @@ class PoolRule(ABC):
     """Chooses a replica for a call among the candidates (ready, not draining, with room)."""
 
     @abstractmethod
-    def choose(self, key: int, candidates: list[Replica]) -> int:
+    def choose(self, key: int, candidates: list[Replica], first: int = -1) -> int:
         """The index into ``candidates`` (never empty) of the replica that takes the call;
-        ``key`` is the call's affinity key (its first prompt's task)."""
+        ``key`` is the call's affinity key (its first prompt's task), ``first`` its first
+        prompt."""
 
 
 POOL_RULES: Registry[type[PoolRule]] = Registry("pool rule")
@@ -113,7 +114,7 @@ class RoundRobin(PoolRule):
     def __init__(self) -> None:
         self.last = -1
 
-    def choose(self, key: int, candidates: list[Replica]) -> int:
+    def choose(self, key: int, candidates: list[Replica], first: int = -1) -> int:
         pick = next((i for i, r in enumerate(candidates) if r.index > self.last), 0)
         self.last = candidates[pick].index
         return pick
@@ -123,7 +124,7 @@ class RoundRobin(PoolRule):
 class LeastLoaded(PoolRule):
     """The replica holding the fewest calls (the first such)."""
 
-    def choose(self, key: int, candidates: list[Replica]) -> int:
+    def choose(self, key: int, candidates: list[Replica], first: int = -1) -> int:
         best, fewest = 0, candidates[0].in_flight
         for i in range(1, len(candidates)):
             if candidates[i].in_flight < fewest:
@@ -135,17 +136,34 @@ class LeastLoaded(PoolRule):
 class ShortestQueue(PoolRule):
     """The replica with the fewest prompts waiting in its queues (then the fewest calls)."""
 
-    def choose(self, key: int, candidates: list[Replica]) -> int:
+    def choose(self, key: int, candidates: list[Replica], first: int = -1) -> int:
         return min(range(len(candidates)), key=lambda i: (candidates[i].waiting_prompts(), candidates[i].in_flight))
 
 
 @POOL_RULES.register("prefix-affinity")
 class PrefixAffinity(PoolRule):
     """Calls of one task (one shared system prompt, the prefix a KV cache reuses) go to one
-    replica: candidate ``key mod n``, so the mapping moves only as the candidates change."""
+    replica: candidate ``key mod n``, so the mapping moves only as the candidates change.
 
-    def choose(self, key: int, candidates: list[Replica]) -> int:
+    Where the replicas' engines cache prefixes (``prefix_caching``), the caches decide
+    instead: the call goes to the replica whose engine of its first prompt's task holds the
+    longest cached prefix of that prompt, ties to the one holding the fewest calls, then to
+    candidate order (llm-d's prefix-cache scorer first, its load scorer second)."""
+
+    def choose(self, key: int, candidates: list[Replica], first: int = -1) -> int:
+        if first >= 0:
+            hits = [replica_hit_blocks(r, first) for r in candidates]
+            if any(h >= 0 for h in hits):
+                return min(range(len(candidates)), key=lambda i: (-hits[i], candidates[i].in_flight))
         return key % len(candidates)
+
+
+def replica_hit_blocks(replica: Replica, pid: int) -> int:
+    """The longest cached prefix of prompt ``pid`` (in blocks) that an engine of ``replica``
+    holds, among the engines of the prompt's task; -1 where they cache no prefixes."""
+    front = replica.fronts.get(replica.context.task_of[pid])
+    caches = [e.prefix for e in getattr(front, "engines", ()) if e.prefix is not None]
+    return max((c.hit_blocks(pid) for c in caches), default=-1)
 
 
 # -- settings -----------------------------------------------------------------------------------
@@ -370,7 +388,7 @@ class ReplicaPool:
         candidates = self._candidates()
         if not candidates:
             return False
-        replica = candidates[self.rule.choose(self._key[ci], candidates)]
+        replica = candidates[self.rule.choose(self._key[ci], candidates, self._first[ci])]
         now = self.env._now
         lo, hi = self._first[ci], self._first[ci + 1]
         replica_of, dispatched_at, index = self.replica_of, self.dispatched_at, replica.index
