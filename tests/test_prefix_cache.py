@@ -218,6 +218,7 @@ def test_prefix_cache_benchmark_quick_mode(capsys):
     assert rows["unlimited", "cache-aware"]["ttft_p50"] <= rows["off", "jsq-tokens"]["ttft_p50"]
     assert all(r["engine"] == "reference" for r in result["rows"])
     assert sum(line.startswith("| ") for line in bench.table(result).splitlines()) == len(result["rows"]) + 1
+    assert bench.readme_row(result).startswith(f"| {bench.README_ROW} (first {result['calls']:,} requests")
 
 
 def test_a_task_s_system_prompt_is_a_prefix_its_prompts_share():
