@@ -31,7 +31,8 @@ batch fields are the prefill admission's.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, TypeVar
 
 from simulator.errors import ScenarioError
 from simulator.model.kernel import ARRIVAL
@@ -42,8 +43,11 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from simulator.model.context import RunContext
+    from simulator.model.dispatch import DispatchRule
     from simulator.model.resources import Device
     from simulator.scenario import TaskConfig
+
+E = TypeVar("E", bound=Engine)
 
 #: Bandwidth of each ``kv_link``, GB/s (10^9 bytes per second) in one direction: NVLink 4 on
 #: an H100 SXM (900 GB/s in all, NVIDIA's H100 datasheet), one 400 Gb/s NDR InfiniBand port
@@ -138,16 +142,18 @@ class Disaggregated(Topology):
         for pid in prompt_ids:
             if mtoks[pid] > 1:
                 self.decode[0].check_fits(pid)  # (the decode engines are alike)
-            engine = engines[0] if len(engines) == 1 else engines[
-                self.prefill_rule.choose(self.prefill_rule.loads(engines, pid), self.rng)]
+            engine = self._choose(engines, self.prefill_rule, pid)
             self._prefill_gpu[pid] = self._gpu[pid] = engine.device.gpu_id
             engine.add(pid)
 
+    def _choose(self, engines: Sequence[E], rule: DispatchRule, pid: int) -> E:
+        """The engine of ``engines`` that ``rule`` gives prompt ``pid`` (the only one without
+        a draw)."""
+        return engines[0] if len(engines) == 1 else engines[rule.choose(rule.loads(engines, pid), self.rng)]
+
     def _handoff(self, pid: int) -> None:
         """Prompt ``pid`` left its prefill engine now: send its KV cache to a decode engine."""
-        engines = self.decode
-        engine = engines[0] if len(engines) == 1 else engines[
-            self.decode_rule.choose(self.decode_rule.loads(engines, pid), self.rng)]
+        engine = self._choose(self.decode, self.decode_rule, pid)
         seconds = self.transfer_seconds(pid)
         self._decode_gpu[pid] = self._gpu[pid] = engine.device.gpu_id
         self._transfer_s[pid] = seconds
