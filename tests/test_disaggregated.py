@@ -241,3 +241,14 @@ def test_benchmark_quick_mode():
     assert {r["layout"] for r in rows} >= {"aggregated", "1P3D"}
     for r in rows:
         assert r["completed"] == r["prompts"] and math.isfinite(r["ttft_p50"])
+
+
+def test_plan_searches_the_split_and_skips_counts_without_a_decode_gpu():
+    """A plan over prefill_gpus 1 and 2: at 2 GPUs only 1P1D exists, at 1 GPU none (not an
+    error: that count cannot hold the layout)."""
+    result = CliRunner().invoke(app, ["plan", "example", "-c", "design-notes", "--task", "infobench",
+                                      "--topology", "disaggregated", "--prefill-gpus", "1,2",
+                                      "--set", "tasks.infobench.kv_bytes_per_token=131072",
+                                      "--slo", "infobench.latency.p95<=180"])
+    assert result.exit_code == 0, result.output
+    assert "2 GPU: 1/1 met" in result.output and "1 GPU: 0/0 met" in result.output
