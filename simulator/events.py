@@ -43,13 +43,25 @@ dispatched_at  when its call left the pool's FCFS queue for that replica (its
                ``arrived_at`` if a replica had room at once)
 =============  =====================================================================
 
+With the ``disaggregated`` topology (:mod:`simulator.model.topologies.disaggregated`) the
+log has three more fields; ``gpu`` is then the decode GPU (the prefill GPU of a prompt of
+one output token), and the batch fields are the prefill admission's:
+
+=============  =====================================================================
+prefill_gpu    the GPU that prefilled it (a nullable integer)
+decode_gpu     the GPU that decoded it (empty for a prompt of one output token, never
+               transferred)
+transfer_s     the time its KV cache (prompt tokens + 1) took from the prefill GPU to
+               the decode GPU (NaN where not transferred)
+=============  =====================================================================
+
 ``log.attrs["replicas"]`` (:class:`~simulator.model.replicas.ReplicaTable`, plain JSON
 data, kept in a Parquet event log's metadata): per replica its ``replica`` number,
 ``requested_at`` (started), ``ready_at`` (cold start over; NaN if cancelled before),
 ``drain_at`` (told to stop; NaN if never) and ``stopped_at`` (its last call ended after the
 drain, or the run's end); and the pool's ``gpus_per_replica``, ``min_replicas``,
-``max_replicas``, ``start_at`` and ``end_at``. Without a pool the log is exactly the
-fields above.
+``max_replicas``, ``start_at`` and ``end_at``. Without a pool (and without prefix caching
+or the ``disaggregated`` topology, which add their fields) the log is exactly the fields above.
 
 Types: ``call_id`` is text; ``task``, ``resource``, ``queue`` and ``status`` are
 categoricals of the labels present (a byte a row; compare them with strings as usual);

@@ -256,13 +256,24 @@ def plan(base: Base, slos: Sequence[SLO], axes: Mapping[str, Sequence[Any]] | No
     headroom: dict[int, tuple[float, float, float]] = {}
     search: list[dict[str, Any]] = []
 
+    def runs_on(config: dict[str, Any], g: int) -> bool:
+        """Whether ``config`` can run on ``g`` GPUs: a disaggregated task needs a decode GPU
+        beside its prefill pool (fewer GPUs do not make that configuration worse: it does
+        not exist there)."""
+        for t in base.swept_tasks(task):
+            cfg = base.scenario.for_task(t)
+            if (config.get("topology", cfg.topology) == "disaggregated"
+                    and config.get("prefill_gpus", cfg.prefill_gpus) >= g):
+                return False
+        return True
+
     def at(g: int, idx: list[int]) -> list[dict[str, Any]]:
         return [{**grid[i], "gpus": g} for i in idx]
 
     def feasible(g: int, full: bool) -> tuple[bool, list[int]]:
         """Replay candidates at g (all, or in order of headroom until one meets every SLO)."""
         # Dominance: what misses an SLO with g' GPUs misses it with fewer, so skip it for g <= g'.
-        candidates = [i for i in range(len(grid)) if failed_at.get(i, 0) < g]
+        candidates = [i for i in range(len(grid)) if failed_at.get(i, 0) < g and runs_on(grid[i], g)]
         order = sorted(candidates, key=lambda i: headroom.get(i, (0.0, 0.0, 0.0)))
         passed: list[int] = []
         failed: list[int] = []
@@ -285,8 +296,12 @@ def plan(base: Base, slos: Sequence[SLO], axes: Mapping[str, Sequence[Any]] | No
     ok, _ = feasible(max_gpus, full=True)
     if not ok:
         # Report the closest configuration at the largest count.
-        figs = ev.evaluate(at(max_gpus, list(range(len(grid)))))
-        best = min(range(len(grid)), key=lambda i: score(slos, figs[i]))
+        runnable = [i for i in range(len(grid)) if runs_on(grid[i], max_gpus)]
+        if not runnable:
+            raise PlanError(None, None, "prefill_gpus", f"no configuration leaves a decode GPU on {max_gpus} GPU(s); "
+                            f"raise --max-gpus or lower --prefill-gpus")
+        figs = dict(zip(runnable, ev.evaluate(at(max_gpus, runnable)), strict=True))
+        best = min(runnable, key=lambda i: score(slos, figs[i]))
         return PlanResult(max_gpus, at(max_gpus, [best])[0], list(slos), False, _report(figs[best], slos),
                           None, ev.replays, search)
     lo, hi = 0, max_gpus           # lo infeasible (0 GPUs), hi feasible

@@ -57,8 +57,9 @@ POOL_RULES = "simulator.model:POOL_RULES"
 # Who reads a setting, in the topologies' names.
 QUEUED = ("shared", "split")                  # a micro-batch queue released by a batching policy
 BATCHED = ("shared", "split", "direct")       # whole batches, formed once and served
-WAITING_LINE = ("shared", "split", "continuous")   # prompts wait in a line (queue limits)
-CONTINUOUS = ("continuous",)
+WAITING_LINE = ("shared", "split", "continuous", "disaggregated")   # prompts wait in a line (queue limits)
+CONTINUOUS = ("continuous", "disaggregated")  # continuous-batching engines
+DISAGGREGATED = ("disaggregated",)           # prefill and decode pools
 SPEC_DECODE = ("spec_decode",)                # profile kinds
 ALL = COMMANDS
 REPLAY = ("replay",)
@@ -431,6 +432,24 @@ class TaskConfig:
         None, "Prefix-cache capacity per engine, in tokens (least recently used unreferenced blocks are evicted)",
         min=1, max=LARGEST_TOKENS, unset="the KV cache's, else unlimited", read_by=CONTINUOUS, sweepable=True,
         cli=REPLAY_SWEEP, reference_only=True)
+    prefill_gpus: int = setting(
+        1, "Disaggregated serving: GPUs of the prefill pool; the rest of the run's GPUs decode", min=1,
+        max=LARGEST_GPUS, read_by=DISAGGREGATED, sweepable=True, cli=ALL, reference_only=True)
+    kv_link: str = setting(
+        "nvlink", "Disaggregated serving: the link a prompt's KV cache crosses from its prefill GPU to its decode "
+        "GPU (nvlink 900 GB/s, infiniband 50 GB/s, pcie 64 GB/s)", choices=("nvlink", "infiniband", "pcie"),
+        read_by=DISAGGREGATED, sweepable=True, cli=REPLAY_SWEEP, reference_only=True)
+    kv_link_gbps: float | None = setting(
+        None, "Disaggregated serving: the KV link's bandwidth in GB/s (overrides kv_link's)", min=0, above=True,
+        finite=True, noun="a bandwidth in GB/s", unset="kv_link's", read_by=DISAGGREGATED, sweepable=True,
+        cli=REPLAY_SWEEP, reference_only=True)
+    kv_link_latency: float = setting(
+        0.0, "Disaggregated serving: seconds every KV transfer takes besides its bytes", min=0, finite=True,
+        noun="a number of seconds", read_by=DISAGGREGATED, sweepable=True, cli=REPLAY_SWEEP, reference_only=True)
+    kv_bytes_per_token: int | None = setting(
+        None, "Disaggregated serving: KV-cache bytes per token a transfer moves", min=1, max=2**40,
+        unset="the profile's kv_cache.bytes_per_token", read_by=DISAGGREGATED, cli=REPLAY_SWEEP,
+        reference_only=True)
     sticky_gpu: bool = setting(
         False, "A worker that takes a GPU per batch keeps the GPU of its first batch", read_by=("shared",))
     dispatch_group: str | None = setting(

@@ -69,7 +69,13 @@ task_settings = st.fixed_dictionaries({
     "kv_blocks": st.sampled_from([None, 40, 70]),
     "batch_selection": st.sampled_from(SELECTIONS.names()),
     "length_buckets": st.sampled_from([1, 1, 2]),
+    # (read by disaggregated only)
+    "kv_bytes_per_token": st.just(131_072),
+    "kv_link": st.sampled_from(["nvlink", "infiniband", "pcie"]),
+    "kv_link_latency": st.sampled_from([0.0, 0.5]),
 })
+#: Topologies of continuous-batching engines (running batch bounded by max_num_seqs).
+ENGINES = ("continuous", "disaggregated")
 
 
 def _check_invariants(log: pd.DataFrame, trace, per_task: dict, sharing: str, client: str = "open") -> None:
@@ -92,7 +98,7 @@ def _check_invariants(log: pd.DataFrame, trace, per_task: dict, sharing: str, cl
             assert not status.isin(["dropped", "sent_after_timeout"]).any()
         elif cfg.get("timeout_action") == "send":
             assert not (status == "dropped").any()
-        if cfg.get("topology") != "continuous":
+        if cfg.get("topology") not in ENGINES:
             assert (log.loc[log["task"] == task, "preemptions"] == 0).all()
     log = log[served]
     # Causality.
@@ -106,7 +112,7 @@ def _check_invariants(log: pd.DataFrame, trace, per_task: dict, sharing: str, cl
     assert (sizes == recorded).all()
     for task, cfg in per_task.items():
         rows = log[log["task"] == task]
-        limit = cfg["max_num_seqs"] if cfg.get("topology") == "continuous" else cfg["max_batch"]
+        limit = cfg["max_num_seqs"] if cfg.get("topology") in ENGINES else cfg["max_batch"]
         assert (rows["batch_size"] <= limit).all()
         assert rows.groupby("batch_id")["task"].nunique().eq(1).all()
     # A closed loop keeps at most N calls outstanding.
@@ -116,7 +122,7 @@ def _check_invariants(log: pd.DataFrame, trace, per_task: dict, sharing: str, cl
         for t in calls["a"]:
             assert ((calls["a"] <= t) & (calls["d"] > t)).sum() <= n
     # Exclusive GPUs serve one static batch at a time.
-    static = log[log["task"].map(lambda t: per_task[t].get("topology") != "continuous").astype(bool)]
+    static = log[log["task"].map(lambda t: per_task[t].get("topology") not in ENGINES).astype(bool)]
     on_gpus = static[static["gpu"].notna()]
     if sharing == "exclusive" and not on_gpus.empty:
         batches = on_gpus.groupby("batch_id").agg(
@@ -148,6 +154,10 @@ def test_every_configuration_keeps_the_invariants(calls, x, y, z, gpus, sharing,
     z = dict(z, cpu_workers=cpu_workers)
     if z["topology"] == "split" and cpu_workers is None:
         z["cpu_workers"] = 2  # split on the CPU needs a finite pool (its own error test below)
+    if z["topology"] == "disaggregated":
+        z["topology"] = "continuous"  # (GPU pools: a CPU task cannot split them)
+    if "disaggregated" in (x["topology"], y["topology"]):
+        gpus = max(gpus, 2)  # a prefill GPU and a decode GPU at least
     scenario = build_scenario(run={"gpus": gpus, "gpu_sharing": sharing, "client": client, "host_lock": host_lock,
                                    "shared_rotation": rotation},
                               tasks={"x": x, "y": y, "z": z})

@@ -24,6 +24,7 @@ LAYERS: list[set[str]] = [
     {"queues"},                          # micro-batch queues and workers
     {"topologies.base"},
     {"topologies.shared", "topologies.split", "topologies.direct", "topologies.continuous"},
+    {"topologies.disaggregated"},        # pools of continuous engines
     {"topologies"},                      # the registry with every topology
     {"router", "clients"},
     {"fast"},                            # entry points: the fast engine ...

@@ -97,6 +97,7 @@ class System:
         log = self._event_log()
         if self.context.prefix_chains is not None:
             log["cached_tokens"] = np.asarray(self.context.cached_tokens, dtype=np.int32)
+        add_topology_columns(log, self.context.topology_columns)
         if self.pool is not None:
             add_pool_columns(log, self.pool, max(self.context.arrived_at, default=0.0))
         return log
@@ -141,6 +142,25 @@ class System:
         return build_event_log(prompt_columns(self.trace, names, code, run.task_of,
                                               [run.resource_of(t) for t in names],
                                               run.prompt_tokens, run.max_tokens, run.arrived_at), outcome)
+
+
+def add_topology_columns(log: pd.DataFrame, columns: dict[str, tuple[type, dict[int, float]]]) -> None:
+    """Add the per-prompt fields topologies recorded (:class:`~simulator.model.prompts.PromptTable`'s
+    ``topology_columns``) to ``log``: an integer field is a nullable integer (empty where no
+    value was given), a float field NaN there; a field ``log`` has already keeps its values
+    where none was given."""
+    n = len(log)
+    for name, (kind, values) in columns.items():
+        rows = np.fromiter(values.keys(), dtype=np.int64, count=len(values))
+        if kind is int:
+            column = (log[name].to_numpy(dtype=np.int64, na_value=-1) if name in log
+                      else np.full(n, -1, dtype=np.int64))
+            column[rows] = np.fromiter(values.values(), dtype=np.int64, count=len(values))
+            log[name] = pd.arrays.IntegerArray(column.astype(np.int32), mask=column < 0)
+        else:
+            out = log[name].to_numpy(dtype=float, copy=True) if name in log else np.full(n, np.nan)
+            out[rows] = np.fromiter(values.values(), dtype=float, count=len(values))
+            log[name] = out
 
 
 def prefix_chains(trace: Trace) -> tuple[list[tuple[int, ...]] | None, int]:

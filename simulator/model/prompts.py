@@ -18,7 +18,10 @@ class PromptTable:
     ``first_token_at`` (NaN until known), ``status`` (``served`` unless turned away),
     ``preemptions``, ``cached_tokens`` (prompt tokens its first admission found in the
     prefix cache). ``prefix_chains`` (each prompt's prefix block ids),
-    ``prefix_block_tokens`` and ``prefix_from_trace`` are set where a task caches prefixes."""
+    ``prefix_block_tokens`` and ``prefix_from_trace`` are set where a task caches prefixes.
+    ``topology_columns``: per-prompt fields a topology adds to the log, each ``name ->
+    (int or float, {prompt: value})`` (prompts without a value are empty there); a field the
+    log has already takes the values given, for those prompts."""
 
     def __init__(self) -> None:
         self.arrived_at: list[float] = []
@@ -35,6 +38,7 @@ class PromptTable:
         self.prefix_chains: list[tuple[int, ...]] | None = None
         self.prefix_block_tokens = 0
         self.prefix_from_trace = False  # whether the trace gave prefix ids (else only system prompts make chains)
+        self.topology_columns: dict[str, tuple[type, dict[int, float]]] = {}
 
     def allocate(self) -> None:
         """Start the outcome columns for every prompt of the input columns."""

@@ -535,6 +535,8 @@ class ServeEngine:
         self.free_blocks: float = self.total_blocks
         self.counts_blocks = kv is not None
         self.prefix = None  # no prefix caching here (check_served refuses it)
+        self.prefilled: set[int] = set()  # nor prompts prefilled elsewhere (disaggregated serving)
+        self.joined = 0
         self.limits = QueueLimits.of(config)
         self.priority = config.priority
         self.cost = step_cost(task_profile, runtime.service_of(task))

@@ -12,6 +12,7 @@ from simulator.model.topologies import shared as _shared  # noqa: F401
 from simulator.model.topologies import split as _split  # noqa: F401
 from simulator.model.topologies import direct as _direct  # noqa: F401
 from simulator.model.topologies import continuous as _continuous  # noqa: F401
+from simulator.model.topologies import disaggregated as _disaggregated  # noqa: F401
 # isort: on
 
 __all__ = ["TOPOLOGIES", "Topology"]

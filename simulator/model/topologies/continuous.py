@@ -338,9 +338,12 @@ def iteration_boundary(engine: Any, ptoks: Any, on_preempt: Callable[[int], None
     short (``on_preempt(pid)`` for each), else admissions. ``engine`` holds ``rows``,
     ``rng``, ``counts_blocks``, ``free_blocks``, ``outstanding_tokens``, ``resumed``,
     ``waiting``, ``block_size``, ``token_budget``, ``max_rows``, ``reads_lengths``,
-    ``running`` and ``prefix`` (an :class:`EnginePrefixes`, or ``None`` without prefix
-    caching: an admitted prompt then prefills only what the cache lacks). Returns ``(decoding rows, prefilled token counts, prompts prefilled for the
-    first time, context, capacity)``."""
+    ``running``, ``prefix`` (an :class:`EnginePrefixes`, or ``None`` without prefix
+    caching: an admitted prompt then prefills only what the cache lacks) and ``prefilled``
+    (waiting prompts whose prefill ran on another engine, their KV cache transferred here:
+    each joins as a decoding row, one token of the budget, no prefill; their number is left
+    in ``engine.joined``). Returns ``(decoding rows, prefilled token counts, prompts
+    prefilled for the first time, context, capacity)``."""
     rows = engine.rows
     # 1. tokens of the running rows, preempting the newest while the cache is short
     decoding = rows.start(engine.rng)
@@ -360,19 +363,24 @@ def iteration_boundary(engine: Any, ptoks: Any, on_preempt: Callable[[int], None
     # 2. admissions
     prefill: list[int] = []
     fresh: list[int] = []
+    joined = 0
     if not preempted:
         waiting, resumed, bs = engine.waiting, engine.resumed, engine.block_size
         budget = engine.token_budget - decoding
         room = engine.max_rows - decoding
-        prefix = engine.prefix
-        while waiting and len(prefill) < room:
+        prefix, prefilled = engine.prefix, engine.prefilled
+        while waiting and len(prefill) + joined < room:
             pid = waiting[0]
             made = resumed.get(pid, 0)
             tokens = ptoks[pid] + made
-            # what the prefill computes: the tokens not found in the prefix cache
-            cached = prefix.cached_tokens(pid, tokens) if prefix is not None else 0
-            work = tokens - cached
-            if work > budget and (decoding or prefill):
+            moved = pid in prefilled
+            if moved:
+                cached, work = 0, 1  # it decodes: one token of the budget
+            else:
+                # what the prefill computes: the tokens not found in the prefix cache
+                cached = prefix.cached_tokens(pid, tokens) if prefix is not None else 0
+                work = tokens - cached
+            if work > budget and (decoding or prefill or joined):
                 break
             if engine.counts_blocks:
                 blocks = _blocks(tokens + 1, bs)
@@ -384,20 +392,33 @@ def iteration_boundary(engine: Any, ptoks: Any, on_preempt: Callable[[int], None
                 del resumed[pid]
             else:
                 fresh.append(pid)
+            rows.admit(pid, tokens, made)
+            budget -= work
+            if moved:
+                prefilled.discard(pid)
+                joined += 1
+                if engine.reads_lengths:  # it decodes in this iteration: its length counts
+                    context = max(context, tokens)
+                    capacity = max(capacity, ptoks[pid] + rows.max_tokens[pid])
+                continue
             if prefix is not None:
                 prefix.admit(pid, cached, first=not made)
                 engine.outstanding_tokens -= cached
-            rows.admit(pid, tokens, made)
             prefill.append(work)
-            budget -= work
+    engine.joined = joined
     return decoding, prefill, fresh, context, capacity
 
 
 class Engine:
-    """One continuous-batching engine: a waiting line, a running batch, a KV cache."""
+    """One continuous-batching engine: a waiting line, a running batch, a KV cache.
 
-    def __init__(self, run: RunContext, task: str, config: TaskConfig, device: Device, index: int) -> None:
+    ``max_tokens``: the tokens each prompt makes here (the run's max tokens unless given:
+    an engine that only prefills makes one)."""
+
+    def __init__(self, run: RunContext, task: str, config: TaskConfig, device: Device, index: int,
+                 max_tokens: Any = None) -> None:
         self.run = run
+        self.max_tokens = run.max_tokens if max_tokens is None else max_tokens
         self.env = run.env
         self.task = task
         self.device = device
@@ -416,7 +437,9 @@ class Engine:
         self.rng = run.service_rng(task)
         self.waiting: deque[int] = deque()
         self.resumed: dict[int, int] = {}  # tokens made before preemption, per preempted waiting prompt
-        self.rows = new_rows(self.cost, run.prompt_tokens, run.max_tokens, config.block_size, self.counts_blocks)
+        self.rows = new_rows(self.cost, run.prompt_tokens, self.max_tokens, config.block_size, self.counts_blocks)
+        self.prefilled: set[int] = set()  # waiting prompts prefilled elsewhere (iteration_boundary)
+        self.joined = 0  # of them, those admitted to the iteration in flight
         self.running = 0  # rows running, as the dispatch rules count them (not those being prefilled)
         self.busy = False
         self.outstanding_tokens = 0
@@ -434,13 +457,20 @@ class Engine:
         self.prefix = prefix_cache_of(run, task, config, self.total_blocks)
 
     # -- arrivals -----------------------------------------------------------------------
-    def add(self, pid: int) -> None:
+    def check_fits(self, pid: int) -> int:
+        """The tokens prompt ``pid`` holds here at the most (prompt and max tokens); a
+        :class:`ScenarioError` where they exceed the whole KV cache (it could never run)."""
         run = self.run
-        need = run.prompt_tokens[pid] + run.max_tokens[pid]
+        need = run.prompt_tokens[pid] + self.max_tokens[pid]
         if _blocks(need, self.block_size) > self.total_blocks:
             raise ScenarioError(run.source, f"tasks.{self.task}", "kv_blocks",
-                                f"a prompt of {run.prompt_tokens[pid]} + {run.max_tokens[pid]} tokens "
+                                f"a prompt of {run.prompt_tokens[pid]} + {self.max_tokens[pid]} tokens "
                                 f"needs {_blocks(need, self.block_size)} KV blocks; the cache has {self.total_blocks}")
+        return need
+
+    def add(self, pid: int) -> None:
+        run = self.run
+        need = self.check_fits(pid)
         if self.limits.room(len(self.waiting), 1) == 0:
             run.turn_away([pid], "rejected")
             return
@@ -457,7 +487,7 @@ class Engine:
             return  # admitted in time (a preempted prompt is not timed out again)
         if self.limits.drop:
             self.waiting.remove(pid)
-            self.outstanding_tokens -= run.prompt_tokens[pid] + run.max_tokens[pid]
+            self.outstanding_tokens -= run.prompt_tokens[pid] + self.max_tokens[pid]
             run.turn_away([pid], "dropped")
         else:
             run.status[pid] = "sent_after_timeout"
@@ -481,18 +511,19 @@ class Engine:
                 prefix.release(pid)
 
         decoding, prefill, fresh, context, capacity = iteration_boundary(self, run.prompt_tokens, preempted)
-        if not decoding and not prefill:
+        joined = self.joined  # rows prefilled elsewhere: they decode, priced as decoding rows
+        if not decoding and not prefill and not joined:
             self.busy = False
             return
-        work = self.cost.step(decoding, prefill, context, self.rng, capacity)
+        work = self.cost.step(decoding + joined, prefill, context, self.rng, capacity)
         now = self.env._now
         item = self._item
         item.id = run.new_batch_id()
         item.formed_at = now
         item.work = item.first_token_work = work
-        self._in_flight.rows = decoding + len(prefill)
+        self._in_flight.rows = decoding + len(prefill) + joined
         self._decoding = decoding
-        self._admitted = len(prefill)
+        self._admitted = len(prefill) + joined
         self._admitted_tokens = sum(prefill)
         self._fresh = fresh
         if fresh:
@@ -518,18 +549,24 @@ class Engine:
             first_token_at[pid] = now
         self.running = len(self.rows)
         if finished:
-            done_at = run.done_at
-            for pid in finished:
-                done_at[pid] = now
             if self.prefix is not None:
                 for pid in finished:
                     self.prefix.release(pid)
             if self.counts_blocks:
-                ptoks, mtoks, bs = run.prompt_tokens, run.max_tokens, self.block_size
+                ptoks, mtoks, bs = run.prompt_tokens, self.max_tokens, self.block_size
                 # a row ends with its prompt and max tokens (one token if it has none)
                 self.free_blocks += sum(_blocks(ptoks[p] + max(mtoks[p], 1), bs) for p in finished)
-            run.prompts_finished(finished)
+            self.leave(finished)
         self._start_soon()
+
+    def leave(self, finished: list[int]) -> None:
+        """Rows that made all their tokens here left the engine now (their blocks freed):
+        they are done."""
+        run = self.run
+        done_at, now = run.done_at, self.env._now
+        for pid in finished:
+            done_at[pid] = now
+        run.prompts_finished(finished)
 
     @property
     def outstanding(self) -> int:
