@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -78,9 +79,11 @@ class ForkedSimctl:
 
     The part of :class:`subprocess.Popen` the callers use: ``pid``, ``returncode``, ``poll``,
     ``wait``, ``send_signal``, ``kill``; ``stdout`` is a pipe from the child's standard
-    output, its standard error goes to ``stderr_path``."""
+    output, its standard error goes to ``stderr_path``. ``setup``, if given, runs in the child
+    just before the command (its folder, environment, limits or stdout, as a shell sets them
+    for a program it starts)."""
 
-    def __init__(self, args: list[str], stderr_path: Path) -> None:
+    def __init__(self, args: list[str], stderr_path: Path, setup: Callable[[], None] | None = None) -> None:
         read, write = os.pipe()
         err = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         for stream in (sys.stdout, sys.stderr):
@@ -95,6 +98,8 @@ class ForkedSimctl:
                 sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - the child's for its life
                 sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
                 signal.signal(signal.SIGINT, signal.default_int_handler)
+                if setup is not None:
+                    setup()
                 sys.argv = ["simctl", *args]
                 from simulator.cli import main
 

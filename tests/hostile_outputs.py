@@ -16,6 +16,11 @@ Each class tries ``examples`` cases and counts those handled as promised (README
 
 No case depends on timing: writers are ordered by the lock itself (a process holds it, the
 second writer says it waits, then the first lets go); timeouts are hang guards only.
+
+A case's simctl process is a fork of this interpreter (``benchmarks/live_twin.py``'s
+``ForkedSimctl``): a process of its own, with its own folder, environment, limits, output
+files, locks and exit status, as a shell starts one, that skips the second of imports a fresh
+interpreter spends before the command (what a case checks is the command's outputs).
 """
 
 from __future__ import annotations
@@ -31,8 +36,10 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -59,19 +66,63 @@ def small_trace() -> Path:
 NO_KERNEL = ("--set", "run.engine=reference")
 
 
-def simctl_argv(*args: str) -> list[str]:
-    """A command line running ``simctl ARGS`` in a fresh interpreter, on this checkout."""
-    return [PYTHON, "-c", "import sys; from simulator.cli import main; sys.argv[0] = 'simctl'; main()", *args]
-
-
 def env(**extra: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT), **extra}
 
 
+def start_simctl(args: Sequence[str], cwd: Path, *, stdout: Path | None = None,
+                 preexec: Callable[[], None] | None = None, **extra: str) -> tuple[Any, Path]:
+    """``simctl ARGS`` as a process of its own, forked from this interpreter, in ``cwd``, with
+    ``extra`` in its environment, ``preexec`` run in it first (a limit) and its stdout
+    ``stdout`` if given (as a shell's ``>`` opens it; else a pipe, the process's ``stdout``).
+    Its stderr goes to a file outside ``cwd``, returned too (:func:`finish` reads and removes
+    it)."""
+    if str(ROOT / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+    from live_twin import ForkedSimctl
+
+    fd, name = tempfile.mkstemp(prefix="simctl-stderr-")
+    os.close(fd)
+
+    def setup() -> None:
+        os.chdir(cwd)
+        os.environ.update(extra)
+        if preexec is not None:
+            preexec()
+        if stdout is not None:
+            os.dup2(os.open(stdout, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 1)
+
+    return ForkedSimctl(list(args), Path(name), setup), Path(name)
+
+
+def first_line(proc: Any, stderr: Path) -> str:
+    """The first line ``proc`` writes to ``stderr``, once whole (or all it wrote, if it ended
+    first). Polls the file: it waits on the process, never on a clock (the limit is a hang
+    guard)."""
+    deadline = time.monotonic() + HANG_GUARD
+    while True:
+        ended = proc.poll() is not None
+        text = stderr.read_text()
+        if "\n" in text or ended:
+            return text.split("\n")[0] + ("\n" if "\n" in text else "")
+        if time.monotonic() > deadline:
+            raise subprocess.TimeoutExpired("simctl", HANG_GUARD)
+        time.sleep(0.01)
+
+
+def finish(proc: Any, stderr: Path) -> subprocess.CompletedProcess:
+    """Wait for ``proc`` (:func:`start_simctl`): its exit status, stdout (if a pipe) and stderr."""
+    out = proc.stdout.read() if proc.stdout is not None and not proc.stdout.closed else ""
+    code = proc.wait(HANG_GUARD)
+    err = stderr.read_text()
+    stderr.unlink()
+    return subprocess.CompletedProcess(proc.args, code, out, err)
+
+
 def run_simctl(args: Sequence[str], cwd: Path, preexec: Callable[[], None] | None = None,
                **extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run(simctl_argv(*args), cwd=cwd, env=env(**extra), capture_output=True, text=True,
-                          timeout=HANG_GUARD, preexec_fn=preexec)
+    """``simctl ARGS`` run to its end as a process of its own (:func:`start_simctl`)."""
+    return finish(*start_simctl(args, cwd, preexec=preexec, **extra))
 
 
 def invoke(args: Sequence[str]) -> tuple[int, str, str]:
@@ -236,15 +287,13 @@ def second_writer(target: Path, option: str, force: bool, folder: Path) -> bool:
     it found missing at the start is the other writer's now)."""
     args = ["replay", str(small_trace()), option, str(target), *(["--force"] if force else []), *NO_KERNEL]
     with lock_held(target, "first writer\n") as holder:
-        second = subprocess.Popen(simctl_argv(*args), cwd=folder, env=env(), stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.PIPE, text=True)
-        assert second.stderr is not None
-        said = second.stderr.readline()  # blocks until it waits on the lock (or ends)
+        second, stderr = start_simctl(args, folder)
+        said = first_line(second, stderr)  # once it waits on the lock (or has ended)
         assert holder.stdin is not None
         holder.stdin.write("\n")
         holder.stdin.flush()
-        rest = second.stderr.read()
-        code = second.wait(HANG_GUARD)
+        got = finish(second, stderr)
+    code, rest = got.returncode, got.stderr.removeprefix(said)
     if "waiting for another simctl" not in said or str(target.name) not in said:
         return False
     content = target.read_bytes()  # an event log is Parquet: bytes, not text
@@ -280,15 +329,25 @@ def two_sweeps(first: str, second: str, folder: Path) -> bool:
     trace = small_trace()
     # Both on the reference engine (NO_KERNEL): one base, as two users' sweeps of one file share
     base = Base(load_trace(trace), load_profile("seed-calibrated"), build_scenario(run={"engine": "reference"}))
+    # The second sweep is forked before this process takes the lock (a fork would share it),
+    # and starts once it is taken.
+    go, went = os.pipe()
+
+    def after_the_lock() -> None:
+        os.close(went)
+        os.read(go, 1)
+
+    proc, stderr = start_simctl(["sweep", str(trace), "--flush", second, "-j", "1", "-o", str(out), *NO_KERNEL],
+                                folder, preexec=after_the_lock)
+    os.close(go)
     with output_lock(out, bounded=False):  # the first sweep's lock, held from before the second starts
-        proc = subprocess.Popen(simctl_argv("sweep", str(trace), "--flush", second, "-j", "1", "-o", str(out),
-                                            *NO_KERNEL),
-                                cwd=folder, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        assert proc.stderr is not None
-        said = proc.stderr.readline()
+        os.write(went, b".")
+        os.close(went)
+        said = first_line(proc, stderr)
         run_sweep(SweepSpec({"flush": parse_axis_values("flush", first)}), base, out, workers=1)
-    stdout, rest = proc.communicate(timeout=HANG_GUARD)
-    if proc.returncode != 0 or "waiting for another simctl" not in said or rest.strip():
+    got = finish(proc, stderr)
+    stdout, rest = got.stdout, got.stderr.removeprefix(said)
+    if got.returncode != 0 or "waiting for another simctl" not in said or rest.strip():
         return False
     a, b = set(first.split(",")), set(second.split(","))
     frame, _ = read_results(out)

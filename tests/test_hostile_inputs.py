@@ -146,31 +146,53 @@ def test_an_unreachable_or_silent_scheduler_fails_fast(tmp_path):
 
 # -- sweep: Ctrl-C keeps every finished row, says so, and the same command resumes ----------
 
+#: Seconds each replay of a sweep run as a process of its own takes beyond its work (a sleep:
+#: no CPU). The sweep is then still running, its workers busy, for seconds after its first
+#: rows, whenever the test (late, on a loaded machine) sends its signal; its rows are those of
+#: an unpaced sweep.
+PACE_S = 0.2
+
+
+def paced_sweep() -> None:
+    """Set up in the sweep's process before the command: each replay paced by :data:`PACE_S`
+    (the pool's workers are forks of it and inherit the pace)."""
+    import time
+
+    from simulator import sweep
+
+    replay = sweep.run_job
+
+    def paced(*args, **kwargs):
+        row = replay(*args, **kwargs)
+        time.sleep(PACE_S)
+        return row
+
+    sweep.run_job = paced
+
+
+def sweep_process(args: list[str], folder: Path):
+    """``simctl ARGS`` as a process of its own (a fork of this one: ``hostile_outputs``),
+    replays paced (:func:`paced_sweep`); the process and its stderr file."""
+    from hostile_outputs import start_simctl
+
+    return start_simctl(args, folder, preexec=paced_sweep)
+
+
 def test_an_interrupted_sweep_says_what_it_kept_and_resumes_to_the_same_rows(tmp_path):
     import signal
-    import subprocess
-    import sys
     import time
 
     import pandas as pd
+    from hostile_outputs import finish
 
-    from simulator.trace.formats import load_trace, save_trace
-    from simulator.trace.model import Call, Trace
-
-    bundled = load_trace(TRACE)
-    span = bundled.calls[-1].t + 1
-    # 40 times the bundled trace: each of the 36 runs takes tens of milliseconds, so the 34
-    # left when the second row lands keep the sweep going for most of a second at least
-    calls = tuple(Call(f"{k}-{c.id}", c.t + k * span, c.prompts) for k in range(40) for c in bundled.calls)
-    trace = tmp_path / "long.json"
-    save_trace(Trace(calls=calls), trace)
     out = tmp_path / "s.parquet"
-    args = ["sweep", str(trace), "-c", "design-notes", "--flush", ",".join(str(f / 10) for f in range(12)),
+    # 36 replays on two workers, each paced (PACE_S): seven seconds at least, of which the
+    # 34 left when the second row lands keep the sweep going for seconds
+    args = ["sweep", str(TRACE), "-c", "design-notes", "--flush", ",".join(str(f / 10) for f in range(12)),
             "--seeds", "3", "--jobs", "2", "--out", str(out)]
     # The Ctrl-C goes to a real process; the resumed run and the uninterrupted one run in this
     # process (what they find and do is the point, not how a process starts).
-    sweep = subprocess.Popen([sys.executable, "-c", "from simulator.cli import main; main()", *args], cwd=ROOT,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sweep, stderr = sweep_process(args, tmp_path)
     journal = tmp_path / "s.parquet.journal"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and sweep.poll() is None:
@@ -178,10 +200,11 @@ def test_an_interrupted_sweep_says_what_it_kept_and_resumes_to_the_same_rows(tmp
             break
         time.sleep(0.05)
     sweep.send_signal(signal.SIGINT)
-    _, err = sweep.communicate(timeout=120)
-    if sweep.returncode == 0:
+    got = finish(sweep, stderr)
+    err = got.stderr
+    if got.returncode == 0:
         pytest.skip("the sweep finished before it could be interrupted")
-    assert sweep.returncode == 130, err
+    assert got.returncode == 130, err
     assert "Traceback" not in err and "run the same command to resume" in err, err
     kept = len(pd.read_parquet(out))
     assert kept >= 2 and f"{kept} of 36 rows kept in {out}" in err
@@ -200,24 +223,13 @@ def test_an_interrupted_sweep_says_what_it_kept_and_resumes_to_the_same_rows(tmp
 def test_a_killed_sweep_leaves_no_worker_behind(tmp_path):
     import os
     import signal
-    import subprocess
-    import sys
     import time
 
-    from simulator.trace.formats import load_trace, save_trace
-    from simulator.trace.model import Call, Trace
-
-    bundled = load_trace(TRACE)
-    span = bundled.calls[-1].t + 1
-    # 40 times the bundled trace: 30 runs of tens of milliseconds each keep the workers busy
-    # for most of a second at least after they start
-    calls = tuple(Call(f"{k}-{c.id}", c.t + k * span, c.prompts) for k in range(40) for c in bundled.calls)
-    trace = tmp_path / "long.json"
-    save_trace(Trace(calls=calls), trace)
-    sweep = subprocess.Popen([sys.executable, "-c", "from simulator.cli import main; main()", "sweep", str(trace),
-                              "-c", "design-notes", "--flush", ",".join(str(f / 10) for f in range(30)),
-                              "--jobs", "2", "--out", str(tmp_path / "s.parquet")],
-                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # 30 replays on two workers, each paced (PACE_S): the workers are busy for three seconds
+    # at least after they start
+    sweep, stderr = sweep_process(["sweep", str(TRACE), "-c", "design-notes", "--flush",
+                                   ",".join(str(f / 10) for f in range(30)), "--jobs", "2", "--out",
+                                   str(tmp_path / "s.parquet")], tmp_path)
 
     def children() -> list[int]:
         found = []
@@ -239,7 +251,9 @@ def test_a_killed_sweep_leaves_no_worker_behind(tmp_path):
     if sweep.poll() is not None:
         pytest.skip("the sweep finished before its workers could be seen")
     sweep.send_signal(signal.SIGKILL)
-    sweep.wait()
+    # (its stdout is left unread: a worker that outlived it would hold that pipe open)
+    assert sweep.wait(120) == -signal.SIGKILL
+    stderr.unlink()
 
     def alive(pid: int) -> bool:
         try:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -95,10 +94,8 @@ def test_descriptor_names_are_written_through():
 def test_json_to_dev_stdout_redirected_to_a_file_keeps_both(tmp_path):
     # The JSON and then the tables, one after the other, as a shell's redirection keeps them.
     out = tmp_path / "all.txt"
-    with out.open("w") as fh:
-        got = subprocess.run(hostile.simctl_argv("replay", str(hostile.small_trace()), "--json", "/dev/stdout",
-                                                 *hostile.NO_KERNEL),
-                             env=hostile.env(), stdout=fh, stderr=subprocess.PIPE, text=True, timeout=300)
+    got = hostile.finish(*hostile.start_simctl(["replay", str(hostile.small_trace()), "--json", "/dev/stdout",
+                                                *hostile.NO_KERNEL], tmp_path, stdout=out))
     assert got.returncode == 0, got.stderr
     text = out.read_text()
     assert text.startswith("{") and '"overall"' in text and "Prompts per task" in text
