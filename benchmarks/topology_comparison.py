@@ -40,6 +40,10 @@ def variants() -> list[tuple[str, dict]]:
         extra: dict = {"topology": name}
         if name == "split":
             extra["workers"] = None
+        if name == "disaggregated":
+            # KV bytes per token of Qwen3-4B (the seed-calibrated profile's model) in 16 bits:
+            # 2 (K, V) x 36 layers x 8 KV heads x 128 head dim x 2 bytes
+            extra["kv_bytes_per_token"] = 147_456
         out.append((name, extra))
     out.append(("shared, static, no timeout", {"topology": "shared", "policy": "static", "flush": 0.0}))
     out.append(("shared, static (timeout = flush)", {"topology": "shared", "policy": "static"}))
