@@ -85,7 +85,7 @@ def by_rich(table: Table, out: Console) -> None:
     out.print(table)
 
 
-FUZZ = settings(max_examples=150, deadline=None, derandomize=True, database=None,
+FUZZ = settings(max_examples=100, deadline=None, derandomize=True, database=None,
                 suppress_health_check=list(HealthCheck))
 
 
