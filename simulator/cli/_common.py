@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from simulator import settings
+from simulator.cli._tables import print_table_fast
 from simulator.errors import ScenarioError, SimctlError, SimctlWarning, shown
 
 #: Tables and progress go to stdout; errors and warnings to stderr.
@@ -147,7 +148,7 @@ def print_table(table: Table, out: Console | None = None) -> None:
         column.no_wrap = True
     pad = 3  # a column's padding and its border
     if sum(widths) + pad * len(widths) + 1 <= out.width or len(widths) < 3:
-        out.print(table)
+        print_table_fast(table, out)
         return
     chunks: list[list[int]] = [[]]
     room = out.width - widths[0] - 2 * pad - 1
@@ -167,7 +168,7 @@ def print_table(table: Table, out: Console | None = None) -> None:
             part.add_column(col.header, justify=col.justify, min_width=widths[i], no_wrap=True)
         for r in range(table.row_count):
             part.add_row(*(table.columns[i]._cells[r] for i in [0, *chunk]))
-        out.print(part)
+        print_table_fast(part, out)
 
 
 # -- options generated from the settings ---------------------------------------------------

@@ -14,6 +14,7 @@ from simulator import inputs
 from simulator.calibrate import SCREEN, STARTS
 from simulator.cli import app
 from simulator.cli._common import console, user_errors
+from simulator.cli._tables import print_table_fast
 from simulator.errors import ObservedError, ProfileError
 from simulator.observed import CLIENT_TIMEOUT, find_arrivals, read_observed
 from simulator.outputs import check_writable, open_output
@@ -101,7 +102,7 @@ def calibrate_cli(
             values = [v[name] for v in result.ensemble_values]
             table.add_row(name, f"{value:.4g}", f"{100 * result.relative_se[name]:.0f} %",
                           f"{min(values):.3g} – {max(values):.3g}", "yes" if pinned[name] else "no")
-        console.print(table)
+        print_table_fast(table, console)
         if not all(pinned.values()):
             console.print("a value not identified is one the run's calls cannot pin down (it trades against "
                           "another, or the calls hardly see it): trust predictions only as far as the range below",
@@ -117,4 +118,4 @@ def calibrate_cli(
             err.add_row(r["group"], str(r["calls"]), *(
                 f"{100 * r[f'{s}_err']:+.0f} % [{100 * (r[f'{s}_low'] / r[f'{s}_ref'] - 1):+.0f}, "
                 f"{100 * (r[f'{s}_high'] / r[f'{s}_ref'] - 1):+.0f}]" for s in ("p50", "p90", "mean")))
-        console.print(err)
+        print_table_fast(err, console)

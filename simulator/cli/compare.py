@@ -12,6 +12,7 @@ from rich.table import Table
 
 from simulator.cli import app
 from simulator.cli._common import console, user_errors
+from simulator.cli._tables import print_table_fast
 from simulator.errors import SweepError
 from simulator.outputs import check_figure
 from simulator.sweep import aggregate, axes_of, axis_order, metric_column, read_results, show_axis_value
@@ -104,7 +105,7 @@ def compare_cli(
                     hit = agg[_same(agg[axes[0]], r) & _same(agg[axes[1]], c)]
                     cells.append(_cell(hit.iloc[0], hit.index[0] in tied, len(tied) > 1) if len(hit) else "–")
                 table.add_row(show_axis_value(r), *cells)
-        console.print(table)
+        print_table_fast(table, console)
         where_best = ", ".join(f"{a}={show_axis_value(best[a])}" for a in axes)
         if seeds < 2:
             console.print(f"lowest: {where_best} -> {best['mean']:.3f} (one seed: no confidence interval; "

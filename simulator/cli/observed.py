@@ -21,6 +21,7 @@ from simulator.cli._common import (
     user_errors,
     write_json,
 )
+from simulator.cli._tables import print_table_fast
 from simulator.errors import ObservedError
 from simulator.metrics import json_ready
 from simulator.observed import (
@@ -51,7 +52,7 @@ def print_call_figures(figures: dict, title: str) -> None:
         table.add_row(name, str(g["calls"]), str(g["ok"]), str(g["failed"]),
                       *(_fmt(lat[k]) for k in ("mean", "p50", "p90", "p99")),
                       _fmt(cens["p50"]), _fmt(cens["p90"]))
-    console.print(table)
+    print_table_fast(table, console)
     console.print("* over all calls, failed ones at the timeout", highlight=False)
 
 
@@ -206,5 +207,5 @@ def compare_runs_cli(
             out.add_row("", "", *(_fmt(r[f"{s}_other"]) for s in stats))
             out.add_row("  error", "", *("–" if r[f"{s}_err"] != r[f"{s}_err"] else f"{100 * r[f'{s}_err']:+.0f} %"
                                          for s in stats), end_section=True)
-        console.print(out)
+        print_table_fast(out, console)
         console.print(f"rows per group: {name_a}, {name_b}, error = ({name_b} − {name_a}) / {name_a}", highlight=False)

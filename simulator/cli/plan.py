@@ -20,6 +20,7 @@ from simulator.cli._common import (
     user_errors,
     write_json,
 )
+from simulator.cli._tables import print_table_fast
 from simulator.cost import gpu_type, load_prices
 from simulator.errors import PlanError
 from simulator.metrics import json_ready
@@ -162,7 +163,7 @@ def print_plan(doc: dict) -> None:
         unfinished, prompts = figures.get(f"{group}.unfinished"), figures.get(f"{group}.prompts")
         late = "–" if unfinished is None or prompts is None else f"{unfinished:g} of {prompts:g}"
         table.add_row(s["slo"], value, "yes" if s["met"] else "[red]no[/red]", late)
-    console.print(table)
+    print_table_fast(table, console)
     if doc.get("max_rate_scale") is not None:
         console.print(f"sustains up to {doc['max_rate_scale']:.2f}x the trace's arrival rate within the SLOs",
                       highlight=False)
@@ -193,7 +194,7 @@ def print_cost(doc: dict) -> None:
         per = p.get("gpus_per_engine", 1)
         table.add_row(p["gpu_type"], str(p["gpus"]) if per == 1 else f"{p['gpus']} × TP {per}", ", ".join(f"{k}={v}" for k, v in p["config"].items()),
                       _usd(p["usd"]), _usd(p["usd_per_1k_prompts"]), ratio, "yes" if p["met"] else "no")
-    console.print(table)
+    print_table_fast(table, console)
     search = "; ".join(f"{s['gpu_type']}: fewest {s['fewest_gpus'] or '–'} GPU(s), counts replayed "
                        + ",".join(str(g) for g in s["counts"]) for s in doc["search"])
     console.print(f"search: {search}; {doc['configurations_replayed']} configurations, {doc['replays']} replays in all",

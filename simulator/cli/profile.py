@@ -9,6 +9,7 @@ import typer
 
 from simulator.cli import app
 from simulator.cli._common import console, user_errors, warn
+from simulator.cli._tables import print_table_fast
 from simulator.errors import HarnessError, UnknownPreset
 from simulator.outputs import check_writable, open_output
 from simulator.settings import LARGEST_COUNT, LARGEST_JOBS, LARGEST_TOKENS
@@ -211,7 +212,7 @@ def print_profile(profile: dict, path: Path) -> None:
         err = check["fit_median_ape"].get(op)
         table.add_row(op, cost["expr"], ", ".join(f"{c:.3g}" for c in cost["coef"]),
                       "" if err is None else f"{100 * err:.1f} %")
-    console.print(table)
+    print_table_fast(table, console)
     if check["held_out"]:
         console.print(f"held-out generations: {check['held_out']}, absolute error of the composed prediction "
                       f"median {100 * check['median_ape']:.1f} %, max {100 * check['max_ape']:.1f} %", highlight=False)
@@ -306,7 +307,7 @@ def print_composed(data: dict, path: Path) -> None:
         kernels = ", ".join(f"{k} {v:.0f}" for k, v in service["engine"]["kernels"].items())
         host = ", ".join(f"{100 * v:.0f} % at {k}" for k, v in meta["host_share"].items())
         table.add_row(name, service["kind"], errors, shares, kernels, host)
-    console.print(table)
+    print_table_fast(table, console)
     engine = next(iter(data["tasks"][n]["service"]["engine"] for n in g["tasks"]))
     console.print("engine host costs (calibrate frees these): " + ", ".join(
         f"{p} = {engine[p]:.3g}" for p in ("launch_s", "step_s", "row_s")) + f"; interpreter share {engine['interpreter_share']:g}",

@@ -33,6 +33,7 @@ from simulator.cli._common import (
     warn,
     write_json,
 )
+from simulator.cli._tables import print_table_fast
 from simulator.cost import load_prices
 from simulator.errors import ScenarioError
 from simulator.events import event_log_suffix, write_event_log
@@ -233,7 +234,7 @@ def print_summary(result: ReplayResult, source: str | None = None, units: str = 
         settings.add_column(col)
     for task, cfg in s["config"].get("tasks", {}).items():
         settings.add_row(task, cfg["resource"], cfg["topology"], ", ".join(_knobs(task, cfg, result.profile)))
-    console.print(settings)
+    print_table_fast(settings, console)
     rows = [(name, s["tasks"][name]) for name in s["tasks"]] + [("overall", s["overall"])]
     counts = Table(title="Prompts per task", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     turned_away = s["overall"]["rejected"] + s["overall"]["dropped"] > 0

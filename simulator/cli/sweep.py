@@ -21,6 +21,7 @@ from simulator.cli._common import (
     token_options,
     user_errors,
 )
+from simulator.cli._tables import print_table_fast
 from simulator.cost import load_prices
 from simulator.metrics import TokenOptions, figure_key
 from simulator.plan import slo_figures
@@ -126,4 +127,4 @@ def print_best(frame, metric: str, top: int = 5) -> None:
     for row in agg.to_dict("records"):
         ci = f" ± {row['ci95']:.2f}" if row["n"] > 1 else ""
         table.add_row(*(show_axis_value(row[c]) for c in by), f"{row['mean']:.2f}{ci}")
-    console.print(table)
+    print_table_fast(table, console)

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from simulator.cli import app
 from simulator.cli._common import console, user_errors
+from simulator.cli._tables import print_table_fast
 from simulator.trace.formats import load_trace
 from simulator.trace.stats import TraceStats, trace_stats
 
@@ -55,7 +56,7 @@ def print_stats(stats: TraceStats) -> None:
         pre = stats.prefix
         overview.add_row("prompts with prefix ids", f"{pre.prompts_with_ids:,} ({100 * pre.share:.1f} %)")
         overview.add_row(f"prefix blocks ({pre.block_tokens} tokens)", f"{pre.blocks:,} ({pre.distinct_blocks:,} distinct)")
-    console.print(overview)
+    print_table_fast(overview, console)
 
     gaps = stats.inter_arrival
     if gaps is not None:
@@ -64,7 +65,7 @@ def print_stats(stats: TraceStats) -> None:
             table.add_column(col, justify="right")
         table.add_row(_num(gaps.mean), _num(gaps.median), _num(gaps.min), _num(gaps.max),
                       _num(gaps.std), _num(gaps.cv, 3))
-        console.print(table)
+        print_table_fast(table, console)
 
     fit = stats.arrival_fit
     if fit is not None:
@@ -76,7 +77,7 @@ def print_stats(stats: TraceStats) -> None:
             params = ", ".join(f"{k} {v:.4g}" for k, v in c["params"].items())
             name = f"[bold]{c['family']}[/bold]" if c["family"] == fit["best"] else c["family"]
             table.add_row(name, params, _num(c["mean"], 3), _num(c["cv"], 3), f"{c['aic']:,.1f}", _num(c["ks"], 4))
-        console.print(table)
+        print_table_fast(table, console)
         if fit["zero_gaps"]:
             console.print(f"{fit['zero_gaps']} of {fit['gaps']} gaps are 0 (simultaneous arrivals); "
                           "the model describes the others", highlight=False)
@@ -86,7 +87,7 @@ def print_stats(stats: TraceStats) -> None:
         sizes.add_column(col, justify="right")
     for size, count in stats.prompts_per_call.items():
         sizes.add_row(str(size), str(count), f"{100 * count / stats.calls:.1f} %")
-    console.print(sizes)
+    print_table_fast(sizes, console)
 
     mix = Table(title="Task mix", title_justify="left")
     for col in ("task", "prompts", "share", "mean prompt tokens", "mean max tokens"):
@@ -95,4 +96,4 @@ def print_stats(stats: TraceStats) -> None:
         tok = stats.tokens[task]
         mix.add_row(task, str(count), f"{100 * stats.task_fractions[task]:.1f} %",
                     _num(tok.prompt_tokens_mean, 1), _num(tok.max_tokens_mean, 1))
-    console.print(mix)
+    print_table_fast(mix, console)
