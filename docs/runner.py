@@ -13,12 +13,14 @@ An HTML comment on the line before a block changes how it is treated:
 ``<!-- docs: skip -->`` — not run (installation, a GPU); ``<!-- docs: no-compare -->`` —
 run, its exit status checked, its output not compared.
 
-The first command of a page runs as a real process (``simctl`` as installed, through a
-shell), so every page exercises the installed entry point. A later command that is plain
-``simctl`` with arguments (no pipes, redirections, variables or globs) runs in this process
-through typer's ``CliRunner``, with the same argument list, folder and environment: it prints
-the same, without paying the interpreter's and the libraries' start-up again. Any other
-command runs through a shell, as the reader would type it. A ``python`` block runs in this
+The README's first command runs as a real process (``simctl`` as installed, through a
+shell), so the examples exercise the installed entry point; it is the same entry point on
+every page, so the other pages need not start it again. Every other command that is plain
+``simctl`` with arguments (no pipes, redirections, variables or globs), alone or followed by
+``|| echo "exit status $?"`` (the pages' way of showing a failing command's status), runs in
+this process through typer's ``CliRunner``, with the same argument list, folder and
+environment: it prints the same, without paying the interpreter's and the libraries' start-up
+again. Any other command runs through a shell, as the reader would type it. A ``python`` block runs in this
 process too (as ``__main__``, in the page's folder and environment): a fresh interpreter
 would only pay the imports again, and the entry point is the first command's to exercise.
 
@@ -43,6 +45,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+#: the page whose first command runs as a real process
+ENTRY_POINT_PAGE = ROOT / "README.md"
 _FENCE = re.compile(r"^```(console|python)\n(.*?)^```\n", re.S | re.M)
 
 
@@ -96,6 +100,18 @@ _QUOTED = re.compile(r"'[^']*'|\"[^\"$`\\\\!]*\"")
 _PLAIN = re.compile(r"[A-Za-z0-9_.,:/=@+%\- ]*")
 
 
+#: A command followed by the status it exits with where that is not 0.
+_OR_ECHO_STATUS = re.compile(r'(.*?)\s+\|\|\s+echo "exit status \$\?"')
+
+
+def in_process_or_echo_argv(command: str) -> list[str] | None:
+    """The arguments of the ``simctl`` command of ``command`` when it is
+    ``SIMCTL_COMMAND || echo "exit status $?"`` and ``SIMCTL_COMMAND`` runs in this process
+    (:func:`in_process_argv`); ``None`` otherwise."""
+    m = _OR_ECHO_STATUS.fullmatch(command)
+    return in_process_argv(m.group(1)) if m else None
+
+
 def in_process_argv(command: str) -> list[str] | None:
     """The arguments of ``command`` when it is ``simctl`` with arguments a shell would pass
     unchanged (quotes removed); ``None`` when a shell would do more (pipes, redirections,
@@ -109,6 +125,20 @@ def in_process_argv(command: str) -> list[str] | None:
 def _run_in_process(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[str, int]:
     """Run ``simctl ARGS`` in this process: its stdout then its stderr, and its exit status,
     as :func:`subprocess.run` would give them."""
+    out, err, status = _run_in_process_streams(args, cwd, env)
+    return out + err, status
+
+
+def _run_in_process_or_echo(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[str, int]:
+    """``simctl ARGS || echo "exit status $?"`` in this process, as :func:`subprocess.run`
+    would give it: the command's stdout, the echoed status where it is not 0 (stdout too,
+    after the command's), then the command's stderr; the status of the whole is 0."""
+    out, err, status = _run_in_process_streams(args, cwd, env)
+    return out + (f"exit status {status}\n" if status else "") + err, 0
+
+
+def _run_in_process_streams(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[str, str, int]:
+    """Run ``simctl ARGS`` in this process: its stdout, its stderr and its exit status."""
     import traceback
 
     from typer.testing import CliRunner
@@ -130,10 +160,10 @@ def _run_in_process(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[st
         os.chdir(here)
         for c, (width, height) in zip(consoles, saved, strict=True):
             c._width, c._height = width, height
-    out, status = result.stdout + result.stderr, result.exit_code
+    err = result.stderr
     if result.exception is not None and not isinstance(result.exception, SystemExit) and result.exc_info:
-        out += "".join(traceback.format_exception(*result.exc_info))   # as an uncaught one would print
-    return out, status
+        err += "".join(traceback.format_exception(*result.exc_info))   # as an uncaught one would print
+    return result.stdout, err, result.exit_code
 
 
 @contextlib.contextmanager
@@ -185,17 +215,20 @@ def run_page(page: Path) -> tuple[str, list[Block]]:
         work = Path(tmp) / "work"
         work.mkdir()
         env = _environment(Path(tmp) / "home")
-        first = True
+        first = page == ENTRY_POINT_PAGE
         for block in blocks:
             if block.mode == "skip":
                 block.actual = list(block.expected)
                 continue
             for command in block.commands:
                 args = None if block.mode == "python" or first else in_process_argv(command)
+                echo_args = None if block.mode == "python" or first else in_process_or_echo_argv(command)
                 if block.mode == "python":
                     out, status = _run_python_in_process(command, work, env)
                 elif args is not None:
                     out, status = _run_in_process(args, work, env)
+                elif echo_args is not None:
+                    out, status = _run_in_process_or_echo(echo_args, work, env)
                 else:
                     done = subprocess.run(command, shell=True, cwd=work, env=env,
                                           capture_output=True, text=True, timeout=600)

@@ -92,20 +92,50 @@ def test_plain_simctl_commands_run_in_process_and_shell_ones_through_a_shell():
                        "simctl validate *.json", 'simctl validate "$HOME/t.json"', "simctl replay example  # note",
                        "python benchmarks/offline_tokenizer.py /tmp/tok"):
         assert runner.in_process_argv(shell_only) is None, shell_only
+    # a plain command followed by the echo of its status: the command in process, the echo added
+    assert runner.in_process_or_echo_argv('simctl profile --gpu h100-sxm || echo "exit status $?"') == [
+        "profile", "--gpu", "h100-sxm"]
+    for shell_only in ('simctl replay example > out.txt || echo "exit status $?"', "simctl replay example || echo hi",
+                       'simctl replay example || echo "exit status $?" > out.txt', 'simctl replay example'):
+        assert runner.in_process_or_echo_argv(shell_only) is None, shell_only
 
 
 def test_a_command_in_process_prints_what_the_installed_one_prints(tmp_path):
     """The same argv, folder and environment: the same output and exit status (an error path,
-    so that stdout, stderr and the status all matter)."""
+    so that stdout, stderr and the status all matter), alone and followed by the echo of its
+    status (one real process shows both: the echo prints the status it exited with)."""
     import subprocess
 
     env = runner._environment(tmp_path / "home")
-    command = "simctl replay missing-trace.json -c design-notes"
+    command = 'simctl replay missing-trace.json -c design-notes || echo "exit status $?"'
     done = subprocess.run(command, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode != 0
-    args = runner.in_process_argv(command)
+    args = runner.in_process_or_echo_argv(command)
     assert args is not None
-    assert runner._run_in_process(args, tmp_path, env) == (done.stdout + done.stderr, done.returncode)
+    assert runner._run_in_process_or_echo(args, tmp_path, env) == (done.stdout + done.stderr, done.returncode)
+    printed, echoed = done.stdout.rsplit("exit status ", 1)
+    assert int(echoed) != 0 and done.stderr
+    assert runner._run_in_process(args, tmp_path, env) == (printed + done.stderr, int(echoed))
+
+
+def test_only_the_readmes_first_command_starts_the_installed_simctl(tmp_path, monkeypatch):
+    """The entry point is the same on every page: the README's first command runs it as a
+    real process, every other plain command (a first one elsewhere too) runs in this process."""
+    import subprocess
+
+    started = []
+
+    def shell(command, **kwargs):
+        started.append(command)
+        return subprocess.CompletedProcess(command, 0, "simctl\n", "")
+
+    monkeypatch.setattr(runner.subprocess, "run", shell)
+    page = tmp_path / "page.md"
+    page.write_text("```console\n$ simctl --version\n...\n$ simctl --version\n...\n```\n")
+    runner.run_page(page)
+    assert started == []
+    monkeypatch.setattr(runner, "ENTRY_POINT_PAGE", page)
+    runner.run_page(page)
+    assert started == ["simctl --version"]
 
 
 @pytest.mark.parametrize("source", [
