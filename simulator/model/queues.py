@@ -20,58 +20,21 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from simulator.model.batching import BATCH_FORMING
 from simulator.model.kernel import TIMER
 from simulator.model.length import SELECTIONS, RowLengths
-from simulator.model.policies import BatchingPolicy, ReleaseNow
+from simulator.model.policies import BatchingPolicy
 from simulator.model.resources import Batch, Device
+from simulator.model.rules.queue import BatchRelease, QueueLimits, Release, Worker
+
+__all__ = ["BatchQueue", "QueueLimits", "Worker"]
 
 if TYPE_CHECKING:
     from simpy.events import Event
 
     from simulator.model.context import RunContext
-    from simulator.model.kernel import SimEnvironment
-    from simulator.scenario import TaskConfig
-
-
-@dataclass(frozen=True)
-class QueueLimits:
-    """Triton's queue policy, for a micro-batch queue and a continuous engine's waiting line
-    alike: at most ``max_queue`` prompts wait (one that finds the line full is rejected); a
-    prompt waits at most ``timeout`` seconds, then it is dropped (``drop``) or marked
-    ``sent_after_timeout`` and still served."""
-
-    max_queue: int | None = None
-    timeout: float | None = None
-    drop: bool = True
-
-    @classmethod
-    def of(cls, config: TaskConfig) -> QueueLimits:
-        return cls(config.max_queue, config.queue_timeout, config.timeout_action == "drop")
-
-    def room(self, waiting: int, arriving: int) -> int:
-        """How many of ``arriving`` prompts join a line of ``waiting`` (the rest are rejected)."""
-        if self.max_queue is None:
-            return arriving
-        return min(arriving, max(self.max_queue - waiting, 0))
-
-    def watch(self, env: SimEnvironment, handler: Callable[[Event], Any], joined: Any) -> None:
-        """Call ``handler`` when prompts that ``joined`` now have waited ``timeout`` (if any)."""
-        if self.timeout is not None:
-            env.call_at(env._now + self.timeout, TIMER, handler, joined)
-
-
-class Worker:
-    """A batch worker: bound to one device, or (``device is None``) picking one per batch."""
-
-    __slots__ = ("id", "device")
-
-    def __init__(self, id: int, device: Device | None) -> None:
-        self.id = id
-        self.device = device
 
 
 class BatchQueue:
@@ -103,8 +66,6 @@ class BatchQueue:
         self.idle: deque[Worker] = deque(workers or ())
         self.pick_device = pick_device
         self.unbound_device = unbound_device
-        self.pickup_at: float | None = None
-        self.timer_at: float | None = None
         self.in_service = 0
         self.outstanding_tokens = 0  # prompt + max tokens of prompts waiting or in service
         self.devices = devices or []
@@ -112,6 +73,7 @@ class BatchQueue:
         self.limits = QueueLimits.of(config)
         self.sticky = config.sticky_gpu
         self.forming = BATCH_FORMING.get(config.batch_forming)()
+        self.release: BatchRelease[Worker] = BatchRelease(policy, self.forming, self.devices)
         self.selection = SELECTIONS.get(config.batch_selection)()
         self.fifo = config.batch_selection == "fifo"
         self._length: RowLengths | None = None
@@ -136,7 +98,9 @@ class BatchQueue:
         self.waiting.extend(prompt_ids)
         run = self.run
         self.outstanding_tokens += sum(run.prompt_tokens[i] + run.max_tokens[i] for i in prompt_ids)
-        self.limits.watch(self.env, self._on_queue_timeout, prompt_ids)
+        timeout_at = self.limits.deadline(self.env._now)
+        if timeout_at is not None:
+            self.env.call_at(timeout_at, TIMER, self._on_queue_timeout, prompt_ids)
         self.poll()
 
     @property
@@ -144,49 +108,25 @@ class BatchQueue:
         """Prompts waiting (not yet in a batch): what ``shortest-waiting`` compares."""
         return len(self.waiting)
 
-    def _idle_share(self, chosen: Device | None) -> float:
-        """Share of the queue's GPUs other than ``chosen`` with nothing to run."""
-        others = [d for d in self.devices if d is not chosen]
-        if not others:
-            return 0.0
-        return sum(d.outstanding == 0 for d in others) / len(others)
-
     def poll(self) -> None:
-        """Release batches while prompts wait, a worker is idle and the policy says so."""
+        """Release batches while prompts wait, a worker is idle and the release rule says so."""
         arrived_at = self.run.arrived_at
+        release = self.release
         while self.waiting and (self.idle or self.unlimited):
-            now = self.env._now
-            if self.pickup_at is None:
-                self.pickup_at = now
-            worker = None
-            if self.idle:
-                worker = self.forming.worker(self.idle)
-                if worker is None:
-                    return  # no idle worker may form a batch yet (batch_forming)
-            idle_share = self._idle_share(worker.device if worker is not None else None) if self.devices else 0.0
-            decision = self.policy.release(len(self.waiting), arrived_at[self.waiting[0]], now,
-                                           self.pickup_at, idle_share)
-            if not isinstance(decision, ReleaseNow):
-                at = decision.at
-                if at == float("inf") and self.run.input_closed:
-                    # Nothing more will arrive: a batch waiting to fill never would.
-                    decision = ReleaseNow(min(len(self.waiting), self.policy.max_batch))
-                else:
-                    if at != self.timer_at and at != float("inf"):
-                        self.timer_at = at
-                        self.env.call_at(at, TIMER, self._on_timer, at)
-                    return
+            step = release.next(len(self.waiting), arrived_at[self.waiting[0]], self.env._now, self.idle,
+                                self.run.input_closed)
+            if not isinstance(step, Release):
+                if step is not None:
+                    self.env.call_at(step, TIMER, self._on_timer, step)
+                return
+            worker, count = step
             if self.fifo:
-                ids = [self.waiting.popleft() for _ in range(decision.count)]
+                ids = [self.waiting.popleft() for _ in range(count)]
             else:
                 if self._length is None:
                     self._length = RowLengths(self.run.prompt_tokens, self.run.max_tokens)
-                ids = self.selection.take(self.waiting, decision.count, self._length)
-            self.pickup_at = None
-            self.timer_at = None
-            if worker is not None:
-                self.idle.remove(worker)
-            else:
+                ids = self.selection.take(self.waiting, count, self._length)
+            if worker is None:
                 worker = Worker(self.run.new_worker_id(), self.unbound_device)
             self._dispatch(worker, ids)
 
@@ -211,7 +151,7 @@ class BatchQueue:
             self.outstanding_tokens -= sum(run.prompt_tokens[i] + run.max_tokens[i] for i in late)
             run.turn_away(late, "dropped")
             if not self.waiting:
-                self.pickup_at = None
+                self.release.pickup_at = None
             self.poll()
         else:
             for i in late:
@@ -225,7 +165,5 @@ class BatchQueue:
         self.poll()
 
     def _on_timer(self, event: Event) -> None:
-        if event._value != self.timer_at:
-            return  # superseded: the batch was released earlier or the window moved
-        self.timer_at = None
-        self.poll()
+        if self.release.fired(event._value):
+            self.poll()

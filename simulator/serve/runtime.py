@@ -51,7 +51,6 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-import math
 import time
 import traceback
 from abc import ABC, abstractmethod
@@ -64,12 +63,11 @@ from simulator.errors import ScenarioError, ServeError
 from simulator.model.batching import BATCH_FORMING, Shaping, task_service
 from simulator.model.dispatch import DISPATCH_RULES, DispatchGroups, DispatchRule
 from simulator.model.engine import ServiceStreams
-from simulator.model.policies import POLICIES, BatchingPolicy, ReleaseNow, is_unbounded
-from simulator.model.queues import QueueLimits
+from simulator.model.policies import POLICIES, BatchingPolicy
+from simulator.model.rules.continuous import EngineState, iteration_boundary
+from simulator.model.rules.queue import BatchRelease, QueueLimits, Release, Worker
 from simulator.model.streams import dispatch_stream
-from simulator.model.topologies.continuous import DrawnGainRows, FixedGainRows, _blocks, iteration_boundary, new_rows
 from simulator.profile import Profile
-from simulator.profile.iteration import step_cost
 from simulator.profile.kinds import BatchShape, ServiceModel
 from simulator.scenario import Scenario, TaskConfig
 from simulator.trace.classify import DEFAULT_CLASSIFIER, KeywordClassifier, estimate_tokens
@@ -254,16 +252,6 @@ class Device:
         return self.outstanding == 0
 
 
-class Worker:
-    """A batch worker: bound to a device, or (``device is None``) picking one per batch."""
-
-    __slots__ = ("id", "device")
-
-    def __init__(self, id: int, device: Device | None) -> None:
-        self.id = id
-        self.device = device
-
-
 class ServeQueue:
     """One micro-batch queue with its workers: :class:`simulator.model.queues.BatchQueue`'s
     loop, on asyncio. Whenever it holds prompts and a worker is idle it asks the policy; a
@@ -283,14 +271,13 @@ class ServeQueue:
         self.pick_device = pick_device
         self.unbound_device = unbound_device
         self.devices = devices or []
-        self.pickup_at: float | None = None
-        self.timer_at: float | None = None
         self._timer: Timer | None = None
         self.in_service = 0
         self.outstanding_tokens = 0
         self.limits = QueueLimits.of(config)
         self.sticky = config.sticky_gpu
         self.forming = BATCH_FORMING.get(config.batch_forming)()
+        self.release: BatchRelease[Worker] = BatchRelease(self.policy, self.forming, self.devices)
         if self.forming.watches_devices:
             for device in {id(w.device): w.device for w in self.idle if w.device is not None}.values():
                 device.watchers.append(self.poll)
@@ -317,46 +304,25 @@ class ServeQueue:
             job.queue = self.name
         self.waiting.extend(jobs)
         self.outstanding_tokens += sum(j.prompt_tokens + j.max_tokens for j in jobs)
-        if self.limits.timeout is not None:
-            self.runtime.call_at(jobs[0].arrived_at + self.limits.timeout, self._on_queue_timeout, jobs)
+        timeout_at = self.limits.deadline(jobs[0].arrived_at)
+        if timeout_at is not None:
+            self.runtime.call_at(timeout_at, self._on_queue_timeout, jobs)
         self.poll()
 
-    def _idle_share(self, chosen: Device | None) -> float:
-        others = [d for d in self.devices if d is not chosen]
-        if not others:
-            return 0.0
-        return sum(d.outstanding == 0 for d in others) / len(others)
-
     def poll(self) -> None:
-        """Release batches while prompts wait, a worker is idle and the policy says so."""
+        """Release batches while prompts wait, a worker is idle and the release rule says so."""
         runtime = self.runtime
         while self.waiting and (self.idle or self.unlimited) and not runtime.closing:
-            now = runtime.clock.now()
-            if self.pickup_at is None:
-                self.pickup_at = now
-            worker = None
-            if self.idle:
-                # the model's forming rule reads only ``device`` and its ``is_free()``
-                worker = self.forming.worker(self.idle)  # type: ignore[type-var]
-                if worker is None:
-                    return
-            idle_share = self._idle_share(worker.device if worker is not None else None) if self.devices else 0.0
-            decision = self.policy.release(len(self.waiting), self.waiting[0].arrived_at, now,
-                                           self.pickup_at, idle_share)
-            if not isinstance(decision, ReleaseNow):
-                at = decision.at
-                if at != self.timer_at and not is_unbounded(at):
-                    self.timer_at = at
+            step = self.release.next(len(self.waiting), self.waiting[0].arrived_at, runtime.clock.now(), self.idle)
+            if not isinstance(step, Release):
+                if step is not None:
                     if self._timer is not None:
                         self._timer.cancel()
-                    self._timer = runtime.call_at(at, self._on_timer, at)
+                    self._timer = runtime.call_at(step, self._on_timer, step)
                 return
-            jobs = [self.waiting.popleft() for _ in range(decision.count)]
-            self.pickup_at = None
-            self.timer_at = None
-            if worker is not None:
-                self.idle.remove(worker)
-            else:
+            worker, count = step
+            jobs = [self.waiting.popleft() for _ in range(count)]
+            if worker is None:
                 worker = Worker(runtime.new_worker_id(), self.unbound_device)
             self._dispatch(worker, jobs)
 
@@ -390,18 +356,16 @@ class ServeQueue:
                                                                f"{self.limits.timeout:g} s in queue {self.name}"),
                                   "dropped")
             if not self.waiting:
-                self.pickup_at = None
+                self.release.pickup_at = None
             self.poll()
         else:
             for job in late:
                 job.sent_after_timeout = True
 
     def _on_timer(self, at: float) -> None:
-        if at != self.timer_at:
-            return  # superseded
-        self.timer_at = None
-        self._timer = None
-        self.poll()
+        if self.release.fired(at):
+            self._timer = None
+            self.poll()
 
     def drain(self, error: PromptFailed) -> None:
         """Every waiting prompt fails with ``error`` (shutdown)."""
@@ -497,12 +461,12 @@ class DirectFront(Front):
 
 
 
-class ServeEngine:
+class ServeEngine(EngineState):
     """One continuous-batching engine on asyncio: the loop of
     :class:`simulator.model.topologies.continuous.Engine` (its module docstring is the
     spec), with the model's own parts: the running rows' bookkeeping
-    (:class:`~simulator.model.topologies.continuous.FixedGainRows` or
-    :class:`~simulator.model.topologies.continuous.DrawnGainRows`: tokens, KV blocks,
+    (:class:`~simulator.model.rules.continuous.FixedGainRows` or
+    :class:`~simulator.model.rules.continuous.DrawnGainRows`: tokens, KV blocks,
     preemption of the newest row), the task's :class:`~simulator.profile.iteration.StepCost`
     drawn from the task's service stream, and :class:`~simulator.model.queues.QueueLimits`.
 
@@ -523,50 +487,16 @@ class ServeEngine:
 
     def __init__(self, runtime: Runtime, task: str, config: TaskConfig, device: Device, index: int) -> None:
         self.runtime = runtime
-        self.task = task
         self.device = device
-        self.name = f"{task}~{index}"
-        self.max_rows = config.max_num_seqs
-        self.token_budget = config.max_batched_tokens
-        self.block_size = config.block_size
-        task_profile = runtime.profile.tasks[task]
-        kv = config.kv_blocks if config.kv_blocks is not None else task_profile.kv_blocks(config.block_size)
-        self.total_blocks: float = kv if kv is not None else math.inf
-        self.free_blocks: float = self.total_blocks
-        self.counts_blocks = kv is not None
-        self.prefix = None  # no prefix caching here (check_served refuses it)
-        self.prefilled: set[int] = set()  # nor prompts prefilled elsewhere (disaggregated serving)
-        self.joined = 0
-        self.limits = QueueLimits.of(config)
-        self.priority = config.priority
-        self.cost = step_cost(task_profile, runtime.service_of(task))
-        self.reads_lengths = self.cost.reads_lengths
-        self.rng = runtime.service_rng(task)
-        # Engine-local prompt numbers index these (the rows' bookkeeping reads them by number).
-        self.prompt_tokens: list[int] = []
-        self.max_tokens: list[int] = []
+        # Engine-local prompt numbers index the token columns (the rows' bookkeeping reads
+        # them by number). No prefix caching here, nor prompts prefilled elsewhere
+        # (check_served refuses both).
+        super().__init__(task, config, runtime.profile.tasks[task], runtime.service_of(task),
+                         runtime.service_rng(task), index, [], [])
         self.jobs: dict[int, PromptJob] = {}
-        self.waiting: deque[int] = deque()
-        self.resumed: dict[int, int] = {}
-        self.rows = self._new_rows()
-        self.running = 0
-        self.busy = False
-        self.outstanding_tokens = 0
         self.iterations = 0
         self._late = 0.0  # server seconds the engine is behind its own schedule
         runtime.engines.append(self)
-
-    def _new_rows(self) -> FixedGainRows | DrawnGainRows:
-        return new_rows(self.cost, self.prompt_tokens, self.max_tokens, self.block_size, self.counts_blocks)
-
-    @property
-    def outstanding(self) -> int:
-        """Prompts waiting or running here (what ``least-loaded`` compares)."""
-        return len(self.waiting) + self.running
-
-    @property
-    def waiting_count(self) -> int:
-        return len(self.waiting)
 
     # -- arrivals -------------------------------------------------------------------------
     def add(self, job: PromptJob) -> None:
@@ -576,23 +506,23 @@ class ServeEngine:
         runtime = self.runtime
         need = job.prompt_tokens + job.max_tokens
         job.queue = self.name
-        if _blocks(need, self.block_size) > self.total_blocks:
+        wanted = self.blocks_needed(need)
+        if wanted is not None:
             runtime.fail(job, PromptFailed("rejected", f"a prompt of {job.prompt_tokens} + {job.max_tokens} tokens "
-                                                       f"needs {_blocks(need, self.block_size)} KV blocks; engine "
+                                                       f"needs {wanted} KV blocks; engine "
                                                        f"{self.name} has {self.total_blocks}"), "rejected")
             return
-        if self.limits.room(len(self.waiting), 1) == 0:
+        pid = len(self.prompt_tokens)
+        if not self.enqueue(pid, need):
             runtime.fail(job, PromptFailed("rejected", f"engine {self.name} is full (max_queue "
                                                        f"{self.limits.max_queue})"), "rejected")
             return
-        pid = len(self.prompt_tokens)
         self.prompt_tokens.append(job.prompt_tokens)
         self.max_tokens.append(job.max_tokens)
         self.jobs[pid] = job
-        self.waiting.append(pid)
-        self.outstanding_tokens += need
-        if self.limits.timeout is not None:
-            runtime.call_at(job.arrived_at + self.limits.timeout, self._on_queue_timeout, pid)
+        timeout_at = self.limits.deadline(job.arrived_at)
+        if timeout_at is not None:
+            runtime.call_at(timeout_at, self._on_queue_timeout, pid)
         if not self.busy:
             # as the model's TIMER after ARRIVAL: the iteration starts after this call's
             # other prompts have joined
@@ -713,15 +643,10 @@ class ServeEngine:
     def _iteration_done(self, decoding: int, admitted: int, admitted_tokens: int, fresh: list[int]) -> None:
         runtime = self.runtime
         now = runtime.clock.now()
-        made, finished = self.rows.finish(decoding)
-        self.outstanding_tokens -= made + admitted_tokens + admitted
+        finished = self.end_iteration(decoding, admitted, admitted_tokens)
         for pid in fresh:
             self.jobs[pid].first_token_at = now
-        self.running = len(self.rows)
         if finished:
-            if self.counts_blocks:
-                ptoks, mtoks, bs = self.prompt_tokens, self.max_tokens, self.block_size
-                self.free_blocks += sum(_blocks(ptoks[p] + max(mtoks[p], 1), bs) for p in finished)
             for pid in finished:
                 job = self.jobs.pop(pid)
                 job.done_at = now
@@ -737,7 +662,7 @@ class ServeEngine:
             del self.jobs[pid]
         self.waiting.clear()
         self.resumed.clear()
-        self.rows = self._new_rows()
+        self.rows = self.new_rows()
         self.free_blocks = self.total_blocks
         self.running = 0
         self.outstanding_tokens = 0
