@@ -14,7 +14,7 @@ PACKAGE = "simulator.model"
 
 #: Lowest first. A module may import modules of its own layer or below, never above.
 LAYERS: list[set[str]] = [
-    {"rules", "rules.prefix_cache", "rules.queue", "rules.continuous"},  # the serving rules: plain state, no engine
+    {"rules", "rules.prefix_cache", "rules.queue", "rules.continuous", "rules.service"},  # the serving rules
     # foundations: the event kernel, decision rules, the log, per-prompt columns, the
     # compiled kernel and its service times
     {"kernel", "policies", "length", "dispatch", "log", "prompts", "streams", "kernel_cache", "kernel_service", "batch_kernel"},

@@ -12,7 +12,7 @@ turns them into a :class:`~simulator.model.resources.Batch`:
    ``rows_per_prompt`` rows (best-of-n), and a lone prompt with ``single_prompt =
    "sequential"`` runs its rows as that many one-row generations, one after another;
 2. the task's service model (the profile's, with the scenario's speculative-decoding
-   overrides applied, :func:`task_service`), wrapped per batch by
+   overrides applied, :func:`~simulator.model.rules.service.task_service`), wrapped per batch by
    :class:`AdaptiveLookahead` where the task sets ``adaptive_lookahead``;
 3. its service time, drawn from the task's own stream, and what follows from it: the
    batch's host fraction, its first token's offset, its tokens.
@@ -30,16 +30,18 @@ from typing import Any, ClassVar, Protocol, TypeVar, cast
 
 import numpy as np
 
-from simulator.errors import ScenarioError
 from simulator.model.prompts import PromptTable
 from simulator.model.resources import Batch, Device
+from simulator.model.rules.service import TaskServices, task_service
 from simulator.profile import TaskProfile
 from simulator.profile.iteration import StepCost, first_token_seconds
 from simulator.profile.kinds import BatchShape, ServiceModel, TaskDefaults
 from simulator.profile.kinds.spec_decode import SpecDecodeService, adaptive_lookahead
 from simulator.registry import Registry
 from simulator.scenario import Scenario, TaskConfig
-from simulator.settings import TASK, service_overrides
+
+__all__ = ["BATCH_FORMING", "AdaptiveLookahead", "BatchFormer", "FormingRule", "RecordedAcceptance", "Shaping",
+           "WhenGpuFree", "task_service"]
 
 
 class _Placed(Protocol):
@@ -104,26 +106,6 @@ class Shaping:
         if len(ids) == 1 and n > 1 and self.sequential_single:
             return BatchShape(1, longest_prompt, rows[0], rows[:1]), n
         return BatchShape(len(rows), longest_prompt, max(rows), rows), 1
-
-
-def task_service(scenario: Scenario, task: str, task_profile: TaskProfile) -> ServiceModel:
-    """The task's service model, with the scenario's speculative-decoding overrides applied
-    (a :class:`ScenarioError` where the task itself sets one its kind cannot take)."""
-    service = task_profile.service
-    cfg = scenario.for_task(task)
-    overrides = {k: getattr(cfg, k) for k in service_overrides() if getattr(cfg, k) is not None}
-    # the kinds that take an override are the setting's declared readers
-    if overrides and all(service.kind in TASK[k].kinds for k in overrides):
-        return cast(SpecDecodeService, service).with_overrides(**overrides)
-    if overrides:
-        # Defaults (CLI flags, [defaults]) apply where they can; a task's own setting that
-        # cannot apply is a mistake worth stopping for.
-        own = [k for k in overrides if k in scenario.tasks.get(task, {})]
-        if own:
-            raise ScenarioError(scenario.source, f"tasks.{task}", own[0],
-                                f"applies to spec_decode profiles only; task '{task}' has a "
-                                f"'{service.kind}' service model")
-    return service
 
 
 class AdaptiveLookahead:
@@ -192,24 +174,20 @@ class BatchFormer:
                  configs: Mapping[str, TaskConfig], table: PromptTable, batches: list[Batch],
                  service_rng: Callable[[str], np.random.Generator], new_batch_id: Callable[[], int],
                  clock: Callable[[], float]) -> None:
-        self.scenario = scenario
         self.task_profiles = task_profiles
+        self.services = TaskServices(scenario, task_profiles)
         self.configs = configs
         self.table = table
         self.batches = batches
         self.service_rng = service_rng
         self.new_batch_id = new_batch_id
         self.clock = clock
-        self._services: dict[str, ServiceModel] = {}
         self._adaptive: dict[str, AdaptiveLookahead] = {}
         self._shaping: dict[str, Shaping] = {}
 
     def service_of(self, task: str) -> ServiceModel:
         """The task's service model (:func:`task_service`), made once per run."""
-        service = self._services.get(task)
-        if service is None:
-            service = self._services[task] = task_service(self.scenario, task, self.task_profiles[task])
-        return service
+        return self.services.of(task)
 
     def form(self, task: str, queue: str, ids: list[int], worker: int, device: Device | None = None) -> Batch:
         """Make a batch of ``ids`` now, for ``device`` where it is known, and draw its service time."""

@@ -60,12 +60,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from simulator.errors import ScenarioError, ServeError
-from simulator.model.batching import BATCH_FORMING, Shaping, task_service
+from simulator.model.batching import BATCH_FORMING, Shaping
 from simulator.model.dispatch import DISPATCH_RULES, DispatchGroups, DispatchRule
 from simulator.model.engine import ServiceStreams
 from simulator.model.policies import POLICIES, BatchingPolicy
 from simulator.model.rules.continuous import EngineState, iteration_boundary
 from simulator.model.rules.queue import BatchRelease, QueueLimits, Release, Worker
+from simulator.model.rules.service import TaskServices
 from simulator.model.streams import dispatch_stream
 from simulator.profile import Profile
 from simulator.profile.kinds import BatchShape, ServiceModel
@@ -794,7 +795,7 @@ class Runtime:
         self._call_ids = itertools.count()
         self._worker_ids = itertools.count()
         self._batch_ids = itertools.count()
-        self._services: dict[str, ServiceModel] = {}
+        self._services = TaskServices(scenario, profile.tasks)
         #: the timers of each loop instant, in the order they were set (see call_at)
         self._instants: dict[float, list[Timer]] = {}
         self._shaping = {t: Shaping.of(c) for t, c in self.configs.items()}
@@ -873,10 +874,8 @@ class Runtime:
         return lambda: devices[rule.choose(rule.loads(devices), rng)]
 
     def service_of(self, task: str) -> ServiceModel:
-        service = self._services.get(task)
-        if service is None:
-            service = self._services[task] = task_service(self.scenario, task, self.profile.tasks[task])
-        return service
+        """The task's service model, made once (as the model's)."""
+        return self._services.of(task)
 
     def call_later(self, seconds: float, callback: Callable[..., Any], *args: Any) -> asyncio.TimerHandle:
         """Call ``callback(*args)`` after ``seconds`` of server time."""
