@@ -11,4 +11,5 @@ the live server) keeps its own state and asks the rule. New rules are written he
   ``queue_timeout``).
 * :mod:`.continuous` — continuous batching: an engine's state, its running rows' tokens and
   KV blocks, and the iteration boundary (preemption, admission, an iteration's end).
+* :mod:`.service` — a task's service model, the scenario's overrides applied, made once.
 """
