@@ -535,8 +535,7 @@ class ServeEngine(EngineState):
         if job is None or job.status != "waiting":
             return  # admitted in time (a preempted prompt is not timed out again), or gone
         if self.limits.drop:
-            self.waiting.remove(pid)
-            self.outstanding_tokens -= job.prompt_tokens + job.max_tokens
+            self.drop(pid)
             del self.jobs[pid]
             self.runtime.fail(job, PromptFailed("dropped", f"waited longer than queue_timeout "
                                                            f"{self.limits.timeout:g} s in engine {self.name}"),

@@ -406,6 +406,11 @@ class EngineState:
         self.outstanding_tokens += need
         return True
 
+    def drop(self, pid: int) -> None:
+        """Waiting prompt ``pid`` leaves the line unserved (``queue_timeout`` with ``drop``)."""
+        self.waiting.remove(pid)
+        self.outstanding_tokens -= self.prompt_tokens[pid] + self.max_tokens[pid]
+
     def end_iteration(self, decoding: int, admitted: int, admitted_tokens: int) -> list[int]:
         """The iteration in flight ended (``decoding`` rows decoded, ``admitted`` rows of
         ``admitted_tokens`` prefill tokens were admitted): the rows gain their tokens, and

@@ -137,8 +137,7 @@ class Engine(EngineState):
         if run.batch_of[pid] >= 0:
             return  # admitted in time (a preempted prompt is not timed out again)
         if self.limits.drop:
-            self.waiting.remove(pid)
-            self.outstanding_tokens -= run.prompt_tokens[pid] + self.max_tokens[pid]
+            self.drop(pid)
             run.turn_away([pid], "dropped")
         else:
             run.status[pid] = "sent_after_timeout"
