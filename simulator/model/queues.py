@@ -150,8 +150,7 @@ class BatchQueue:
             self.waiting = deque(i for i in self.waiting if i not in gone)
             self.outstanding_tokens -= sum(run.prompt_tokens[i] + run.max_tokens[i] for i in late)
             run.turn_away(late, "dropped")
-            if not self.waiting:
-                self.release.pickup_at = None
+            self.release.dropped(len(self.waiting))
             self.poll()
         else:
             for i in late:

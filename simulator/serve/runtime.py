@@ -356,8 +356,7 @@ class ServeQueue:
                 self.runtime.fail(job, PromptFailed("dropped", f"waited longer than queue_timeout "
                                                                f"{self.limits.timeout:g} s in queue {self.name}"),
                                   "dropped")
-            if not self.waiting:
-                self.release.pickup_at = None
+            self.release.dropped(len(self.waiting))
             self.poll()
         else:
             for job in late:

@@ -140,6 +140,12 @@ class BatchRelease(Generic[W]):
             idle.remove(worker)
         return Release(worker, count)
 
+    def dropped(self, waiting: int) -> None:
+        """Prompts left the line unserved (``queue_timeout``), ``waiting`` still wait: with
+        none left, the current pickup ends (the next prompt starts a new one)."""
+        if not waiting:
+            self.pickup_at = None
+
     def fired(self, at: float) -> bool:
         """The flush timer set for ``at`` fired: whether the queue asks again (not when the
         batch was released earlier or the window moved)."""
