@@ -24,9 +24,11 @@ demo: $(STAMP)
 	$(BIN)/simctl replay example -c design-notes
 
 # -m "": every test, the slow, benchmark, examples and install ones too (plain `pytest` leaves
-# them out: see addopts in pyproject.toml).
+# them out: see addopts in pyproject.toml). The suite starts dozens of Python processes: with
+# PYTHONDONTWRITEBYTECODE set (some CI images set it) each would compile simctl's sources and
+# pytest would rewrite every test module again, so the run lets Python keep its bytecode.
 test: lint
-	$(BIN)/python -m pytest -q -m ""
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q -m ""
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
