@@ -32,7 +32,7 @@ import numpy as np
 
 from simulator.model.prompts import PromptTable
 from simulator.model.resources import Batch, Device
-from simulator.model.rules.service import TaskServices, task_service
+from simulator.model.rules.service import TaskServices
 from simulator.profile import TaskProfile
 from simulator.profile.iteration import StepCost, first_token_seconds
 from simulator.profile.kinds import BatchShape, ServiceModel, TaskDefaults
@@ -41,7 +41,7 @@ from simulator.registry import Registry
 from simulator.scenario import Scenario, TaskConfig
 
 __all__ = ["BATCH_FORMING", "AdaptiveLookahead", "BatchFormer", "FormingRule", "RecordedAcceptance", "Shaping",
-           "WhenGpuFree", "task_service"]
+           "WhenGpuFree"]
 
 
 class _Placed(Protocol):
@@ -186,7 +186,7 @@ class BatchFormer:
         self._shaping: dict[str, Shaping] = {}
 
     def service_of(self, task: str) -> ServiceModel:
-        """The task's service model (:func:`task_service`), made once per run."""
+        """The task's service model (:func:`~simulator.model.rules.service.task_service`), made once per run."""
         return self.services.of(task)
 
     def form(self, task: str, queue: str, ids: list[int], worker: int, device: Device | None = None) -> Batch:

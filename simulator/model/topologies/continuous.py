@@ -36,11 +36,11 @@ finished, preempted, or growing into a new KV block), not to the rows running:
 * where every row commits the same fixed number of tokens ``g`` per iteration (the
   ``iteration`` kind, and the batch kinds with a whole ``tokens_per_iteration``), a row's
   tokens are a function of the iteration number, so the iteration it ends in is known at
-  its admission (:class:`FixedGainRows`: heaps keyed by that iteration, by the iteration it
+  its admission (:class:`~simulator.model.rules.continuous.FixedGainRows`: heaps keyed by that iteration, by the iteration it
   needs its next KV block, and by its length for the longest row);
 * where tokens are drawn per row (``spec_decode``, a fractional ``tokens_per_iteration``),
   the rows live in numpy arrays and each iteration is a few array operations
-  (:class:`DrawnGainRows`);
+  (:class:`~simulator.model.rules.continuous.DrawnGainRows`);
 * with an unlimited cache no blocks are counted at all (nothing can be preempted).
 
 Either way the engine's random draws are the same, call for call: one ``tokens(rows)`` per
@@ -55,12 +55,11 @@ from typing import TYPE_CHECKING, Any, cast
 from simulator.errors import ScenarioError
 from simulator.model.kernel import TIMER
 from simulator.model.resources import Batch, Device
-from simulator.model.rules.continuous import DrawnGainRows, EngineState, FixedGainRows, iteration_boundary, new_rows
+from simulator.model.rules.continuous import EngineState, iteration_boundary
 from simulator.model.rules.prefix_cache import EnginePrefixes, PrefixCache
 from simulator.model.topologies.base import TOPOLOGIES, Topology
 
-__all__ = ["Continuous", "DrawnGainRows", "Engine", "FixedGainRows", "iteration_boundary", "new_rows",
-           "prefix_cache_of"]
+__all__ = ["Continuous", "Engine", "prefix_cache_of"]
 
 if TYPE_CHECKING:
     from simulator.model.context import RunContext
