@@ -285,6 +285,21 @@ def fit_costs(m: Measurements) -> tuple[dict[str, Cost], dict[str, Any]]:
     return costs, check
 
 
+def identity_texts(grid: Grid, device: str, on_gpu: bool, dtype: str, versions: str) -> dict[str, str]:
+    """The ``describes`` and ``answers`` texts of a measured profile: which system it stands for
+    (simctl's own eager decoder on this device, random weights) and which question it answers."""
+    steps = ("draft, verify and decode steps replayed from CUDA graphs, prefills eager" if on_gpu and grid.graphs
+             else "every pass eager")
+    return {
+        "describes": (f"No production serving engine: {grid.target} verifying {grid.draft}'s drafts (random weights, "
+                      f"{dtype}) in simctl's batched speculative-decoding harness on one {device} ({versions}); "
+                      f"{steps}; no paged KV cache, no fused kernels"),
+        "answers": (f"What batched speculative decoding of {grid.target} with {grid.draft} costs on this "
+                    f"{'GPU' if on_gpu else 'machine'} in a plain PyTorch decoder, over batch, prompt length, "
+                    f"lookahead and acceptance; not what vLLM, SGLang or TensorRT-LLM would take"),
+    }
+
+
 def build_profile(grid: Grid, dev: torch.device, dtype: torch.dtype, target_shape: ModelShape,
                   draft_shape: ModelShape, bandwidth: float | None, m: Measurements) -> dict[str, Any]:
     costs, check = fit_costs(m)
@@ -300,7 +315,9 @@ def build_profile(grid: Grid, dev: torch.device, dtype: torch.dtype, target_shap
                    f"{grid.draft} (draft), random weights, {str(dtype).removeprefix('torch.')}; service "
                    f"times compose the fitted per-operation costs in 'costs'. Task acceptance 0.3 and "
                    f"lookahead 3 are the design notes' figures (override per task or with --acceptance/"
-                   f"--lookahead); graph is not measured here (CPU, as in seed-calibrated)."),
+                   f"--lookahead); graph is a CPU task, not measured here (as in seed-calibrated)."),
+        **identity_texts(grid, device_name(dev), dev.type == "cuda", str(dtype).removeprefix("torch."),
+                         f"torch {torch.__version__}" + (f", CUDA {torch.version.cuda}" if dev.type == "cuda" else "")),
         "meta": {
             "device": device_name(dev),
             "torch": torch.__version__,
