@@ -453,16 +453,34 @@ def measure_profile(plan: Plan, dev, out: Path, record: Stage, check: Callable[[
 # -- composition and outputs ----------------------------------------------------------------------
 
 
+#: How each row's measured pass runs, and so what of the composition it is compared with
+COMPOSED_AS = {
+    ("simctl", False): "eager: max(host, device)",
+    ("transformers", False): "engine hf-eager: max(host model, device)",
+    ("transformers", True): "graph: device only",
+}
+
+
 def compose(rows: list[dict[str, Any]], plan: Plan, tables: Path | None) -> None:
     """``composed_s`` and ``error`` (measured ÷ composed − 1) of every row, from the op tables
-    in ``tables`` (None: the op tables were not measured; both stay empty)."""
+    in ``tables`` (None: the op tables were not measured; both stay empty), as the row's pass
+    runs (:data:`COMPOSED_AS`): simctl's eager decoder as the longer of the host's issuing
+    and the device's kernels (:attr:`StepCost.eager_seconds`; on a CPU one synchronous sum);
+    transformers' eager steps through the ``hf-eager`` engine that replays the users' server
+    (its host model per kernel, step and row, overlapping the device's kernels:
+    :mod:`simulator.profile.overhead`); graph-replayed steps as the device's kernels alone.
+    ``composed_host_s`` and ``composed_device_s`` keep the two sides."""
     from simulator.hardware import load_gpu
     from simulator.hardware.compose import decode_step, speculative_round
+    from simulator.hardware.engines import get_engine
     from simulator.harness.presets import get_preset
+    from simulator.profile.overhead import PARAMETERS, EngineOverhead
 
     gpu = load_gpu(tables) if tables is not None else None
+    engine = get_engine("hf-eager")
     for row in rows:
-        row["composed_s"] = row["error"] = None
+        row["composed_s"] = row["error"] = row["composed_host_s"] = row["composed_device_s"] = None
+        row["composed_as"] = COMPOSED_AS[(row["implementation"], row["graphs"])]
         if gpu is None:
             continue
         context = [row["context"]] * row["batch"]
@@ -471,12 +489,22 @@ def compose(rows: list[dict[str, Any]], plan: Plan, tables: Path | None) -> None
         else:
             cost = speculative_round(gpu, get_preset(plan.target), get_preset(plan.draft), context,
                                      row["lookahead"], row["style"])
-        row["composed_s"] = cost.seconds
-        row["error"] = row["measured_s"] / cost.seconds - 1
+        device, host = cost.seconds, cost.host_seconds
+        if row["implementation"] == "transformers" and not row["graphs"]:
+            overhead = EngineOverhead(engine.name, overlap=engine.overlap, kernels={"step": cost.kernels},
+                                      **{k: engine.defaults[k] for k in PARAMETERS})
+            host = float(overhead.host("step", row["batch"]))
+            composed = float(overhead.combine(device, host))
+        elif row["graphs"]:
+            composed = device
+        else:
+            composed = cost.eager_seconds
+        row.update(composed_s=composed, composed_host_s=host, composed_device_s=device,
+                   error=row["measured_s"] / composed - 1)
 
 
 COLUMNS = ["pass", "implementation", "graphs", "model", "batch", "context", "lookahead", "style", "measured_s",
-           "composed_s", "error"]
+           "composed_as", "composed_s", "composed_host_s", "composed_device_s", "error"]
 
 
 def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
@@ -501,7 +529,10 @@ def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def markdown(manifest: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     lines = [f"{manifest['device']}, torch {manifest['torch']}, {manifest['dtype']}; measured ÷ composed − 1 "
-             f"(composed from the op tables this run measured, nothing fitted to the passes).", ""]
+             f"(composed from the op tables this run measured, nothing fitted to the passes; each pass as it runs: "
+             f"simctl's eager decoder as the longer of the host's issuing and the device's kernels, "
+             f"transformers' eager steps through the hf-eager engine's host model, graph replays as the "
+             f"device's kernels alone).", ""]
     summ = summary(rows)
     if summ:
         lines += ["| pass | implementation | graphs | points | median abs error | max abs error | median error |",
@@ -512,13 +543,16 @@ def markdown(manifest: dict[str, Any], rows: list[dict[str, Any]]) -> str:
                          f"{100 * s['median_error']:+.1f} % |")
         lines.append("")
     lines += ["| pass | implementation | graphs | model | batch | context | k | style | measured ms | composed ms | "
-              "error |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "host ms | device ms | error |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+
+    def ms(value: float | None) -> str:
+        return "" if value is None else f"{1e3 * value:.3f}"
     for r in rows:
-        composed = "" if r["composed_s"] is None else f"{1e3 * r['composed_s']:.3f}"
         error = "" if r["error"] is None else f"{100 * r['error']:+.1f} %"
         lines.append(f"| {r['pass']} | {r['implementation']} | {'yes' if r['graphs'] else 'no'} | {r['model']} | "
                      f"{r['batch']} | {r['context']} | {r['lookahead'] or ''} | {r['style']} | "
-                     f"{1e3 * r['measured_s']:.3f} | {composed} | {error} |")
+                     f"{1e3 * r['measured_s']:.3f} | {ms(r['composed_s'])} | {ms(r['composed_host_s'])} | "
+                     f"{ms(r['composed_device_s'])} | {error} |")
     if manifest["skipped"]:
         lines += ["", "Skipped:", ""] + [f"- {s['stage']}: {s['what']} ({s['reason']})" for s in manifest["skipped"]]
     return "\n".join(lines) + "\n"

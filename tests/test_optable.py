@@ -14,6 +14,7 @@ import pytest
 
 from simulator.hardware import Estimate, HardwareError, load_gpu
 from simulator.hardware.compose import (
+    HARNESS_CACHED_ATTENTION_KERNELS,
     HARNESS_HEAD_VIEWS,
     HARNESS_LAYER_VIEWS,
     STYLES,
@@ -250,3 +251,48 @@ def test_a_speculative_round_in_the_harness_style_recaches_the_previous_token(me
     parts = [decode_step(a100, TINY, [c + j for c in context]) for j in range(2)] + [verify_pass(a100, TINY, context, 2)]
     assert fused.seconds == pytest.approx(sum(s.seconds for s in parts))
     assert fused.kernels == sum(s.kernels for s in parts)
+
+
+# -- a GPU's split timing: the device's seconds and the host's issuing, apart ---------------
+
+
+def _split_copy(measured: Path, folder: Path, host_per_call: float) -> Path:
+    """``measured`` as a GPU writes its tables: every op's seconds the device's, ``host_seconds``
+    (here ``host_per_call`` for every op) the host's issuing it, ``timing: split``."""
+    folder.mkdir()
+    for path in measured.glob("*.parquet"):
+        frame = pd.read_parquet(path)
+        frame["host_seconds"] = host_per_call
+        frame.to_parquet(folder / path.name, index=False)
+    spec = json.loads((measured / SPEC_FILE).read_text())
+    spec["timing"] = "split"
+    for entry in spec["elementwise"]["ops"].values():
+        entry["points"] = [[b, s, host_per_call] for b, s, *_ in entry["points"]]
+    (folder / SPEC_FILE).write_text(json.dumps(spec))
+    return folder
+
+
+def test_split_tables_keep_the_host_apart_and_an_eager_pass_takes_the_longer_side(measured, tmp_path):
+    synchronous = load_gpu(measured)
+    idle, busy = (load_gpu(_split_copy(measured, tmp_path / name, h)) for name, h in (("idle", 0.0), ("busy", 1e-3)))
+    assert not synchronous.split_timing and idle.split_timing and busy.split_timing
+    assert busy.gemm(1, 64, 64) == Estimate(synchronous.gemm(1, 64, 64).seconds, "exact", 1e-3)
+    spec = json.loads((measured / SPEC_FILE).read_text())
+    context = [12, 12]
+    base = decode_step(synchronous, TINY, context, "harness")
+    # the views and module calls leave the device's seconds for the host's
+    assert base.host_seconds == 0 and base.eager_seconds == base.seconds
+    none = decode_step(idle, TINY, context, "harness")
+    assert none.seconds == pytest.approx(base.seconds - base.parts["host"])
+    views = TINY.layers * HARNESS_LAYER_VIEWS["cached"] + HARNESS_HEAD_VIEWS["cached"]
+    modules = TINY.layers * (10 + (2 if TINY.qk_norm else 0)) + (3 if TINY.tied_embeddings else 4)
+    assert none.host_seconds == pytest.approx(views * spec["host"]["view_s"] + modules * spec["host"]["module_s"])
+    # each call the pass issues costs the host its time once, an attention call however many
+    # kernels it launches
+    step = decode_step(busy, TINY, context, "harness")
+    calls = step.kernels - TINY.layers * (HARNESS_CACHED_ATTENTION_KERNELS - 1)
+    assert step.host_seconds - none.host_seconds == pytest.approx(calls * 1e-3)
+    assert step.seconds == pytest.approx(none.seconds)
+    assert step.eager_seconds == max(step.seconds, step.host_seconds) == step.host_seconds
+    shipped = decode_step(load_gpu("h100-sxm"), PRESETS["qwen3-0.6b"], context, "fused")
+    assert shipped.host_seconds == 0 and shipped.eager_seconds == shipped.seconds

@@ -66,9 +66,12 @@ FP32 = 4
 class StepCost:
     """Seconds of one pass, split by part and by provenance tag; ``stream_bytes`` is what the
     pass must read from GPU memory at least (weights once, cached K/V once); ``kernels`` is
-    how many kernels it launches."""
+    how many kernels it launches; ``host_seconds`` what the host spends issuing them where
+    the tables time that apart (:attr:`~simulator.hardware.tables.GpuTables.split_timing`;
+    else 0: inside ``seconds`` on a synchronous device, or not the tables' to say)."""
 
     seconds: float = 0.0
+    host_seconds: float = 0.0
     parts: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     by_tag: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     stream_bytes: float = 0.0
@@ -78,6 +81,7 @@ class StepCost:
     def add(self, part: str, estimate: Estimate, times: int = 1, kernels: int = 1) -> None:
         seconds = estimate.seconds * times
         self.seconds += seconds
+        self.host_seconds += estimate.host_seconds * times
         self.parts[part] += seconds
         self.by_tag[estimate.tag] += seconds
         self.kernels += kernels * times
@@ -88,8 +92,17 @@ class StepCost:
         for tag, seconds in other.by_tag.items():
             self.by_tag[tag] += seconds
         self.seconds += other.seconds
+        self.host_seconds += other.host_seconds
         self.stream_bytes += other.stream_bytes
         self.kernels += other.kernels
+
+    @property
+    def eager_seconds(self) -> float:
+        """The pass run eagerly: its launches run ahead of the device until the pass's end
+        waits for both, so it takes the longer of the host's and the device's seconds (where
+        the tables time them apart; else ``seconds``). ``seconds`` alone is the pass replayed
+        from a CUDA graph, whose host issues one launch."""
+        return max(self.seconds, self.host_seconds)
 
     @property
     def floor_seconds(self) -> float:
@@ -97,7 +110,8 @@ class StepCost:
         return self.stream_bytes / self.spec_bandwidth
 
     def to_dict(self) -> dict:
-        return {"seconds": self.seconds, "parts": dict(self.parts), "by_tag": dict(self.by_tag),
+        return {"seconds": self.seconds, "host_seconds": self.host_seconds, "eager_seconds": self.eager_seconds,
+                "parts": dict(self.parts), "by_tag": dict(self.by_tag),
                 "floor_seconds": self.floor_seconds, "kernels": self.kernels}
 
 
@@ -127,7 +141,7 @@ def _elementwise(gpu: GpuTables, cost: StepCost, part: str, nbytes: float, kerne
     if kernels <= 0:
         return
     per = gpu.elementwise(nbytes / kernels)
-    cost.add(part, Estimate(per.seconds * kernels, per.tag), times, kernels)
+    cost.add(part, Estimate(per.seconds * kernels, per.tag, per.host_seconds * kernels), times, kernels)
 
 
 def _attention(gpu: GpuTables, shape: ModelShape, p: Pass) -> Estimate:

@@ -68,10 +68,13 @@ TAGS = ("exact", "interpolated", "extrapolated", "assumed")
 
 @dataclass(frozen=True)
 class Estimate:
-    """Seconds of one op, and how they were obtained (one of :data:`TAGS`)."""
+    """Seconds of one op, and how they were obtained (one of :data:`TAGS`); ``host_seconds``:
+    the host's seconds issuing it, where tables time it apart from the device's (a GPU's own
+    measured folder, :attr:`GpuTables.split_timing`), else 0 (inside ``seconds``, or none)."""
 
     seconds: float
     tag: str
+    host_seconds: float = 0.0
 
 
 def gpu_specs() -> dict[str, dict]:
@@ -218,7 +221,7 @@ def _elementwise_features(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def elementwise_table(points: Sequence[Sequence[float]]) -> GridTable:
     """A one-axis table of an elementwise op: ``(bytes, seconds)`` rows (repeated sizes keep
     their median); its fit is ``c0 + bytes · β``."""
-    frame = pd.DataFrame(points, columns=["bytes", "seconds"]).groupby("bytes", as_index=False)["seconds"].median()
+    frame = pd.DataFrame([pt[:2] for pt in points], columns=["bytes", "seconds"]).groupby("bytes", as_index=False)["seconds"].median()
     return GridTable(frame, ("bytes",), _elementwise_features)
 
 
@@ -390,17 +393,46 @@ class GpuTables:
         path = self.folder / "verify_attention.parquet"
         return GridTable(pd.read_parquet(path), VERIFY_AXES, _verify_features) if path.is_file() else None
 
+    @property
+    def split_timing(self) -> bool:
+        """Whether the tables time each op's kernels on the device apart from the host's
+        issuing them (a GPU's own measured folder): an eager pass then takes the longer of
+        the two sums (:attr:`~simulator.hardware.compose.StepCost.eager_seconds`), a pass
+        replayed from a CUDA graph the device's alone."""
+        return self.spec.get("timing") == "split"
+
+    @cached_property
+    def _host_per_call(self) -> dict[str, float]:
+        """Per table of a split-timed folder, the median host seconds of one call of its op
+        (issuing an op costs the host about the same whatever its size)."""
+        if not self.split_timing:
+            return {}
+        out = {}
+        for name in ("gemm", "decode_attention", "prefill_attention", "verify_attention"):
+            path = self.folder / f"{name}.parquet"
+            if path.is_file():
+                frame = pd.read_parquet(path)
+                if "host_seconds" in frame.columns and len(frame):
+                    out[name] = float(frame["host_seconds"].median())
+        return out
+
+    def _issued(self, estimate: Estimate, table: str) -> Estimate:
+        host = self._host_per_call.get(table)
+        return estimate if host is None else Estimate(estimate.seconds, estimate.tag, host)
+
     def gemm(self, m: int, n: int, k: int) -> Estimate:
         """``[m, k] × [k, n]`` in bf16."""
-        return self.gemm_table.lookup((m, n, k))
+        return self._issued(self.gemm_table.lookup((m, n, k)), "gemm")
 
     def decode_attention(self, batch: int, kv_len: int, heads: int, kv_heads: int, head_dim: int) -> Estimate:
         """One decode step of ``batch`` rows, each attending ``kv_len`` cached tokens plus its new one."""
-        return self.decode_table.lookup((batch, max(kv_len, 1), heads, kv_heads, head_dim))
+        return self._issued(self.decode_table.lookup((batch, max(kv_len, 1), heads, kv_heads, head_dim)),
+                            "decode_attention")
 
     def prefill_attention(self, batch: int, prompt_tokens: int, heads: int, kv_heads: int, head_dim: int) -> Estimate:
         """Causal attention over ``batch`` fresh prompts of ``prompt_tokens`` tokens."""
-        return self.prefill_table.lookup((batch, prompt_tokens, heads, kv_heads, head_dim))
+        return self._issued(self.prefill_table.lookup((batch, prompt_tokens, heads, kv_heads, head_dim)),
+                            "prefill_attention")
 
     def verify_attention(self, batch: int, kv_len: int, tokens: int, heads: int, kv_heads: int,
                          head_dim: int) -> Estimate:
@@ -410,7 +442,8 @@ class GpuTables:
         per row at ``kv_len + tokens - 1`` cached tokens, reading the same cache."""
         if tokens <= 1 or self.verify_table is None:
             return self.decode_attention(batch, kv_len + tokens - 1, heads, kv_heads, head_dim)
-        return self.verify_table.lookup((batch, max(kv_len, 1), tokens, heads, kv_heads, head_dim))
+        return self._issued(self.verify_table.lookup((batch, max(kv_len, 1), tokens, heads, kv_heads, head_dim)),
+                            "verify_attention")
 
     @property
     def effective_bandwidth(self) -> float:
@@ -441,9 +474,27 @@ class GpuTables:
             return Estimate(float(c0 + nbytes * beta), "assumed")
         own = self._elementwise_tables.get(op) if op is not None else None
         if own is not None:
-            return own.lookup((max(nbytes, 1.0),))
+            return self._elementwise_issued(own.lookup((max(nbytes, 1.0),)), op)
         pooled = self._pooled_elementwise.lookup((max(nbytes, 1.0),))
-        return pooled if op is None else Estimate(pooled.seconds, "assumed")
+        return self._elementwise_issued(pooled if op is None else Estimate(pooled.seconds, "assumed"), None)
+
+    @cached_property
+    def _elementwise_host(self) -> dict[str | None, float]:
+        """Per timed op of a split-timed folder (None: the pooled ones), the median host
+        seconds of one call."""
+        timed = self.spec.get("elementwise") or {}
+        if not self.split_timing or not timed:
+            return {}
+        hosts = {op: [pt[2] for pt in entry["points"] if len(pt) > 2] for op, entry in timed.get("ops", {}).items()}
+        out: dict[str | None, float] = {op: float(np.median(h)) for op, h in hosts.items() if h}
+        pooled = [h for op in timed.get("pooled", ()) for h in hosts.get(op, [])]
+        if pooled:
+            out[None] = float(np.median(pooled))
+        return out
+
+    def _elementwise_issued(self, estimate: Estimate, op: str | None) -> Estimate:
+        host = self._elementwise_host.get(op, self._elementwise_host.get(None))
+        return estimate if host is None else Estimate(estimate.seconds, estimate.tag, host)
 
 
     def host(self, kind: str) -> Estimate:
@@ -453,7 +504,9 @@ class GpuTables:
         ``assumed`` for every call of that kind; the shipped tables time kernels inside
         CUDA-graph replay, where no host work shows: 0, ``assumed``."""
         measured = (self.spec.get("host") or {}).get(f"{kind}_s")
-        return Estimate(float(measured) if measured is not None else 0.0, "assumed")
+        seconds = float(measured) if measured is not None else 0.0
+        # split-timed: the host's alone, beside the device's seconds rather than in them
+        return Estimate(0.0, "assumed", seconds) if self.split_timing else Estimate(seconds, "assumed")
 
 
 @functools.lru_cache(maxsize=32)

@@ -53,7 +53,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 import torch
@@ -63,7 +63,7 @@ from simulator.hardware.compose import FP32, HARNESS_STREAMS
 from simulator.hardware.tables import SPEC_FILE, elementwise_table
 from simulator.harness.decoder import attend_cached, attend_fresh
 from simulator.harness.presets import ModelShape
-from simulator.harness.timing import measure_bandwidth, synchronize, time_call, time_sequence
+from simulator.harness.timing import measure_bandwidth, synchronize, time_call, time_sequence, time_split
 
 FORMAT = "simctl-optable/1"
 #: Elementwise ops timed at :attr:`OpGrid.elementwise_numel` sizes, and those timed over
@@ -222,9 +222,19 @@ def _then(*steps: Callable[[], object]) -> Callable[[], None]:
     return run
 
 
+class _Timed(NamedTuple):
+    """One point: the op's seconds (on a GPU its kernels' time on the device, on a CPU the
+    call's) and, on a GPU, the host's seconds issuing the call (None on a CPU, where the
+    call's seconds already hold them)."""
+
+    seconds: float
+    host_s: float | None = None
+
+
 def _time(fn: Callable[[], object], dev: torch.device, grid: OpGrid,
-          setup: Callable[[], object] | None = None) -> float:
-    """Median seconds of ``fn`` after warm-up; repeats capped by ``grid.point_seconds``."""
+          setup: Callable[[], object] | None = None) -> _Timed:
+    """Median seconds of ``fn`` after warm-up (:func:`~simulator.harness.timing.time_split`
+    on a GPU); repeats capped by ``grid.point_seconds``."""
     for _ in range(grid.warmup):
         if setup:
             setup()
@@ -237,7 +247,10 @@ def _time(fn: Callable[[], object], dev: torch.device, grid: OpGrid,
     synchronize(dev)
     once = time.perf_counter() - start
     repeats = int(min(grid.repeats, max(grid.min_repeats, grid.point_seconds / max(once, 1e-9))))
-    return time_call(fn, dev, warmup=0, repeats=repeats, setup=setup).median
+    if dev.type != "cuda":
+        return _Timed(time_call(fn, dev, warmup=0, repeats=repeats, setup=setup).median)
+    device_s, host_s = time_split([fn], dev, repeats, setup)
+    return _Timed(float(statistics.median(device_s[0])), float(statistics.median(host_s[0])))
 
 
 def _device_name(dev: torch.device) -> str:
@@ -290,16 +303,20 @@ def _gemm_rows(dev: torch.device, dtype: torch.dtype, grid: OpGrid, weights: Seq
         calls = [partial(F.linear, xs[k], w) for n, k, w in sequence]
         time_sequence(calls, dev, max(grid.warmup - 1, 0))
         passes = int(min(grid.repeats, max(grid.min_repeats, budget / max(once, 1e-9))))
-        samples = time_sequence(calls, dev, passes)
+        samples, issued = time_split(calls, dev, passes)
         for n, k in distinct:
             tick(f"gemm m={m} n={n} k={k}")
             times = [t for (nn, kk, _), ts in zip(sequence, samples, strict=True) if (nn, kk) == (n, k) for t in ts]
-            rows.append({"m": m, "n": n, "k": k, "seconds": float(statistics.median(times))})
+            row = {"m": m, "n": n, "k": k, "seconds": float(statistics.median(times))}
+            if dev.type == "cuda":
+                hosts = [t for (nn, kk, _), ts in zip(sequence, issued, strict=True) if (nn, kk) == (n, k) for t in ts]
+                row["host_seconds"] = float(statistics.median(hosts))
+            rows.append(row)
     return rows
 
 
 def _cached_attention_seconds(dev: torch.device, dtype: torch.dtype, grid: OpGrid, context: _PassContext, b: int,
-                              step: int, tokens: int, heads: int, kv_heads: int, head_dim: int) -> float:
+                              step: int, tokens: int, heads: int, kv_heads: int, head_dim: int) -> _Timed:
     """Seconds of :func:`~simulator.harness.decoder.attend_cached` for ``tokens`` new tokens
     per row after ``step`` cached ones: the cache viewed up to ``step + tokens`` positions,
     as the decoder views it when the caller's view is the longest row (no bucket)."""
@@ -320,14 +337,22 @@ def _cached_attention_seconds(dev: torch.device, dtype: torch.dtype, grid: OpGri
     return _time(run, dev, grid, _then(caches.advance, context.layer))
 
 
+def _with_host(row: dict[str, Any], timed: _Timed) -> dict[str, Any]:
+    """A table row with its seconds and, where timed apart (a GPU), the host's seconds."""
+    row["seconds"] = timed.seconds
+    if timed.host_s is not None:
+        row["host_seconds"] = timed.host_s
+    return row
+
+
 def _decode_rows(dev: torch.device, dtype: torch.dtype, grid: OpGrid, context: _PassContext,
                  tick: Callable[[str], None]) -> list[dict]:
     rows = []
     for b, step, heads, kv_heads, head_dim in grid.decode_attention:
         tick(f"decode attention B={b} step={step} heads={heads}/{kv_heads}x{head_dim}")
-        seconds = _cached_attention_seconds(dev, dtype, grid, context, b, step, 1, heads, kv_heads, head_dim)
-        rows.append({"batch_size": b, "step": step, "num_heads": heads, "num_key_value_heads": kv_heads,
-                     "head_dim": head_dim, "seconds": seconds})
+        timed = _cached_attention_seconds(dev, dtype, grid, context, b, step, 1, heads, kv_heads, head_dim)
+        rows.append(_with_host({"batch_size": b, "step": step, "num_heads": heads, "num_key_value_heads": kv_heads,
+                                "head_dim": head_dim}, timed))
     return rows
 
 
@@ -336,9 +361,9 @@ def _verify_rows(dev: torch.device, dtype: torch.dtype, grid: OpGrid, context: _
     rows = []
     for b, step, tokens, heads, kv_heads, head_dim in grid.verify_attention:
         tick(f"verify attention B={b} step={step} tokens={tokens} heads={heads}/{kv_heads}x{head_dim}")
-        seconds = _cached_attention_seconds(dev, dtype, grid, context, b, step, tokens, heads, kv_heads, head_dim)
-        rows.append({"batch_size": b, "step": step, "tokens": tokens, "num_heads": heads,
-                     "num_key_value_heads": kv_heads, "head_dim": head_dim, "seconds": seconds})
+        timed = _cached_attention_seconds(dev, dtype, grid, context, b, step, tokens, heads, kv_heads, head_dim)
+        rows.append(_with_host({"batch_size": b, "step": step, "tokens": tokens, "num_heads": heads,
+                                "num_key_value_heads": kv_heads, "head_dim": head_dim}, timed))
     return rows
 
 
@@ -350,9 +375,9 @@ def _prefill_rows(dev: torch.device, dtype: torch.dtype, grid: OpGrid, context: 
         q = torch.randn(b, heads, isl, head_dim, device=dev, dtype=dtype)
         k = torch.randn(b, kv_heads, isl, head_dim, device=dev, dtype=dtype)
         v = torch.randn(b, isl, kv_heads, head_dim, device=dev, dtype=dtype)
-        seconds = _time(partial(attend_fresh, q, k, v, heads != kv_heads), dev, grid, context.layer)
-        rows.append({"batch_size": b, "isl": isl, "num_heads": heads, "num_key_value_heads": kv_heads,
-                     "head_dim": head_dim, "seconds": seconds})
+        timed = _time(partial(attend_fresh, q, k, v, heads != kv_heads), dev, grid, context.layer)
+        rows.append(_with_host({"batch_size": b, "isl": isl, "num_heads": heads, "num_key_value_heads": kv_heads,
+                                "head_dim": head_dim}, timed))
     return rows
 
 
@@ -412,6 +437,11 @@ def _logit_op(op: str, rows: int, vocab: int, dev: torch.device,
     raise ValueError(f"unknown sampling op {op!r}")
 
 
+def _point(nbytes: float, timed: _Timed) -> list[float]:
+    """An elementwise point: ``[bytes, seconds]``, and the host's seconds where timed apart."""
+    return [nbytes, timed.seconds] + ([timed.host_s] if timed.host_s is not None else [])
+
+
 def _elementwise(dev: torch.device, dtype: torch.dtype, grid: OpGrid, context: _PassContext,
                  tick: Callable[[str], None]) -> dict[str, Any]:
     es = torch.finfo(dtype).bits // 8
@@ -421,19 +451,19 @@ def _elementwise(dev: torch.device, dtype: torch.dtype, grid: OpGrid, context: _
             tick(f"elementwise {op} n={numel}")
             fn, n = _activation_op(op, numel, grid.row_width, dev, dtype)
             size = FP32 if op in ("pow", "rsqrt", "mean") else es
-            points.setdefault(op, []).append([HARNESS_STREAMS[op] * n * size, _time(fn, dev, grid, context.layer)])
+            points.setdefault(op, []).append(_point(HARNESS_STREAMS[op] * n * size, _time(fn, dev, grid, context.layer)))
     for numel in grid.elementwise_numel:
         tick(f"elementwise copy n={numel}")
         if dtype != torch.float32:   # a cast to fp32 and back exists only off fp32
             x = torch.randn(numel, device=dev, dtype=dtype)
-            points.setdefault("copy", []).append([(es + FP32) * numel, _time(x.float, dev, grid, context.layer)])
+            points.setdefault("copy", []).append(_point((es + FP32) * numel, _time(x.float, dev, grid, context.layer)))
     generator = torch.Generator(device=dev).manual_seed(0)
     for op in LOGIT_OPS:
         for r in grid.logit_rows:
             tick(f"sampling {op} rows={r}")
-            points.setdefault(op, []).append([HARNESS_STREAMS[op] * r * grid.vocab * FP32,
-                                              _time(_logit_op(op, r, grid.vocab, dev, generator), dev, grid,
-                                                    context.head)])
+            points.setdefault(op, []).append(_point(HARNESS_STREAMS[op] * r * grid.vocab * FP32,
+                                                    _time(_logit_op(op, r, grid.vocab, dev, generator), dev, grid,
+                                                          context.head)))
     ops = {}
     for op, pts in points.items():
         c0, beta, _ = elementwise_table(pts).fit
@@ -456,17 +486,36 @@ def _host(dev: torch.device, dtype: torch.dtype, grid: OpGrid, context: _PassCon
     x = torch.randn(1, 1, 4, 16, device=dev, dtype=dtype)
     module = _Trivial()
     tick("host: view op")
-    view = _time(partial(torch.transpose, x, 1, 2), dev, grid, context.layer)
+    view = _host_seconds(partial(torch.transpose, x, 1, 2), dev, grid, context.layer)
     tick("host: module call")
-    call = _time(partial(module, x), dev, grid, context.layer)
+    call = _host_seconds(partial(module, x), dev, grid, context.layer)
     return {"view_s": view, "module_s": call}
+
+
+#: Calls of a host-only op per timed sample on a GPU: enough for perf_counter's resolution
+HOST_CALLS = 200
+
+
+def _host_seconds(fn: Callable[[], object], dev: torch.device, grid: OpGrid, setup: Callable[[], object]) -> float:
+    """Host seconds of one call of ``fn``, which launches nothing. On a CPU timed as an op
+    (after the pass context, like the ops around it); on a GPU a pair of events would time the
+    host's gap between them, not the call, so ``perf_counter`` times :data:`HOST_CALLS` calls."""
+    if dev.type != "cuda":
+        return _time(fn, dev, grid, setup).seconds
+    samples = []
+    for _ in range(max(grid.min_repeats, min(grid.repeats, 5))):
+        start = time.perf_counter()
+        for _ in range(HOST_CALLS):
+            fn()
+        samples.append((time.perf_counter() - start) / HOST_CALLS)
+    return float(statistics.median(samples))
 
 
 def _peak_flops(dev: torch.device, dtype: torch.dtype, grid: OpGrid) -> float:
     n = 8192 if dev.type == "cuda" else 1024
     a = torch.randn(n, n, device=dev, dtype=dtype)
     b = torch.randn(n, n, device=dev, dtype=dtype)
-    return 2 * n ** 3 / _time(lambda: a @ b, dev, grid)
+    return 2 * n ** 3 / _time(lambda: a @ b, dev, grid).seconds
 
 
 def measure_op_tables(device: str | torch.device, dtype: torch.dtype, grid: OpGrid, out_dir: str | Path,
@@ -513,6 +562,9 @@ def measure_op_tables(device: str | torch.device, dtype: torch.dtype, grid: OpGr
         "memory_bytes": memory_bytes(dev),
         "elementwise": elementwise,
         "host": host,
+        # on a GPU each op's seconds are its kernels on the device and host_seconds the host's
+        # issuing it (an eager pass overlaps the two); on a CPU one synchronous figure
+        "timing": "split" if dev.type == "cuda" else "synchronous",
         "rotate_bytes": grid.rotate_bytes,
         "grid": asdict(grid),
         "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
@@ -533,5 +585,6 @@ ATTENTION_KEYS = ["batch_size", "num_heads", "num_key_value_heads", "head_dim"]
 
 def _write(rows: list[dict], keys: list[str], path: Path) -> None:
     """Rows in the shipped layout: int64 keys in the shipped order, then float seconds."""
-    frame = pd.DataFrame(rows, columns=keys + ["seconds"]).astype({k: "int64" for k in keys})
-    frame.astype({"seconds": "float64"}).sort_values(keys).reset_index(drop=True).to_parquet(path, index=False)
+    values = ["seconds"] + (["host_seconds"] if rows and "host_seconds" in rows[0] else [])
+    frame = pd.DataFrame(rows, columns=keys + values).astype({k: "int64" for k in keys})
+    frame.astype({v: "float64" for v in values}).sort_values(keys).reset_index(drop=True).to_parquet(path, index=False)

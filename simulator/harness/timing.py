@@ -78,6 +78,78 @@ def time_sequence(calls: Sequence[Callable[[], object]], device: torch.device, p
     return samples
 
 
+#: Host time (beyond the host's own enqueueing) the GPU must still be asleep for, when the
+#: host finishes enqueueing a timed pass: guards against the sleep starting late
+SLEEP_MARGIN_S = 50e-6
+SLEEP_TRIES = 4
+_SLEEP_CYCLES_PER_S: dict[int, float] = {}
+
+
+def _sleep_cycles_per_second(device: torch.device) -> float:
+    """Clock cycles per second of ``torch.cuda._sleep`` on ``device``, timed once with events."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _SLEEP_CYCLES_PER_S:
+        cycles = 2_000_000
+        torch.cuda._sleep(cycles // 10)                   # the first call loads the kernel
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        torch.cuda.synchronize(device)
+        _SLEEP_CYCLES_PER_S[index] = cycles / (start.elapsed_time(end) / 1e3)
+    return _SLEEP_CYCLES_PER_S[index]
+
+
+def time_split(calls: Sequence[Callable[[], object]], device: torch.device, passes: int,
+               setup: Callable[[], object] | None = None) -> tuple[list[list[float]], list[list[float]]]:
+    """Per call, ``passes`` samples of its **device** seconds and of its **host** seconds.
+
+    Timed the plain way (:func:`time_sequence`), a short op on an idle GPU measures the host's
+    launch latency rather than the kernel: the end event waits for the host to enqueue the op.
+    Here every pass starts behind a sleep kernel long enough for the host to enqueue the whole
+    pass while the GPU still sleeps, so each pair of events brackets the op's kernels running
+    back to back on the device (what a CUDA graph replays); ``perf_counter`` around each call
+    gives the host's time to issue it (what an eager pass pays per call). A pass whose sleep
+    ended before the host finished enqueueing is run again behind a longer sleep (up to
+    :data:`SLEEP_TRIES` times: a pass that fills the device's launch queue blocks the host
+    until the sleep ends, however long; its last try is kept). On a CPU the two are the same
+    synchronous seconds."""
+    if device.type != "cuda":
+        samples = time_sequence(calls, device, passes, setup)
+        return samples, samples
+    cycles_per_s = _sleep_cycles_per_second(device)
+    device_s: list[list[float]] = [[] for _ in calls]
+    host_s: list[list[float]] = [[] for _ in calls]
+    lead = 1e-3
+    for _ in range(passes):
+        for _ in range(SLEEP_TRIES):
+            if setup:
+                setup()
+            asleep, awake = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            asleep.record()
+            torch.cuda._sleep(int(lead * cycles_per_s))
+            awake.record()
+            began = time.perf_counter()
+            events, issued = [], []
+            for call in calls:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                t0 = time.perf_counter()
+                call()
+                issued.append(time.perf_counter() - t0)
+                end.record()
+                events.append((start, end))
+            enqueued = time.perf_counter() - began
+            torch.cuda.synchronize(device)
+            if asleep.elapsed_time(awake) / 1e3 > enqueued + SLEEP_MARGIN_S:
+                break
+            lead = 2 * max(lead, enqueued + SLEEP_MARGIN_S)
+        for i, ((start, end), host) in enumerate(zip(events, issued, strict=True)):
+            device_s[i].append(start.elapsed_time(end) / 1e3)
+            host_s[i].append(host)
+    return device_s, host_s
+
+
 def measure_bandwidth(device: torch.device, nbytes: int = 1 << 30, repeats: int = 10) -> float:
     """Device-memory bandwidth in bytes/s from a large device-to-device copy (read + write)."""
     n = nbytes // 4
