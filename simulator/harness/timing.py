@@ -82,6 +82,9 @@ def time_sequence(calls: Sequence[Callable[[], object]], device: torch.device, p
 #: host finishes enqueueing a timed pass: guards against the sleep starting late
 SLEEP_MARGIN_S = 50e-6
 SLEEP_TRIES = 4
+#: The longest sleep a chunk waits behind, and the most calls a chunk enqueues
+MAX_SLEEP_S = 0.02
+CHUNK_CALLS = 32
 _SLEEP_CYCLES_PER_S: dict[int, float] = {}
 
 
@@ -106,14 +109,14 @@ def time_split(calls: Sequence[Callable[[], object]], device: torch.device, pass
 
     Timed the plain way (:func:`time_sequence`), a short op on an idle GPU measures the host's
     launch latency rather than the kernel: the end event waits for the host to enqueue the op.
-    Here every pass starts behind a sleep kernel long enough for the host to enqueue the whole
-    pass while the GPU still sleeps, so each pair of events brackets the op's kernels running
-    back to back on the device (what a CUDA graph replays); ``perf_counter`` around each call
-    gives the host's time to issue it (what an eager pass pays per call). A pass whose sleep
-    ended before the host finished enqueueing is run again behind a longer sleep (up to
-    :data:`SLEEP_TRIES` times: a pass that fills the device's launch queue blocks the host
-    until the sleep ends, however long; its last try is kept). On a CPU the two are the same
-    synchronous seconds."""
+    Here the calls are enqueued in chunks of at most :data:`CHUNK_CALLS` (few enough never to
+    fill the device's launch queue, which would block the host), each behind a sleep kernel
+    meant to outlast the host's enqueueing of the chunk, so each pair of events brackets the
+    op's kernels running back to back on the device (what a CUDA graph replays);
+    ``perf_counter`` around each call gives the host's time to issue it (what an eager pass
+    pays per call). A chunk whose sleep ended before the host finished enqueueing it doubles
+    the sleep (up to :data:`MAX_SLEEP_S`) and its pass runs again, at most :data:`SLEEP_TRIES`
+    times (the last try is kept). On a CPU the two are the same synchronous seconds."""
     if device.type != "cuda":
         samples = time_sequence(calls, device, passes, setup)
         return samples, samples
@@ -125,25 +128,28 @@ def time_split(calls: Sequence[Callable[[], object]], device: torch.device, pass
         for _ in range(SLEEP_TRIES):
             if setup:
                 setup()
-            asleep, awake = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            asleep.record()
-            torch.cuda._sleep(int(lead * cycles_per_s))
-            awake.record()
-            began = time.perf_counter()
-            events, issued = [], []
-            for call in calls:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                t0 = time.perf_counter()
-                call()
-                issued.append(time.perf_counter() - t0)
-                end.record()
-                events.append((start, end))
-            enqueued = time.perf_counter() - began
-            torch.cuda.synchronize(device)
-            if asleep.elapsed_time(awake) / 1e3 > enqueued + SLEEP_MARGIN_S:
+            events, issued, late = [], [], False
+            for first in range(0, len(calls), CHUNK_CALLS):
+                asleep, awake = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                asleep.record()
+                torch.cuda._sleep(int(lead * cycles_per_s))
+                awake.record()
+                began = time.perf_counter()
+                for call in calls[first:first + CHUNK_CALLS]:
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    t0 = time.perf_counter()
+                    call()
+                    issued.append(time.perf_counter() - t0)
+                    end.record()
+                    events.append((start, end))
+                enqueued = time.perf_counter() - began
+                torch.cuda.synchronize(device)
+                if asleep.elapsed_time(awake) / 1e3 <= enqueued + SLEEP_MARGIN_S:
+                    late = True
+                    lead = min(MAX_SLEEP_S, 2 * max(lead, enqueued + SLEEP_MARGIN_S))
+            if not late:
                 break
-            lead = 2 * max(lead, enqueued + SLEEP_MARGIN_S)
         for i, ((start, end), host) in enumerate(zip(events, issued, strict=True)):
             device_s[i].append(start.elapsed_time(end) / 1e3)
             host_s[i].append(host)
