@@ -22,7 +22,8 @@ On one GPU, within a time budget (default 480 s), into one folder (``--out``, de
 
 Then, always: ``comparison.csv`` and ``comparison.md``, one row per measured pass with its
 seconds composed from the op tables just measured (:mod:`simulator.hardware.compose`, style
-``harness`` for the simctl decoder, ``hf-eager`` for the transformers rows) and the relative
+``harness`` for the simctl decoder, ``hf-eager`` for the transformers rows; each pass as it runs,
+:func:`compose`) and the relative
 error ``measured ÷ composed − 1``; ``optable.tar`` (the op-table folder, for
 ``load_gpu``); ``manifest.json`` (device, versions, elapsed seconds and status of every
 stage, what was skipped and why). Five files at most, one folder level.
