@@ -35,19 +35,25 @@ import numpy as np
 from numba import njit, types
 from numba.experimental import structref
 
-from simulator.model import kernel_cache  # noqa: F401  (the cache keyed on every kernel source)
+from simulator.model import (
+    kernel_cache,  # noqa: F401  (the cache keyed on every kernel source)
+    policies,
+)
 from simulator.model.kernel_service import SI_KIND, SK_BATCH, batch_service, task_stream
 from simulator.profile.kinds.table import grid_mean as _grid_mean_py
 
 #: The table kind's interpolation, compiled: the same function the reference engine calls.
 grid_mean = njit(cache=True)(_grid_mean_py)
+#: The batching policies' release rule, compiled: the functions the policy classes call.
+window_end = njit(cache=True, inline="always")(policies.window_end)
+release_count = njit(cache=True, inline="always")(policies.release_count)
 
 # Event priorities (as simulator.model.kernel) and kinds.
 COMPLETION, ARRIVAL, TIMER = 0, 1, 2
 EV_ARRIVE, EV_SEND, EV_TIMER, EV_POOL_DONE, EV_SHARED_DONE = 0, 1, 2, 3, 4
 
 # Codes shared with simulator.model.fast.
-P_OLDEST, P_PICKUP, P_ADAPTIVE, P_STATIC = 0, 1, 2, 3
+P_OLDEST, P_PICKUP, P_ADAPTIVE, P_STATIC = policies.OLDEST, policies.PICKUP, policies.ADAPTIVE, policies.STATIC
 R_ROUND_ROBIN, R_LEAST_LOADED, R_RANDOM = 0, 1, 2
 U_PROMPTS, U_TOKENS, U_WAITING = 0, 1, 2
 F_SHARED, F_SPLIT, F_DIRECT, F_CONTINUOUS = 0, 1, 2, 3
@@ -329,24 +335,13 @@ def _poll(st, q, now):
         flush = st.QF[q, QF_FLUSH]
         policy = st.QI[q, QI_POLICY]
         oldest = st.arrived[st.QI[q, QI_HEAD]]
-        if policy == P_OLDEST:
-            end = oldest + flush
-        elif policy == P_PICKUP:
-            end = st.QF[q, QF_PICKUP] + flush
-        elif policy == P_ADAPTIVE:
-            share = 0.0
-            if st.QI[q, QI_SHARE1] > st.QI[q, QI_SHARE0]:
-                share = _idle_share(st, q, -1 if worker < 0 else st.WDEV[worker])
-            fill = min(waiting, maxb) / maxb
-            window = flush * (1.0 - fill) * (1.0 - share)
-            end = oldest + window
-        else:  # P_STATIC
-            end = oldest + flush if flush > 0 else math.inf
-        if waiting >= maxb:
-            count = maxb
-        elif now >= end:
-            count = waiting
-        else:
+        share = 0.0
+        if policy == P_ADAPTIVE and st.QI[q, QI_SHARE1] > st.QI[q, QI_SHARE0]:
+            # only the adaptive window reads it
+            share = _idle_share(st, q, -1 if worker < 0 else st.WDEV[worker])
+        end = window_end(policy, flush, maxb, waiting, oldest, st.QF[q, QF_PICKUP], share)
+        count = release_count(waiting, maxb, end, now)
+        if count == 0:
             if end == math.inf and st.S[4]:
                 count = min(waiting, maxb)  # nothing more will arrive
             else:

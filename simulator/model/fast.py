@@ -37,6 +37,7 @@ from simulator.events import LogColumns
 from simulator.interrupts import sigint_deferred
 from simulator.model.dispatch import DISPATCH_RULES
 from simulator.model.log import Outcome, PromptColumns, build_event_log, event_columns
+from simulator.model.policies import POLICIES
 from simulator.model.streams import dispatch_stream, service_stream
 from simulator.profile import Profile, noise
 from simulator.profile.iteration import step_cost
@@ -48,7 +49,7 @@ from simulator.settings import RUN, TASK, service_overrides
 from simulator.trace.model import Trace
 
 #: Batching policies the kernel implements (its integer codes).
-POLICY_CODES = {"oldest": 0, "pickup": 1, "adaptive": 2, "static": 3}
+POLICY_CODES = {name: POLICIES.get(name).code for name in ("oldest", "pickup", "adaptive", "static")}
 #: Dispatch rules the kernel implements: kernel rule (0 round robin, 1 least by load,
 #: 2 random); the unit of load comes from the registered class.
 RULE_CODES = {"round-robin": 0, "least-loaded": 1, "jsq-tokens": 1, "shortest-waiting": 1, "random": 2}

@@ -35,7 +35,6 @@ Timelines (flush window W, max batch B, one worker)::
 from __future__ import annotations
 
 import math
-from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 from simulator.registry import Registry
@@ -57,11 +56,44 @@ class WaitUntil:
 
 Decision = ReleaseNow | WaitUntil
 
+#: The policies' codes: the compiled kernel's queue table holds them (simulator.model.fast)
+OLDEST, PICKUP, ADAPTIVE, STATIC = 0, 1, 2, 3
 
-class BatchingPolicy(ABC):
-    """Base class: a flush window ``flush`` (seconds) and a ``max_batch`` size."""
+
+# The rule itself, as two functions of plain numbers: the policy classes below call them, and
+# the compiled kernel compiles these same functions (simulator.model.batch_kernel), so the rule
+# exists once whatever engine runs it.
+
+def window_end(policy: int, flush: float, max_batch: int, waiting: int, oldest_enqueued_at: float,
+               pickup_at: float, idle_share: float) -> float:
+    """The instant the window of policy ``policy`` (a code above) closes (module docstring):
+    ``inf`` where only a full batch ends the wait."""
+    if policy == OLDEST:
+        return oldest_enqueued_at + flush
+    if policy == PICKUP:
+        return pickup_at + flush
+    if policy == ADAPTIVE:
+        fill = min(waiting, max_batch) / max_batch
+        return oldest_enqueued_at + flush * (1.0 - fill) * (1.0 - idle_share)
+    return oldest_enqueued_at + flush if flush > 0 else math.inf
+
+
+def release_count(waiting: int, max_batch: int, end: float, now: float) -> int:
+    """How many waiting prompts go now: a full batch as soon as one waits, all of them (up to
+    ``max_batch``) once the window has closed at ``end``, else none (wait until ``end``)."""
+    if waiting >= max_batch:
+        return max_batch
+    if now >= end:
+        return waiting
+    return 0
+
+
+class BatchingPolicy:
+    """Base class: a flush window ``flush`` (seconds) and a ``max_batch`` size; a policy is its
+    ``code`` for :func:`window_end`."""
 
     name = ""
+    code = OLDEST
 
     def __init__(self, flush: float, max_batch: int) -> None:
         if not flush >= 0:
@@ -71,7 +103,6 @@ class BatchingPolicy(ABC):
         self.flush = float(flush)
         self.max_batch = int(max_batch)
 
-    @abstractmethod
     def release(self, waiting: int, oldest_enqueued_at: float, now: float, pickup_at: float,
                 idle_share: float = 0.0) -> Decision:
         """Decide for a non-empty queue with a free worker.
@@ -81,13 +112,9 @@ class BatchingPolicy(ABC):
         since the last release; ``idle_share``: the share of the queue's *other* GPUs
         (besides the one this batch would go to) that have nothing to run (0 with one GPU).
         """
-
-    def _decide(self, waiting: int, window_end: float, now: float) -> Decision:
-        if waiting >= self.max_batch:
-            return ReleaseNow(self.max_batch)
-        if now >= window_end:
-            return ReleaseNow(waiting)
-        return WaitUntil(window_end)
+        end = window_end(self.code, self.flush, self.max_batch, waiting, oldest_enqueued_at, pickup_at, idle_share)
+        count = release_count(waiting, self.max_batch, end, now)
+        return ReleaseNow(count) if count else WaitUntil(end)
 
 
 POLICIES: Registry[type[BatchingPolicy]] = Registry("batching policy")
@@ -98,10 +125,7 @@ class OldestTimer(BatchingPolicy):
     """Window anchored at the oldest waiting prompt's enqueue time."""
 
     name = "oldest"
-
-    def release(self, waiting: int, oldest_enqueued_at: float, now: float, pickup_at: float,
-                idle_share: float = 0.0) -> Decision:
-        return self._decide(waiting, oldest_enqueued_at + self.flush, now)
+    code = OLDEST
 
 
 @POLICIES.register("pickup")
@@ -109,10 +133,7 @@ class PickupTimer(BatchingPolicy):
     """Window started when a free worker finds the queue non-empty."""
 
     name = "pickup"
-
-    def release(self, waiting: int, oldest_enqueued_at: float, now: float, pickup_at: float,
-                idle_share: float = 0.0) -> Decision:
-        return self._decide(waiting, pickup_at + self.flush, now)
+    code = PICKUP
 
 
 def is_unbounded(instant: float) -> bool:
@@ -136,12 +157,7 @@ class AdaptiveTimer(BatchingPolicy):
     """
 
     name = "adaptive"
-
-    def release(self, waiting: int, oldest_enqueued_at: float, now: float, pickup_at: float,
-                idle_share: float = 0.0) -> Decision:
-        fill = min(waiting, self.max_batch) / self.max_batch
-        window = self.flush * (1.0 - fill) * (1.0 - idle_share)
-        return self._decide(waiting, oldest_enqueued_at + window, now)
+    code = ADAPTIVE
 
 
 @POLICIES.register("static")
@@ -150,8 +166,4 @@ class StaticBatch(BatchingPolicy):
     oldest waiting prompt, ``flush`` = 0 no timeout (the queue drains when input ends)."""
 
     name = "static"
-
-    def release(self, waiting: int, oldest_enqueued_at: float, now: float, pickup_at: float,
-                idle_share: float = 0.0) -> Decision:
-        timeout = oldest_enqueued_at + self.flush if self.flush > 0 else math.inf
-        return self._decide(waiting, timeout, now)
+    code = STATIC
