@@ -201,6 +201,15 @@ class Evaluator:
                              for n in keys}
         return [self.cache[config_key(c)] for c in configs]
 
+    def passes(self, config: Mapping[str, Any], figures: Mapping[str, float], slos: Sequence[SLO]) -> bool:
+        """Whether ``config`` (with its ``figures``) meets every SLO: here its mean figures
+        meet each bound; :class:`simulator.uncertainty.WorldsEvaluator` asks a probability."""
+        return all(s.met(figures.get(s.figure)) for s in slos)
+
+    def verdicts(self, config: Mapping[str, Any], slos: Sequence[SLO]) -> list[Any] | None:
+        """Each SLO's verdict over worlds, where this evaluator draws them (``None`` here)."""
+        return None
+
 
 @dataclass
 class PlanResult:
@@ -214,15 +223,47 @@ class PlanResult:
     max_rate_scale: float | None
     replays: int
     search: list[dict[str, Any]]
+    #: with worlds (:mod:`simulator.uncertainty`): each SLO's verdict for the recommended
+    #: configuration, the confidence asked and what varied between the worlds
+    uncertainty: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "gpus": self.gpus, "config": self.config,
-            "slos": [{"slo": s.text, "figure": s.figure, "value": self.figures.get(s.figure),
-                      "met": s.met(self.figures.get(s.figure))} for s in self.slos],
+            "slos": _slo_rows(self.slos, self.figures, self.uncertainty),
             "met": self.met, "figures": self.figures, "max_rate_scale": self.max_rate_scale,
             "replays": self.replays, "search": self.search,
+            **({"uncertainty": {k: v for k, v in self.uncertainty.items() if k != "verdicts"}}
+               if self.uncertainty else {}),
         }
+
+
+def _slo_rows(slos: Sequence[SLO], figures: Mapping[str, float | None],
+              uncertainty: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """The ``slos`` of a plan's JSON: each SLO's (mean) value and whether it is met; with
+    worlds, met means ``p >= confidence``, and ``p``, ``p_se``, the interval come along."""
+    rows = []
+    for i, s in enumerate(slos):
+        row = {"slo": s.text, "figure": s.figure, "value": figures.get(s.figure), "met": s.met(figures.get(s.figure))}
+        if uncertainty:
+            verdict = uncertainty["verdicts"][i]
+            row.update({k: v for k, v in verdict.items() if k not in ("slo", "figure")},
+                       met=verdict["p"] >= uncertainty["confidence"])
+        rows.append(row)
+    return rows
+
+
+def _uncertainty(ev: Evaluator, config: Mapping[str, Any], slos: Sequence[SLO]) -> dict[str, Any] | None:
+    """The uncertainty block of a plan's result, where ``ev`` draws worlds."""
+    found = ev.verdicts(config, slos)
+    if found is None:
+        return None
+    from simulator.uncertainty import joint_probability, sources_of
+
+    outcomes = ev.outcomes[config_key(config)]  # type: ignore[attr-defined]
+    return {"worlds": len(ev.seeds), "confidence": ev.confidence,  # type: ignore[attr-defined]
+            "sources": sources_of(ev.base.profile).to_dict(),
+            "all_met": joint_probability(slos, outcomes).to_dict(), "verdicts": [v.to_dict() for v in found]}
 
 
 def score(slos: Sequence[SLO], figures: Mapping[str, float]) -> tuple[float, float, float]:
@@ -284,7 +325,7 @@ def plan(base: Base, slos: Sequence[SLO], axes: Mapping[str, Sequence[Any]] | No
             for i, figs in zip(chunk, ev.evaluate(at(g, chunk)), strict=True):
                 tried += 1
                 headroom[i] = score(slos, figs)
-                (passed if all(s.met(figs.get(s.figure)) for s in slos) else failed).append(i)
+                (passed if ev.passes(at(g, [i])[0], figs, slos) else failed).append(i)
             if passed and not full:
                 break
         for i in failed:
@@ -302,8 +343,9 @@ def plan(base: Base, slos: Sequence[SLO], axes: Mapping[str, Sequence[Any]] | No
                             f"raise --max-gpus or lower --prefill-gpus")
         figs = dict(zip(runnable, ev.evaluate(at(max_gpus, runnable)), strict=True))
         best = min(runnable, key=lambda i: score(slos, figs[i]))
-        return PlanResult(max_gpus, at(max_gpus, [best])[0], list(slos), False, _report(figs[best], slos),
-                          None, ev.replays, search)
+        closest = at(max_gpus, [best])[0]
+        return PlanResult(max_gpus, closest, list(slos), False, _report(figs[best], slos),
+                          None, ev.replays, search, _uncertainty(ev, closest, slos))
     lo, hi = 0, max_gpus           # lo infeasible (0 GPUs), hi feasible
     while hi - lo > 1:
         mid = (lo + hi) // 2
@@ -317,7 +359,8 @@ def plan(base: Base, slos: Sequence[SLO], axes: Mapping[str, Sequence[Any]] | No
     best = min(passed, key=lambda i: score(slos, figs_of[i]))
     config = at(hi, [best])[0]
     max_rate = max_rate_scale(ev, config, slos, load_tolerance, say) if find_max_rate else None
-    return PlanResult(hi, config, list(slos), True, _report(figs_of[best], slos), max_rate, ev.replays, search)
+    return PlanResult(hi, config, list(slos), True, _report(figs_of[best], slos), max_rate, ev.replays, search,
+                      _uncertainty(ev, config, slos))
 
 
 def group_of(figure: str) -> str:
@@ -334,8 +377,8 @@ def _report(figs: Mapping[str, float], slos: Sequence[SLO]) -> dict[str, float |
 
 
 def meets(ev: Evaluator, config: Mapping[str, Any], slos: Sequence[SLO], rate: float) -> bool:
-    figs = ev.evaluate([{**config, "rate_scale": rate}])[0]
-    return all(s.met(figs.get(s.figure)) for s in slos)
+    at_rate = {**config, "rate_scale": rate}
+    return ev.passes(at_rate, ev.evaluate([at_rate])[0], slos)
 
 
 def max_rate_scale(ev: Evaluator, config: Mapping[str, Any], slos: Sequence[SLO],
