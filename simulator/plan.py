@@ -458,16 +458,19 @@ class CheapestResult:
     front: list[int]
     replays: int
     search: list[dict[str, Any]]
+    #: as :attr:`PlanResult.uncertainty`
+    uncertainty: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "objective": "cheapest", "gpu_type": self.gpu_type, "profile": self.profile, "gpus": self.gpus,
             "config": self.config,
-            "slos": [{"slo": s.text, "figure": s.figure, "value": self.figures.get(s.figure),
-                      "met": s.met(self.figures.get(s.figure))} for s in self.slos],
+            "slos": _slo_rows(self.slos, self.figures, self.uncertainty),
             "met": self.met, "figures": self.figures, "price": self.price,
             "pareto_front": [self.points[i] for i in self.front], "configurations_replayed": len(self.points),
             "replays": self.replays, "search": self.search,
+            **({"uncertainty": {k: v for k, v in self.uncertainty.items() if k != "verdicts"}}
+               if self.uncertainty else {}),
         }
 
 
@@ -509,9 +512,12 @@ def check_one_model(profiles: Sequence[Profile]) -> None:
 def cheapest(bases: Sequence[Base], slos: Sequence[SLO], prices: PriceTable,
              axes: Mapping[str, Sequence[Any]] | None = None, *, max_gpus: int = 8, seeds: Sequence[int] = (0,),
              task: str | None = None, workers: int | None = None,
-             progress: Callable[[str], None] | None = None, mixed_models: bool = False) -> CheapestResult:
+             progress: Callable[[str], None] | None = None, mixed_models: bool = False,
+             evaluator_for: Callable[[Base], Evaluator] | None = None) -> CheapestResult:
     """The cheapest GPU type (one base per profile), GPU count and configuration meeting every
     SLO, and the Pareto front of cost against the SLO ratio (see the module docstring).
+    ``evaluator_for(base)``: the evaluator of each profile's replays (default: the mean over
+    ``seeds``; :meth:`simulator.uncertainty.WorldsEvaluator.build` asks a probability).
     :class:`simulator.errors.PriceError` when a profile has no GPU type or no price;
     :class:`PlanError` when two profiles serve different models (:func:`check_one_model`)
     unless ``mixed_models``."""
@@ -526,7 +532,8 @@ def cheapest(bases: Sequence[Base], slos: Sequence[SLO], prices: PriceTable,
     say = progress or (lambda _m: None)
     types = [gpu_type(b.profile) for b in bases]
     price_of = [require_price(b.profile, prices) for b in bases]
-    evaluators = [Evaluator(with_field(b, prices=prices), tuple(seeds), task, workers) for b in bases]
+    evaluators = [(evaluator_for or (lambda base: Evaluator(base, tuple(seeds), task, workers)))(
+        with_field(b, prices=prices)) for b in bases]
     axis_values = {name: tuple(values) for name, values in {**DEFAULT_AXES, **(axes or {})}.items()}
     search: list[dict[str, Any]] = []
     lowest: list[int | None] = []
@@ -542,8 +549,8 @@ def cheapest(bases: Sequence[Base], slos: Sequence[SLO], prices: PriceTable,
     grid = SweepSpec(axis_values, tuple(seeds), task).configurations()
 
     def met_points() -> list[float]:
-        return [figs["cost.usd"] for ev in evaluators for key, figs in ev.cache.items()
-                if "rate_scale" not in key and all(s.met(figs.get(s.figure)) for s in slos)
+        return [figs["cost.usd"] for ev in evaluators for key, figs in list(ev.cache.items())
+                if "rate_scale" not in key and ev.passes(json.loads(key), figs, slos)
                 and figs.get("cost.usd") is not None]
 
     # Larger counts, while their lower bound on cost is below the cheapest found: g GPUs (a
@@ -566,17 +573,18 @@ def cheapest(bases: Sequence[Base], slos: Sequence[SLO], prices: PriceTable,
 
     points: list[dict[str, Any]] = []
     for k, (b, ev, gpu, price) in enumerate(zip(bases, evaluators, types, price_of, strict=True)):
-        for key, figs in ev.cache.items():
+        for key, figs in list(ev.cache.items()):
             config = json.loads(key)
             if "rate_scale" in config:
                 continue
+            met = ev.passes(config, figs, slos)
             points.append({"gpu_type": gpu, "profile": b.profile.name, "gpus": config.pop("gpus"),
                            "gpus_per_engine": gpus_per_engine(b.profile), "config": config,
                            "usd_per_gpu_hour": price.usd_per_gpu_hour, "usd": figs.get("cost.usd"),
                            "gpu_hours": figs.get("cost.gpu_hours"),
                            "usd_per_1k_prompts": figs.get("cost.usd_per_1k_prompts"),
                            "slo_ratio": worst_ratio(slos, figs),
-                           "met": all(s.met(figs.get(s.figure)) for s in slos),
+                           "met": met,
                            "figures": {s.figure: figs.get(s.figure) for s in slos}, "_figs": figs, "_k": k})
     usd = [p["usd"] if p["usd"] is not None else math.inf for p in points]
     front = sorted(pareto_front([(u, p["slo_ratio"]) for u, p in zip(usd, points, strict=True)]),
@@ -589,13 +597,15 @@ def cheapest(bases: Sequence[Base], slos: Sequence[SLO], prices: PriceTable,
     chosen = points[best]
     figures = _report(chosen["_figs"], slos)
     price = price_of[chosen["_k"]]
+    chosen_ev = evaluators[chosen["_k"]]
     for p in points:
         del p["_figs"], p["_k"]
     return CheapestResult(chosen["gpu_type"], chosen["profile"], chosen["gpus"], {**chosen["config"], "gpus": chosen["gpus"]},
                           list(slos), bool(passing), figures,
                           {"gpu_type": price.gpu, "usd_per_gpu_hour": price.usd_per_gpu_hour, "prices": prices.name,
                            "offering": price.offering, "source": price.source, "read_on": price.read_on},
-                          points, front, sum(ev.replays for ev in evaluators), search)
+                          points, front, sum(ev.replays for ev in evaluators), search,
+                          _uncertainty(chosen_ev, {**chosen["config"], "gpus": chosen["gpus"]}, slos))
 
 
 __all__ = ["AXES", "COST_FIGURES", "OBJECTIVES", "CheapestResult", "PlanError", "PlanResult", "SLO", "cheapest",

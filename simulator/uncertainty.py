@@ -102,7 +102,7 @@ def probability_met(met: Sequence[bool]) -> Probability:
     return Probability(p, math.sqrt(p * (1 - p) / (n + 3)), k, n)
 
 
-def interval(values: Sequence[float], level: float = LEVEL) -> tuple[float, float]:
+def interval(values: Sequence[float] | np.ndarray, level: float = LEVEL) -> tuple[float, float]:
     """The ``level`` interval of ``values`` over worlds: the order statistics at ranks
     ``floor(a (n − 1))`` and ``ceil((1 − a) (n − 1))``, ``a = (1 − level) / 2`` (NaN counts as
     +inf: a figure with no value is not met)."""
@@ -217,8 +217,7 @@ def profile_worlds(profile: Profile, worlds: int, seed: int = 0) -> list[Profile
     to ``profile`` when :func:`sources_of` finds nothing to vary. Same ``seed``, same variants."""
     from simulator.calibrate import IDENTIFIED_SE, _with_values
 
-    if worlds < 1:
-        raise PlanError(None, None, "--worlds", f"must be >= 1, got {worlds}")
+    check_worlds(worlds)
     sources = sources_of(profile)
     if not (sources.fit or sources.engine or sources.kernels):
         return [profile] * worlds
@@ -319,6 +318,12 @@ def check_confidence(confidence: float) -> None:
         raise PlanError(None, None, "--confidence", f"must be a probability strictly between 0 and 1, got {confidence!r}")
 
 
+def check_worlds(worlds: int) -> None:
+    """:class:`PlanError` unless ``1 <= worlds <=`` :data:`LARGEST_WORLDS`."""
+    if isinstance(worlds, bool) or not isinstance(worlds, int) or not 1 <= worlds <= LARGEST_WORLDS:
+        raise PlanError(None, None, "--worlds", f"must be an integer in [1, {LARGEST_WORLDS:,}], got {worlds!r}")
+
+
 @dataclass
 class WorldsEvaluator(Evaluator):
     """An :class:`~simulator.plan.Evaluator` over worlds: each configuration is replayed once
@@ -336,8 +341,7 @@ class WorldsEvaluator(Evaluator):
               workers: int | None = None) -> WorldsEvaluator:
         """Draw ``worlds`` variants of ``base``'s profile (seeds ``seed .. seed + worlds − 1``)."""
         check_confidence(confidence)
-        if not 1 <= worlds <= LARGEST_WORLDS:
-            raise PlanError(None, None, "--worlds", f"must be in [1, {LARGEST_WORLDS:,}], got {worlds}")
+        check_worlds(worlds)
         variants = tuple(profile_worlds(base.profile, worlds, seed))
         return cls(replace(base, worlds=variants), tuple(range(seed, seed + worlds)), task, workers,
                    slos=tuple(slos), confidence=confidence)
@@ -443,5 +447,5 @@ def predict_worlds(trace: Any, scenario: Any, profile: Profile, worlds: int = DE
 
 
 __all__ = ["DEFAULT_CONFIDENCE", "DEFAULT_WORLDS", "KERNEL_SIGMA", "LEVEL", "Assessment", "FigureSpread",
-           "Probability", "Sources", "Verdict", "WorldsEvaluator", "assess", "check_confidence", "interval",
+           "Probability", "Sources", "Verdict", "WorldsEvaluator", "assess", "check_confidence", "check_worlds", "interval",
            "joint_probability", "predict_worlds", "probability_met", "profile_worlds", "sources_of", "verdicts"]
