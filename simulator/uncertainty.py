@@ -409,7 +409,8 @@ def predict_worlds(trace: Any, scenario: Any, profile: Profile, worlds: int = DE
     ``calls``, ``unfinished`` (mean), and for p50, p90, p99 and mean the mean over the worlds
     (``p50``), its :data:`LEVEL` interval (``p50_low``, ``p50_high``) and the spread's sd
     (``p50_sd``). With an ``observed`` run, ``p50_ref`` (observed) and ``p50_inside``
-    (whether the interval holds it) too. ``attrs``: ``worlds``, ``seeds``, ``sources``."""
+    (whether the interval holds it) too. ``attrs``: ``worlds``, ``seeds``, ``sources``,
+    ``level`` and ``values`` (stat -> array of worlds × groups, in the rows' order)."""
     from simulator.calibrate import FIGURES, predict, simulate_figures
 
     variants = profile_worlds(profile, worlds, seed)
@@ -426,11 +427,13 @@ def predict_worlds(trace: Any, scenario: Any, profile: Profile, worlds: int = DE
             progress(i)
     first = tables[0]
     out = pd.DataFrame({"calls": first["calls"].astype(int)}, index=first.index)
+    per_world: dict[str, np.ndarray] = {}
     if "unfinished" in first:
         out["unfinished"] = np.mean([t["unfinished"].reindex(out.index).to_numpy(float) for t in tables], axis=0)
     for stat in FIGURES:
         values = np.array([t[stat].reindex(out.index).to_numpy(float) for t in tables])
         values = np.where(np.isnan(values), np.inf, values)
+        per_world[stat] = values
         out[stat] = values.mean(axis=0)
         with np.errstate(invalid="ignore"):
             out[f"{stat}_sd"] = values.std(axis=0, ddof=1) if len(tables) > 1 else 0.0
@@ -442,7 +445,7 @@ def predict_worlds(trace: Any, scenario: Any, profile: Profile, worlds: int = DE
             out[f"{stat}_ref"] = ref
             out[f"{stat}_inside"] = (out[f"{stat}_low"] <= ref) & (ref <= out[f"{stat}_high"])
     out = out.reset_index()
-    out.attrs.update(worlds=worlds, seeds=seeds, sources=sources_of(profile), level=LEVEL)
+    out.attrs.update(worlds=worlds, seeds=seeds, sources=sources_of(profile), level=LEVEL, values=per_world)
     return out
 
 

@@ -177,3 +177,20 @@ def test_bad_uncertainty_options_are_one_line_errors(tmp_path, extra, needles):
 def test_predict_bad_worlds_is_one_line_error(tmp_path):
     trace, profile = _files(tmp_path)
     assert_one_line_error(runner.invoke(app, ["predict", trace, "-p", profile, "--worlds", "0"]), "--worlds")
+
+
+def test_compare_cli_judges_each_cell_against_an_slo(tmp_path):
+    """One GPU serves three Exp(1) prompts in turn (max ~ Gamma(3)), three serve them at once:
+    over the same seeds, a cell meets latency.max <= 5 in at most as many seeds with fewer GPUs."""
+    trace, profile = _files(tmp_path)
+    out = tmp_path / "s.parquet"
+    swept = runner.invoke(app, ["sweep", trace, "-p", profile, "--flush", "0", "--topology", "shared",
+                                "--max-batch", "1", "--gpus", "1,3", "--seeds", "12", "-j", "1", "-o", str(out)])
+    assert swept.exit_code == 0, swept.output
+    result = runner.invoke(app, ["compare", str(out), "-m", "x.latency.max", "--slo", "x.latency.max<=5",
+                                 "--confidence", "0.5"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    assert "P(met) over each cell's seeds" in text and "p = " in text
+    assert_one_line_error(runner.invoke(app, ["compare", str(out), "-m", "x.latency.max", "--slo", "x.latency.max<=5",
+                                              "--confidence", "1.5"]), "--confidence")

@@ -205,7 +205,8 @@ def print_plan(doc: dict) -> None:
                       f"{max(s['p_se'] for s in doc['slos']):.2f} at most); every SLO at once p = {both['p']:.2f}; "
                       f"the worlds vary: {_sources(unc['sources'])}", highlight=False)
     if doc.get("max_rate_scale") is not None:
-        console.print(f"sustains up to {doc['max_rate_scale']:.2f}x the trace's arrival rate within the SLOs",
+        at = f" at p ≥ {unc['confidence']:g}" if unc else ""
+        console.print(f"sustains up to {doc['max_rate_scale']:.2f}x the trace's arrival rate within the SLOs{at}",
                       highlight=False)
     if cheapest:
         print_cost(doc)
