@@ -15,8 +15,9 @@ Two intervals are scored:
 
 * **as stated** — what ``simctl predict --worlds`` prints: seeds, calibration and kernel
   uncertainty only;
-* **with model error, leave one run out** — each world's figure also multiplied by
-  ``exp(σ z)`` (z standard normal, 8 draws a world), σ the root mean square of
+* **with model error, leave one run out** — what ``simctl predict --worlds N --model-error σ``
+  states: each world's figure also multiplied by ``exp(σ z)`` (z standard normal, one a world,
+  :func:`simulator.uncertainty.model_error_factors`), σ the root mean square of
   log(predicted mean / observed) over the out-of-sample figures of every pair that does not
   involve the predicted run (neither fitted on it nor predicting it): the width is never
   learnt from the run it is scored on.
@@ -45,8 +46,6 @@ from grounded_calibration import FREE, REQUEST, RUNS, SHORT, _inputs, family_pro
 LEVEL = 0.9
 STATS = ("p50", "p90")
 WORLDS = 20
-#: the z of the interval's upper bound: the 95 % quantile of the standard normal
-Z95 = 1.6448536269514722
 
 
 def fitted_profile(family: str, fitted: dict[str, Any]):
@@ -82,22 +81,27 @@ def _pair(args: tuple[str, str, dict[str, Any], int]) -> list[dict[str, Any]]:
     return predict_pair(*args)
 
 
-def with_model_error(rows: list[dict[str, Any]], seed: int = 0) -> None:
-    """Add ``sigma``, ``low_me``, ``high_me``, ``covered_me``: the interval with each world's
-    value scaled by ``exp(σ z)``, σ learnt leave one run out (the module docstring)."""
-    from simulator.uncertainty import interval
+def loro_sigma(rows: list[dict[str, Any]], run: str) -> float:
+    """The model-error σ for predictions of ``run``: the root mean square of log(predicted
+    mean / observed) over the out-of-sample figures of every pair not involving ``run``."""
+    errors = [math.log(o["mean"] / o["observed"]) for o in rows
+              if o["fitted_on"] != o["run"] and run not in (o["fitted_on"], o["run"])
+              and o["mean"] > 0 and o["observed"] > 0 and math.isfinite(o["mean"])]
+    return math.sqrt(float(np.mean(np.square(errors)))) if errors else 0.0
 
-    rng = np.random.default_rng(seed)
+
+def with_model_error(rows: list[dict[str, Any]]) -> None:
+    """Add ``sigma``, ``low_me``, ``high_me``, ``covered_me``: the interval ``simctl predict
+    --worlds N --model-error σ`` states (each world's value times its factor,
+    :func:`simulator.uncertainty.model_error_factors`, seed 0 as predict_worlds draws them),
+    σ learnt leave one run out (:func:`loro_sigma`)."""
+    from simulator.uncertainty import interval, model_error_factors
+
     for r in rows:
-        others = [o for o in rows if o["fitted_on"] != o["run"]
-                  and r["run"] not in (o["fitted_on"], o["run"])]
-        errors = [math.log(o["mean"] / o["observed"]) for o in others
-                  if o["mean"] > 0 and o["observed"] > 0 and math.isfinite(o["mean"])]
-        sigma = math.sqrt(float(np.mean(np.square(errors)))) if errors else 0.0
-        z = rng.standard_normal((8, len(r["values"])))   # 8 draws a world: a smoother interval
-        spread = (np.asarray(r["values"])[None, :] * np.exp(sigma * z)).ravel()
+        sigma = loro_sigma(rows, r["run"])
+        widened = np.asarray(r["values"]) * model_error_factors(len(r["values"]), sigma, 0)
         r["sigma"] = sigma
-        r["low_me"], r["high_me"] = interval(spread, LEVEL)
+        r["low_me"], r["high_me"] = interval(widened, LEVEL)
         r["covered_me"] = bool(r["low_me"] <= r["observed"] <= r["high_me"])
 
 

@@ -262,7 +262,8 @@ def _uncertainty(ev: Evaluator, config: Mapping[str, Any], slos: Sequence[SLO]) 
 
     outcomes = ev.outcomes[config_key(config)]  # type: ignore[attr-defined]
     return {"worlds": len(ev.seeds), "confidence": ev.confidence,  # type: ignore[attr-defined]
-            "sources": sources_of(ev.base.profile).to_dict(),
+            "sources": {**sources_of(ev.base.profile).to_dict(),
+                        "model_error": getattr(ev, "model_error", 0.0) or None},
             "all_met": joint_probability(slos, outcomes).to_dict(), "verdicts": [v.to_dict() for v in found]}
 
 

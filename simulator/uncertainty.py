@@ -31,6 +31,14 @@ What varies between worlds (:func:`sources_of` says which apply to a profile):
   task's service but the engine block) by ``exp(N(0, σ))``, one factor per world for every
   task, σ = :data:`KERNEL_SIGMA`.
 
+* **the model itself** (only when asked: ``model_error = σ``, ``--model-error``) — what no
+  parameter of the profile holds: the model's own error on a configuration it was not fitted
+  on. Each world's time figures (latencies, waits, service times, TTFT, TPOT) are multiplied
+  by ``exp(σ z)``, one standard normal ``z`` a world (the same for every configuration, so
+  configurations stay comparable). σ must come from out-of-sample evidence: on the users'
+  server, ``benchmarks/uncertainty_coverage.py`` learns it leave one run out (0.26–0.34),
+  and without it the stated intervals held a third of the observed figures (docs/uncertainty.md).
+
 **P(SLO met)** from ``k`` of ``n`` worlds meeting it: the posterior mean of a Beta(k + 1,
 n − k + 1) (a uniform prior on p), ``p = (k + 1) / (n + 2)`` — never 0 or 1 from finitely
 many worlds — with its own sampling error, the posterior standard deviation
@@ -73,6 +81,32 @@ DEFAULT_CONFIDENCE = 0.9
 KERNEL_SIGMA = 0.038 / 0.6745
 #: the largest number of worlds (each one whole replay per configuration)
 LARGEST_WORLDS = 10_000
+#: the largest model-error σ accepted (in log: a factor e^5 either way at one sd is no model)
+LARGEST_MODEL_ERROR = 5.0
+#: the parts of a flattened figure name that make it a time (scaled by the model error)
+_TIME_PARTS = frozenset({"latency", "call_latency", "wait", "service", "ttft", "tpot"})
+
+
+def is_time_figure(name: str) -> bool:
+    """Whether the flattened summary figure ``name`` is a duration (``tasks.x.latency.p95``,
+    ``overall.tokens.ttft_ms.p99``), which the model error scales; counts, rates and costs
+    are not."""
+    parts = name.split(".")
+    return bool(_TIME_PARTS.intersection(parts[:-1])) or any(p.endswith("_ms") for p in parts[:-1])
+
+
+def check_model_error(sigma: float) -> None:
+    """:class:`PlanError` unless ``0 <= sigma <=`` :data:`LARGEST_MODEL_ERROR`."""
+    if not (isinstance(sigma, (int, float)) and 0.0 <= sigma <= LARGEST_MODEL_ERROR):
+        raise PlanError(None, None, "--model-error", f"must be a log-scale sd in [0, {LARGEST_MODEL_ERROR:g}], "
+                        f"got {sigma!r}")
+
+
+def model_error_factors(worlds: int, sigma: float, seed: int = 0) -> np.ndarray:
+    """Each world's model-error factor ``exp(σ z)`` (its own stream of ``seed``: the profile's
+    draws do not move with σ)."""
+    rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(4)[3])
+    return np.exp(sigma * rng.standard_normal(worlds))
 
 
 # -- probabilities and intervals ----------------------------------------------------------
@@ -126,6 +160,7 @@ class Sources:
     fit: tuple[str, ...] = ()                 # fitted values drawn from the calibration
     engine: tuple[str, ...] = ()              # engine host parameters drawn in their intervals
     kernels: bool = False                     # kernel costs scaled by the interpolation error
+    model_error: float = 0.0                  # σ of the model-error factor on time figures
 
     def describe(self) -> str:
         parts = ["seeds"]
@@ -135,11 +170,13 @@ class Sources:
             parts.append("engine host costs (" + ", ".join(self.engine) + ")")
         if self.kernels:
             parts.append(f"kernel costs (σ {KERNEL_SIGMA:.3f} in log)")
+        if self.model_error:
+            parts.append(f"model error (σ {self.model_error:g} in log)")
         return ", ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
         return {"seeds": True, "fit": list(self.fit), "engine": list(self.engine),
-                "kernels": KERNEL_SIGMA if self.kernels else None}
+                "kernels": KERNEL_SIGMA if self.kernels else None, "model_error": self.model_error or None}
 
 
 def _fit_of(data: Mapping[str, Any]) -> tuple[list[Any], list[dict[str, float]], dict[str, float]] | None:
@@ -334,17 +371,24 @@ class WorldsEvaluator(Evaluator):
     slos: tuple[SLO, ...] = ()
     confidence: float = DEFAULT_CONFIDENCE
     outcomes: dict[str, list[dict[str, float | None]]] = field(default_factory=dict)
+    #: each world's model-error factor on time figures (ones: no model error)
+    factors: tuple[float, ...] = ()
+    model_error: float = 0.0
 
     @classmethod
     def build(cls, base: Base, slos: Sequence[SLO], worlds: int = DEFAULT_WORLDS, *, seed: int = 0,
               confidence: float = DEFAULT_CONFIDENCE, task: str | None = None,
-              workers: int | None = None) -> WorldsEvaluator:
-        """Draw ``worlds`` variants of ``base``'s profile (seeds ``seed .. seed + worlds − 1``)."""
+              workers: int | None = None, model_error: float = 0.0) -> WorldsEvaluator:
+        """Draw ``worlds`` variants of ``base``'s profile (seeds ``seed .. seed + worlds − 1``),
+        and with ``model_error`` each world's factor on time figures."""
         check_confidence(confidence)
         check_worlds(worlds)
+        check_model_error(model_error)
         variants = tuple(profile_worlds(base.profile, worlds, seed))
         return cls(replace(base, worlds=variants), tuple(range(seed, seed + worlds)), task, workers,
-                   slos=tuple(slos), confidence=confidence)
+                   slos=tuple(slos), confidence=confidence,
+                   factors=tuple(float(f) for f in model_error_factors(worlds, model_error, seed)),
+                   model_error=model_error)
 
     def evaluate(self, configs: Sequence[Mapping[str, Any]]) -> list[dict[str, float]]:
         todo = {config_key(c): dict(c) for c in configs if config_key(c) not in self.cache}
@@ -357,7 +401,8 @@ class WorldsEvaluator(Evaluator):
         for k, found in rows.items():
             found.sort(key=lambda r: r["world"])
             keys = [n for n, v in found[0].items() if isinstance(v, (int, float)) and n not in ("seed", "world")]
-            per_world = [{n: (float(r[n]) if r.get(n) is not None else None) for n in keys} for r in found]
+            per_world = [{n: (float(r[n]) * (f if is_time_figure(n) else 1.0) if r.get(n) is not None else None)
+                          for n in keys} for r, f in zip(found, self.factors or [1.0] * len(found), strict=True)]
             self.outcomes[k] = per_world
             self.cache[k] = {n: sum(math.nan if w[n] is None else w[n] for w in per_world) / len(per_world)  # type: ignore[misc]
                              for n in keys}
@@ -390,30 +435,34 @@ class Assessment:
 
 def assess(base: Base, slos: Sequence[SLO], config: Mapping[str, Any] | None = None, *,
            worlds: int = DEFAULT_WORLDS, seed: int = 0, task: str | None = None,
-           workers: int | None = None) -> Assessment:
+           workers: int | None = None, model_error: float = 0.0) -> Assessment:
     """P(met) and the 90 % interval of every SLO's figure for one configuration of ``base``
     (``config``: sweep axes, as a sweep row's; ``None``: the base scenario as it is)."""
-    ev = WorldsEvaluator.build(base, slos, worlds, seed=seed, task=task, workers=workers)
+    ev = WorldsEvaluator.build(base, slos, worlds, seed=seed, task=task, workers=workers, model_error=model_error)
     config = dict(config or {})
     found = ev.verdicts(config)
     return Assessment(config, found, joint_probability(slos, ev.outcomes[config_key(config)]),
-                      sources_of(base.profile), ev.seeds)
+                      replace(sources_of(base.profile), model_error=model_error), ev.seeds)
 
 
 # -- predictions over worlds --------------------------------------------------------------
 
 
 def predict_worlds(trace: Any, scenario: Any, profile: Profile, worlds: int = DEFAULT_WORLDS, *, seed: int = 0,
-                   observed: Any = None, progress: Callable[[int], None] | None = None) -> pd.DataFrame:
+                   observed: Any = None, progress: Callable[[int], None] | None = None,
+                   model_error: float = 0.0) -> pd.DataFrame:
     """Call latency per composition class over ``worlds`` worlds: one row per group with
     ``calls``, ``unfinished`` (mean), and for p50, p90, p99 and mean the mean over the worlds
     (``p50``), its :data:`LEVEL` interval (``p50_low``, ``p50_high``) and the spread's sd
     (``p50_sd``). With an ``observed`` run, ``p50_ref`` (observed) and ``p50_inside``
     (whether the interval holds it) too. ``attrs``: ``worlds``, ``seeds``, ``sources``,
-    ``level`` and ``values`` (stat -> array of worlds × groups, in the rows' order)."""
+    ``level`` and ``values`` (stat -> array of worlds × groups, in the rows' order).
+    ``model_error``: σ of each world's factor on the latencies (the module docstring)."""
     from simulator.calibrate import FIGURES, predict, simulate_figures
 
+    check_model_error(model_error)
     variants = profile_worlds(profile, worlds, seed)
+    factors = model_error_factors(worlds, model_error, seed)
     seeds = tuple(range(seed, seed + worlds))
     tables = []
     for i, (variant, s) in enumerate(zip(variants, seeds, strict=True), 1):
@@ -432,7 +481,7 @@ def predict_worlds(trace: Any, scenario: Any, profile: Profile, worlds: int = DE
         out["unfinished"] = np.mean([t["unfinished"].reindex(out.index).to_numpy(float) for t in tables], axis=0)
     for stat in FIGURES:
         values = np.array([t[stat].reindex(out.index).to_numpy(float) for t in tables])
-        values = np.where(np.isnan(values), np.inf, values)
+        values = np.where(np.isnan(values), np.inf, values) * factors[:, None]
         per_world[stat] = values
         out[stat] = values.mean(axis=0)
         with np.errstate(invalid="ignore"):
@@ -445,10 +494,11 @@ def predict_worlds(trace: Any, scenario: Any, profile: Profile, worlds: int = DE
             out[f"{stat}_ref"] = ref
             out[f"{stat}_inside"] = (out[f"{stat}_low"] <= ref) & (ref <= out[f"{stat}_high"])
     out = out.reset_index()
-    out.attrs.update(worlds=worlds, seeds=seeds, sources=sources_of(profile), level=LEVEL, values=per_world)
+    out.attrs.update(worlds=worlds, seeds=seeds, sources=replace(sources_of(profile), model_error=model_error),
+                     level=LEVEL, values=per_world)
     return out
 
 
 __all__ = ["DEFAULT_CONFIDENCE", "DEFAULT_WORLDS", "KERNEL_SIGMA", "LEVEL", "Assessment", "FigureSpread",
-           "Probability", "Sources", "Verdict", "WorldsEvaluator", "assess", "check_confidence", "check_worlds", "interval",
+           "Probability", "Sources", "Verdict", "WorldsEvaluator", "assess", "check_confidence", "check_model_error", "check_worlds", "is_time_figure", "model_error_factors", "interval",
            "joint_probability", "predict_worlds", "probability_met", "profile_worlds", "sources_of", "verdicts"]

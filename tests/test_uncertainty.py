@@ -194,3 +194,31 @@ def test_compare_cli_judges_each_cell_against_an_slo(tmp_path):
     assert "P(met) over each cell's seeds" in text and "p = " in text
     assert_one_line_error(runner.invoke(app, ["compare", str(out), "-m", "x.latency.max", "--slo", "x.latency.max<=5",
                                               "--confidence", "1.5"]), "--confidence")
+
+
+def test_model_error_scales_time_figures_by_each_worlds_factor(tmp_path):
+    """A deterministic service (every seed the same run): with model error σ, world i's
+    latencies are the run's times its factor exp(σ z_i), counts untouched, and P(met) counts
+    the worlds whose factor keeps the latency within the bound."""
+    from simulator.uncertainty import is_time_figure, model_error_factors
+
+    assert is_time_figure("tasks.x.latency.p95") and is_time_figure("overall.tokens.ttft_ms.p99")
+    assert is_time_figure("overall.call_latency.mean") and not is_time_figure("overall.completed")
+    assert not is_time_figure("cost.usd") and not is_time_figure("overall.throughput_prompts_per_s")
+    fixed = {"tasks": {"x": {"resource": "gpu", "service": {"kind": "distribution", "dist": "deterministic",
+                                                           "mean": 2.0}}}}
+    base = Base(make_trace([(0.0, ["x"])]), profile_from_dict(fixed), build_scenario())
+    slo = parse_slo("x.latency.max<=2.2", ["x"])
+    ev = WorldsEvaluator.build(base, [slo], 30, confidence=0.5, workers=1, model_error=0.2)
+    config = {"gpus": 1}
+    (v,) = ev.verdicts(config)
+    factors = model_error_factors(30, 0.2, 0)
+    assert list(v.spread.values) == pytest.approx(list(2.0 * factors))
+    assert v.probability.met == int((2.0 * factors <= 2.2).sum())
+    from simulator.sweep import config_key
+
+    outcomes = ev.outcomes[config_key(config)]
+    assert [w["tasks.x.completed"] for w in outcomes] == [1.0] * 30          # a count: not scaled
+    trace, profile = _files(tmp_path)
+    assert_one_line_error(runner.invoke(app, ["plan", trace, "-p", profile, "--slo", "x.latency.max<=5",
+                                              "--model-error", "0.3"]), "--model-error", "--worlds")

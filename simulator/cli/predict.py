@@ -49,6 +49,9 @@ def predict_cli(
     worlds: int | None = typer.Option(None, "--worlds", help="Give each figure a 90 % interval over N worlds, each one "
                                       "whole run with its own seed and its own draw of the profile's uncertainty "
                                       "(calibration fits, engine host costs, kernel costs); replaces --seeds."),
+    model_error: float = typer.Option(0.0, "--model-error", help="With --worlds: scale each world's latencies by "
+                                      "exp(SIGMA z), the model's own error out of sample (learn SIGMA on runs the "
+                                      "profile was not fitted on; docs/uncertainty.md)."),
     observed: Path | None = typer.Option(None, "--observed", help="An observed results folder (batch_NNNN.json, simulation_summary.json) "
                                             "to compare with: prints observed, predicted and the relative error."),
     arrivals: Path | None = typer.Option(None, "--arrivals", help="The arrival file the --observed run replayed (default: ../batch_arrivals.json)."),
@@ -76,10 +79,13 @@ def predict_cli(
         from simulator.trace.formats import load_trace
 
         tokens = token_options(percentiles, None, units)
-        if worlds is not None:
-            from simulator.uncertainty import check_worlds
+        from simulator.uncertainty import check_model_error, check_worlds
 
+        check_model_error(model_error)
+        if worlds is not None:
             check_worlds(worlds)
+        elif model_error:
+            raise ObservedError(None, None, "--model-error", "applies to worlds; give --worlds N too")
         if arrivals is not None and observed is None:
             raise ObservedError(arrivals, None, "--arrivals", "is the arrival file of an --observed run; give --observed too")
         # Refuse a bad output before any work, and never write onto an input (a bundled name
@@ -117,7 +123,8 @@ def predict_cli(
             if worlds is not None:
                 from simulator.uncertainty import predict_worlds
 
-                figures = predict_worlds(loaded, scen, prof, worlds, observed=run, progress=advance)
+                figures = predict_worlds(loaded, scen, prof, worlds, observed=run, progress=advance,
+                                         model_error=model_error)
             elif run is None:
                 figures = simulate_figures(loaded, scen, prof, chosen, progress=advance)
             else:
