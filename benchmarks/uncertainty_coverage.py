@@ -133,12 +133,18 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
     def share(rs: list[dict[str, Any]], key: str) -> float:
         return sum(r[key] for r in rs) / len(rs) if rs else math.nan
 
+    family = [r for r in rows if RUNS[r["run"]][1] == RUNS[r["fitted_on"]][1]]
+    across = [r for r in rows if RUNS[r["run"]][1] != RUNS[r["fitted_on"]][1]]
     widths = [r["high"] / r["low"] - 1 for r in rows if r["low"] > 0 and math.isfinite(r["high"])]
     errors = [abs(r["mean"] / r["observed"] - 1) for r in rows if r["observed"] > 0]
     return {"figures": len(rows), "covered": sum(r["covered"] for r in rows), "coverage": share(rows, "covered"),
             "overall_figures": len(overall), "overall_coverage": share(overall, "covered"),
             "covered_me": sum(r["covered_me"] for r in rows), "coverage_me": share(rows, "covered_me"),
             "overall_coverage_me": share(overall, "covered_me"),
+            "family_figures": len(family), "family_coverage": share(family, "covered"),
+            "family_coverage_me": share(family, "covered_me"),
+            "across_figures": len(across), "across_coverage": share(across, "covered"),
+            "across_coverage_me": share(across, "covered_me"),
             "median_width": float(np.median(widths)) if widths else math.nan,
             "median_abs_error": float(np.median(errors)) if errors else math.nan,
             "sigma": sorted({round(r["sigma"], 3) for r in rows})}
@@ -151,12 +157,15 @@ def markdown(result: dict[str, Any]) -> str:
         f"Engine host cost calibrated on one run, each other run predicted over {result['worlds']} worlds; "
         f"a figure is covered when the observed value lies in the stated {100 * LEVEL:.0f} % interval. "
         f"Call latency p50 and p90 per composition class and overall, {s['figures']} out-of-sample figures.", "",
-        "| interval | covered | coverage | overall figures covered |", "|---|---|---|---|",
+        f"| interval | covered | coverage | overall figures | same server family ({s['family_figures']}) "
+        f"| across families ({s['across_figures']}) |", "|---|---|---|---|---|---|",
         f"| as stated (seeds, calibration fit, kernel costs) | {s['covered']} of {s['figures']} | "
-        f"**{100 * s['coverage']:.0f} %** | {100 * s['overall_coverage']:.0f} % of {s['overall_figures']} |",
+        f"**{100 * s['coverage']:.0f} %** | {100 * s['overall_coverage']:.0f} % of {s['overall_figures']} | "
+        f"{100 * s['family_coverage']:.0f} % | {100 * s['across_coverage']:.0f} % |",
         f"| with a model-error factor, σ learnt leave one run out ({min(sig):.2f}–{max(sig):.2f} in log) | "
         f"{s['covered_me']} of {s['figures']} | **{100 * s['coverage_me']:.0f} %** | "
-        f"{100 * s['overall_coverage_me']:.0f} % of {s['overall_figures']} |", "",
+        f"{100 * s['overall_coverage_me']:.0f} % of {s['overall_figures']} | {100 * s['family_coverage_me']:.0f} % | "
+        f"{100 * s['across_coverage_me']:.0f} % |", "",
         f"Median width of the stated interval: {100 * s['median_width']:.0f} % of its lower bound; median "
         f"|error| of the predicted mean: {100 * s['median_abs_error']:.0f} %.", "",
         "| fitted on | predicted | class | stat | observed | predicted [stated 90 %] | with model error |",
