@@ -222,3 +222,18 @@ def test_model_error_scales_time_figures_by_each_worlds_factor(tmp_path):
     trace, profile = _files(tmp_path)
     assert_one_line_error(runner.invoke(app, ["plan", trace, "-p", profile, "--slo", "x.latency.max<=5",
                                               "--model-error", "0.3"]), "--model-error", "--worlds")
+
+
+def test_cheapest_plan_over_worlds_of_a_composed_profile():
+    """A composed, priced profile: the cheapest plan judges by P(met) and says the worlds drew
+    its engine's host costs and kernel costs."""
+    result = runner.invoke(app, ["plan", "example", "-c", "design-notes", "-p", "h100-sxm-llama-3.1-8b-cuda-graph",
+                                 "--slo", "infobench.latency.p95<=60", "--worlds", "3", "--confidence", "0.5",
+                                 "--flush", "0.1", "--topology", "shared", "--max-batch", "10", "--max-gpus", "1",
+                                 "-j", "1", "--json", "-"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["objective"] == "cheapest" and doc["met"]
+    assert doc["slos"][0]["worlds"] == 3 and doc["slos"][0]["met"] == (doc["slos"][0]["p"] >= 0.5)
+    sources = doc["uncertainty"]["sources"]
+    assert sources["kernels"] == pytest.approx(KERNEL_SIGMA) and "step_s" in sources["engine"]
