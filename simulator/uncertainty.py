@@ -199,7 +199,9 @@ def _fit_of(data: Mapping[str, Any]) -> tuple[list[Any], list[dict[str, float]],
         if not all(n in fit["values"] for n in names):
             return None
         ensemble = [fit["values"]]
-    se = {n: float(v) for n, v in (fit.get("relative_se") or {}).items() if n in names}
+    # (a value the run does not see has an infinite error, which JSON may hold as null)
+    se = {n: float(v) if isinstance(v, (int, float)) else math.inf
+          for n, v in (fit.get("relative_se") or {}).items() if n in names}
     return params, ensemble, se
 
 
