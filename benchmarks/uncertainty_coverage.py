@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--write-docs", action="store_true", help="write the tables into docs/uncertainty.md")
-    parser.add_argument("--quick", action="store_true", help="one cheap fit (4q-50), two predictions, 6 worlds")
+    parser.add_argument("--quick", action="store_true", help="one cheap fit (4q-50), two predictions, 4 worlds")
     parser.add_argument("--worlds", type=int, default=WORLDS)
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args(argv)
@@ -203,8 +203,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"the real runs are not at {REQUEST}\n")
         return 2
     if args.quick:
-        result = study(min(args.worlds, 6), 1, ["4B_4queues_nothinking"],
-                       ["4B_4queues_nothinking_longmmlu", "4B_fw_5_b10"], {"screen": 8, "starts": 2})
+        result = study(min(args.worlds, 4), 1, ["4B_4queues_nothinking"],
+                       ["4B_4queues_nothinking_longmmlu", "4B_fw_5_b10"], {"screen": 4, "starts": 1})
     else:
         result = study(args.worlds, args.jobs)
     text = markdown(result)

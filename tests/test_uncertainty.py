@@ -98,7 +98,7 @@ def test_p_matches_theory_with_no_profile_uncertainty():
     base = Base(trace, profile_from_dict(EXPONENTIAL), build_scenario())
     b = -math.log(1 - 0.5 ** (1 / 3))          # P = 0.5: the largest binomial error, the hardest case
     slo = parse_slo(f"x.latency.max<={b}", ["x"])
-    n = 300
+    n = 200
     ev = WorldsEvaluator.build(base, [slo], n, confidence=0.5, workers=1)
     (v,) = ev.verdicts({"flush": 0.0, "topology": "shared", "max_batch": 1, "gpus": 1})
     theory = (1 - math.exp(-b)) ** 3
