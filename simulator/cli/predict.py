@@ -198,6 +198,11 @@ def _cell(value: float, sd: float | None = None) -> str:
     return text if sd is None or math.isnan(sd) else f"{text} ± {sd:,.{digits}f}"
 
 
+def _bound(value: float) -> str:
+    """An interval's bound: whole seconds from 10 s (the interval says how far, not to the tenth)."""
+    return _cell(value) if math.isinf(value) or math.isnan(value) or abs(value) < 10 else f"{value:,.0f}"
+
+
 def _label(group: str) -> str:
     return f"[bold]{group}[/bold]" if group == "overall" else group
 
@@ -220,7 +225,7 @@ def _print_worlds(figures: Any, worlds: int, run: str | None) -> None:
     """Each figure's mean over the worlds and its 90 % interval (beside the observed run's)."""
     observed = run is not None
     title = (f"Call latency observed in {run} and predicted" if observed else "Call latency predicted") + \
-        f" (seconds; mean over {worlds} worlds [90 % interval])"
+        f" (seconds; mean over {worlds} worlds, and its 90 % interval)"
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     stats = ("p50", "p90", "p99", "mean")
     if observed:
@@ -233,11 +238,13 @@ def _print_worlds(figures: Any, worlds: int, run: str | None) -> None:
                               f"{_cell(r[f'{stat}_low'])}–{_cell(r[f'{stat}_high'])}",
                               "yes" if r[f"{stat}_inside"] else "no", end_section=stat == "mean")
     else:
-        for col in ("class", "calls", "unfinished", *stats):
+        # (the column only where a call did not finish: the intervals need the width)
+        late = bool(figures["unfinished"].max() > 0)
+        for col in ("class", "calls", *(("unfinished",) if late else ()), *stats):
             table.add_column(col, justify="left" if col == "class" else "right")
         for _, r in figures.iterrows():
-            table.add_row(_label(r["group"]), str(int(r["calls"])), f"{r['unfinished']:g}",
-                          *(f"{_cell(r[s])} [{_cell(r[f'{s}_low'])}–{_cell(r[f'{s}_high'])}]" for s in stats))
+            table.add_row(_label(r["group"]), str(int(r["calls"])), *((f"{r['unfinished']:g}",) if late else ()),
+                          *(f"{_cell(r[s])} ({_bound(r[f'{s}_low'])}–{_bound(r[f'{s}_high'])})" for s in stats))
     print_table(table)
     console.print(f"each world: one whole run, its own seed and draw of the profile's uncertainty; "
                   f"the worlds vary: {figures.attrs['sources'].describe()}", highlight=False)
