@@ -155,7 +155,7 @@ def test_predict_cli_gives_intervals(tmp_path):
     out = tmp_path / "pred.json"
     result = runner.invoke(app, ["predict", trace, "-p", profile, "--worlds", "12", "--json", str(out)])
     assert result.exit_code == 0, result.output
-    assert "90 % interval" in result.stdout
+    assert "90 % interval" in " ".join(result.stdout.split())
     doc = json.loads(out.read_text())
     overall = next(r for r in doc["figures"] if r["group"] == "overall")
     assert overall["p50_low"] <= overall["p50"] <= overall["p50_high"] and overall["p50_low"] < overall["p50_high"]
