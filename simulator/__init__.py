@@ -36,6 +36,7 @@ _EXPORTS = {
     "simulator.replay": ["ReplayResult", "replay"],
     "simulator.sweep": ["Base", "SweepSpec", "read_results", "run_sweep"],
     "simulator.plan": ["SLO", "cheapest", "parse_slo", "plan"],
+    "simulator.uncertainty": ["assess", "predict_worlds", "profile_worlds"],
     "simulator.cost": ["PriceTable", "load_prices"],
     "simulator.scenario": ["Scenario", "TaskConfig", "build_scenario"],
     "simulator.trace.formats": ["load_trace", "save_trace"],

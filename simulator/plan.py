@@ -201,6 +201,15 @@ class Evaluator:
                              for n in keys}
         return [self.cache[config_key(c)] for c in configs]
 
+    def passes(self, config: Mapping[str, Any], figures: Mapping[str, float], slos: Sequence[SLO]) -> bool:
+        """Whether ``config`` (with its ``figures``) meets every SLO: here its mean figures
+        meet each bound; :class:`simulator.uncertainty.WorldsEvaluator` asks a probability."""
+        return all(s.met(figures.get(s.figure)) for s in slos)
+
+    def verdicts(self, config: Mapping[str, Any], slos: Sequence[SLO]) -> list[Any] | None:
+        """Each SLO's verdict over worlds, where this evaluator draws them (``None`` here)."""
+        return None
+
 
 @dataclass
 class PlanResult:
@@ -214,15 +223,48 @@ class PlanResult:
     max_rate_scale: float | None
     replays: int
     search: list[dict[str, Any]]
+    #: with worlds (:mod:`simulator.uncertainty`): each SLO's verdict for the recommended
+    #: configuration, the confidence asked and what varied between the worlds
+    uncertainty: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "gpus": self.gpus, "config": self.config,
-            "slos": [{"slo": s.text, "figure": s.figure, "value": self.figures.get(s.figure),
-                      "met": s.met(self.figures.get(s.figure))} for s in self.slos],
+            "slos": _slo_rows(self.slos, self.figures, self.uncertainty),
             "met": self.met, "figures": self.figures, "max_rate_scale": self.max_rate_scale,
             "replays": self.replays, "search": self.search,
+            **({"uncertainty": {k: v for k, v in self.uncertainty.items() if k != "verdicts"}}
+               if self.uncertainty else {}),
         }
+
+
+def _slo_rows(slos: Sequence[SLO], figures: Mapping[str, float | None],
+              uncertainty: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """The ``slos`` of a plan's JSON: each SLO's (mean) value and whether it is met; with
+    worlds, met means ``p >= confidence``, and ``p``, ``p_se``, the interval come along."""
+    rows = []
+    for i, s in enumerate(slos):
+        row = {"slo": s.text, "figure": s.figure, "value": figures.get(s.figure), "met": s.met(figures.get(s.figure))}
+        if uncertainty:
+            verdict = uncertainty["verdicts"][i]
+            row.update({k: v for k, v in verdict.items() if k not in ("slo", "figure")},
+                       met=verdict["p"] >= uncertainty["confidence"])
+        rows.append(row)
+    return rows
+
+
+def _uncertainty(ev: Evaluator, config: Mapping[str, Any], slos: Sequence[SLO]) -> dict[str, Any] | None:
+    """The uncertainty block of a plan's result, where ``ev`` draws worlds."""
+    found = ev.verdicts(config, slos)
+    if found is None:
+        return None
+    from simulator.uncertainty import joint_probability, sources_of
+
+    outcomes = ev.outcomes[config_key(config)]  # type: ignore[attr-defined]
+    return {"worlds": len(ev.seeds), "confidence": ev.confidence,  # type: ignore[attr-defined]
+            "sources": {**sources_of(ev.base.profile).to_dict(),
+                        "model_error": getattr(ev, "model_error", 0.0) or None},
+            "all_met": joint_probability(slos, outcomes).to_dict(), "verdicts": [v.to_dict() for v in found]}
 
 
 def score(slos: Sequence[SLO], figures: Mapping[str, float]) -> tuple[float, float, float]:
@@ -284,7 +326,7 @@ def plan(base: Base, slos: Sequence[SLO], axes: Mapping[str, Sequence[Any]] | No
             for i, figs in zip(chunk, ev.evaluate(at(g, chunk)), strict=True):
                 tried += 1
                 headroom[i] = score(slos, figs)
-                (passed if all(s.met(figs.get(s.figure)) for s in slos) else failed).append(i)
+                (passed if ev.passes(at(g, [i])[0], figs, slos) else failed).append(i)
             if passed and not full:
                 break
         for i in failed:
@@ -302,8 +344,9 @@ def plan(base: Base, slos: Sequence[SLO], axes: Mapping[str, Sequence[Any]] | No
                             f"raise --max-gpus or lower --prefill-gpus")
         figs = dict(zip(runnable, ev.evaluate(at(max_gpus, runnable)), strict=True))
         best = min(runnable, key=lambda i: score(slos, figs[i]))
-        return PlanResult(max_gpus, at(max_gpus, [best])[0], list(slos), False, _report(figs[best], slos),
-                          None, ev.replays, search)
+        closest = at(max_gpus, [best])[0]
+        return PlanResult(max_gpus, closest, list(slos), False, _report(figs[best], slos),
+                          None, ev.replays, search, _uncertainty(ev, closest, slos))
     lo, hi = 0, max_gpus           # lo infeasible (0 GPUs), hi feasible
     while hi - lo > 1:
         mid = (lo + hi) // 2
@@ -317,7 +360,8 @@ def plan(base: Base, slos: Sequence[SLO], axes: Mapping[str, Sequence[Any]] | No
     best = min(passed, key=lambda i: score(slos, figs_of[i]))
     config = at(hi, [best])[0]
     max_rate = max_rate_scale(ev, config, slos, load_tolerance, say) if find_max_rate else None
-    return PlanResult(hi, config, list(slos), True, _report(figs_of[best], slos), max_rate, ev.replays, search)
+    return PlanResult(hi, config, list(slos), True, _report(figs_of[best], slos), max_rate, ev.replays, search,
+                      _uncertainty(ev, config, slos))
 
 
 def group_of(figure: str) -> str:
@@ -334,8 +378,8 @@ def _report(figs: Mapping[str, float], slos: Sequence[SLO]) -> dict[str, float |
 
 
 def meets(ev: Evaluator, config: Mapping[str, Any], slos: Sequence[SLO], rate: float) -> bool:
-    figs = ev.evaluate([{**config, "rate_scale": rate}])[0]
-    return all(s.met(figs.get(s.figure)) for s in slos)
+    at_rate = {**config, "rate_scale": rate}
+    return ev.passes(at_rate, ev.evaluate([at_rate])[0], slos)
 
 
 def max_rate_scale(ev: Evaluator, config: Mapping[str, Any], slos: Sequence[SLO],
@@ -415,16 +459,19 @@ class CheapestResult:
     front: list[int]
     replays: int
     search: list[dict[str, Any]]
+    #: as :attr:`PlanResult.uncertainty`
+    uncertainty: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "objective": "cheapest", "gpu_type": self.gpu_type, "profile": self.profile, "gpus": self.gpus,
             "config": self.config,
-            "slos": [{"slo": s.text, "figure": s.figure, "value": self.figures.get(s.figure),
-                      "met": s.met(self.figures.get(s.figure))} for s in self.slos],
+            "slos": _slo_rows(self.slos, self.figures, self.uncertainty),
             "met": self.met, "figures": self.figures, "price": self.price,
             "pareto_front": [self.points[i] for i in self.front], "configurations_replayed": len(self.points),
             "replays": self.replays, "search": self.search,
+            **({"uncertainty": {k: v for k, v in self.uncertainty.items() if k != "verdicts"}}
+               if self.uncertainty else {}),
         }
 
 
@@ -466,9 +513,12 @@ def check_one_model(profiles: Sequence[Profile]) -> None:
 def cheapest(bases: Sequence[Base], slos: Sequence[SLO], prices: PriceTable,
              axes: Mapping[str, Sequence[Any]] | None = None, *, max_gpus: int = 8, seeds: Sequence[int] = (0,),
              task: str | None = None, workers: int | None = None,
-             progress: Callable[[str], None] | None = None, mixed_models: bool = False) -> CheapestResult:
+             progress: Callable[[str], None] | None = None, mixed_models: bool = False,
+             evaluator_for: Callable[[Base], Evaluator] | None = None) -> CheapestResult:
     """The cheapest GPU type (one base per profile), GPU count and configuration meeting every
     SLO, and the Pareto front of cost against the SLO ratio (see the module docstring).
+    ``evaluator_for(base)``: the evaluator of each profile's replays (default: the mean over
+    ``seeds``; :meth:`simulator.uncertainty.WorldsEvaluator.build` asks a probability).
     :class:`simulator.errors.PriceError` when a profile has no GPU type or no price;
     :class:`PlanError` when two profiles serve different models (:func:`check_one_model`)
     unless ``mixed_models``."""
@@ -483,7 +533,8 @@ def cheapest(bases: Sequence[Base], slos: Sequence[SLO], prices: PriceTable,
     say = progress or (lambda _m: None)
     types = [gpu_type(b.profile) for b in bases]
     price_of = [require_price(b.profile, prices) for b in bases]
-    evaluators = [Evaluator(with_field(b, prices=prices), tuple(seeds), task, workers) for b in bases]
+    evaluators = [(evaluator_for or (lambda base: Evaluator(base, tuple(seeds), task, workers)))(
+        with_field(b, prices=prices)) for b in bases]
     axis_values = {name: tuple(values) for name, values in {**DEFAULT_AXES, **(axes or {})}.items()}
     search: list[dict[str, Any]] = []
     lowest: list[int | None] = []
@@ -499,8 +550,8 @@ def cheapest(bases: Sequence[Base], slos: Sequence[SLO], prices: PriceTable,
     grid = SweepSpec(axis_values, tuple(seeds), task).configurations()
 
     def met_points() -> list[float]:
-        return [figs["cost.usd"] for ev in evaluators for key, figs in ev.cache.items()
-                if "rate_scale" not in key and all(s.met(figs.get(s.figure)) for s in slos)
+        return [figs["cost.usd"] for ev in evaluators for key, figs in list(ev.cache.items())
+                if "rate_scale" not in key and ev.passes(json.loads(key), figs, slos)
                 and figs.get("cost.usd") is not None]
 
     # Larger counts, while their lower bound on cost is below the cheapest found: g GPUs (a
@@ -523,17 +574,18 @@ def cheapest(bases: Sequence[Base], slos: Sequence[SLO], prices: PriceTable,
 
     points: list[dict[str, Any]] = []
     for k, (b, ev, gpu, price) in enumerate(zip(bases, evaluators, types, price_of, strict=True)):
-        for key, figs in ev.cache.items():
+        for key, figs in list(ev.cache.items()):
             config = json.loads(key)
             if "rate_scale" in config:
                 continue
+            met = ev.passes(config, figs, slos)
             points.append({"gpu_type": gpu, "profile": b.profile.name, "gpus": config.pop("gpus"),
                            "gpus_per_engine": gpus_per_engine(b.profile), "config": config,
                            "usd_per_gpu_hour": price.usd_per_gpu_hour, "usd": figs.get("cost.usd"),
                            "gpu_hours": figs.get("cost.gpu_hours"),
                            "usd_per_1k_prompts": figs.get("cost.usd_per_1k_prompts"),
                            "slo_ratio": worst_ratio(slos, figs),
-                           "met": all(s.met(figs.get(s.figure)) for s in slos),
+                           "met": met,
                            "figures": {s.figure: figs.get(s.figure) for s in slos}, "_figs": figs, "_k": k})
     usd = [p["usd"] if p["usd"] is not None else math.inf for p in points]
     front = sorted(pareto_front([(u, p["slo_ratio"]) for u, p in zip(usd, points, strict=True)]),
@@ -546,13 +598,15 @@ def cheapest(bases: Sequence[Base], slos: Sequence[SLO], prices: PriceTable,
     chosen = points[best]
     figures = _report(chosen["_figs"], slos)
     price = price_of[chosen["_k"]]
+    chosen_ev = evaluators[chosen["_k"]]
     for p in points:
         del p["_figs"], p["_k"]
     return CheapestResult(chosen["gpu_type"], chosen["profile"], chosen["gpus"], {**chosen["config"], "gpus": chosen["gpus"]},
                           list(slos), bool(passing), figures,
                           {"gpu_type": price.gpu, "usd_per_gpu_hour": price.usd_per_gpu_hour, "prices": prices.name,
                            "offering": price.offering, "source": price.source, "read_on": price.read_on},
-                          points, front, sum(ev.replays for ev in evaluators), search)
+                          points, front, sum(ev.replays for ev in evaluators), search,
+                          _uncertainty(chosen_ev, {**chosen["config"], "gpus": chosen["gpus"]}, slos))
 
 
 __all__ = ["AXES", "COST_FIGURES", "OBJECTIVES", "CheapestResult", "PlanError", "PlanResult", "SLO", "cheapest",

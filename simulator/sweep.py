@@ -137,6 +137,14 @@ class Base:
     prices: PriceTable | None = None
     #: the token figures' percentiles and goodput SLO (``None``: the defaults, no goodput)
     tokens: TokenOptions | None = None
+    #: profile variants (:mod:`simulator.uncertainty`): a configuration with ``world = i``
+    #: replays ``worlds[i]`` instead of ``profile``
+    worlds: tuple[Profile, ...] = ()
+
+    def profile_of(self, config: Mapping[str, Any]) -> Profile:
+        """The profile a configuration replays: its world's variant, else :attr:`profile`."""
+        world = config.get("world")
+        return self.profile if world is None else self.worlds[int(world)]
 
     def hashes(self) -> dict[str, str]:
         from simulator.cost import load_prices
@@ -275,7 +283,7 @@ def run_job(job: tuple[str, dict[str, Any], int], task: str | None, base: Base |
     key, config, seed = job
     scenario = scenario_for(base, config, task)
     # (no event log frame: the row needs the summary alone)
-    _, summary = simulate_and_summarize(base.trace, scenario, base.profile, seed, prices=base.prices,
+    _, summary = simulate_and_summarize(base.trace, scenario, base.profile_of(config), seed, prices=base.prices,
                                         tokens=base.tokens, keep_log=False)
     return {"config_key": key, "seed": seed, **config, **flatten(summary)}
 

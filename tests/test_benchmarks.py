@@ -132,6 +132,23 @@ def test_grounded_calibration_fits_the_engine_on_one_run_and_predicts_every_run(
 
 
 @pytest.mark.benchmark
+def test_uncertainty_coverage_scores_intervals_on_the_real_runs(capsys):
+    bench = load("uncertainty_coverage")
+    if not bench.REQUEST.exists():
+        pytest.skip(f"real runs not present at {bench.REQUEST}")
+    assert bench.main(["--quick", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    rows, summary = result["rows"], result["summary"]
+    assert {r["run"] for r in rows} == {"4B_4queues_nothinking_longmmlu", "4B_fw_5_b10"}
+    for r in rows:
+        assert len(r["values"]) == result["worlds"] and r["low"] <= r["mean"] <= r["high"]
+        assert r["covered"] == (r["low"] <= r["observed"] <= r["high"])
+        # the model-error width of a run is learnt on the other pairs only
+        assert r["sigma"] == pytest.approx(bench.loro_sigma(rows, r["run"]))
+    assert summary["covered"] == sum(r["covered"] for r in rows) and summary["figures"] == len(rows)
+
+
+@pytest.mark.benchmark
 def test_quick_profile_benchmark_runs(capsys):
     pytest.importorskip("torch", reason="the harness needs torch (pip install torch==2.13.0)")
     bench = load("quick_profile")

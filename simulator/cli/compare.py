@@ -50,6 +50,9 @@ def compare_cli(
     force: bool = typer.Option(False, "--force", help="Overwrite an existing --plot or --csv file."),
     csv_out: str | None = typer.Option(None, "--csv", help="Write the cells to FILE as CSV: one row per cell, its "
                                        "axes, the metric's mean, std, seeds (n) and 95 % CI."),
+    slo: list[str] = typer.Option([], "--slo", help='Also judge each cell against an SLO, e.g. "infobench.latency.p95<=180" '
+                                  "(repeatable): P(met) over the cell's seeds, (k + 1) / (n + 2)."),
+    confidence: float = typer.Option(0.9, "--confidence", help="The P(met) a cell needs for an --slo verdict of met (0-1)."),
 ) -> None:
     """Pivot one figure of a sweep across its axes, mark the best cell, optionally plot it."""
     with user_errors():
@@ -76,6 +79,7 @@ def compare_cli(
             raise SweepError(None, None, None, f"axis {others[0]!r} also varies "
                              f"({', '.join(map(show_axis_value, values))}); "
                              f"add it to --by or fix it with --where {others[0]}=VALUE")
+        slos = _parse_slos(slo, frame, confidence)
         agg = aggregate(frame, metric, axes)
         if csv_out is not None:
             from simulator.outputs import write_csv
@@ -119,6 +123,8 @@ def compare_cli(
             console.print(f"best: {where_best} -> {best['mean']:.3f}, distinguishable from every other "
                           f"cell at 95 % (Welch t-test)", highlight=False)
         print_unfinished(frame, metric, axes)
+        if slos:
+            print_slo_verdicts(frame, slos, axes, confidence)
         if plot:
             from simulator import plots
 
@@ -133,6 +139,45 @@ def compare_cli(
                 pivot.columns.name = ""
                 plots.heatmap(pivot, metric, title, plot, best=(best[axes[0]], metric))
             console.print(f"wrote {plot}", highlight=False)
+
+
+def _parse_slos(texts: list[str], frame: pd.DataFrame, confidence: float) -> list[Any]:
+    """The ``--slo`` objectives, each naming a figure the sweep's rows hold."""
+    if not texts:
+        return []
+    from simulator.plan import parse_slo
+    from simulator.uncertainty import check_confidence
+
+    check_confidence(confidence)
+    tasks = sorted({c.split(".")[1] for c in frame.columns if c.startswith("tasks.") and c.count(".") >= 2})
+    slos = [parse_slo(t, tasks) for t in texts]
+    for s in slos:
+        metric_column(frame, s.figure, option=f"--slo {s.text!r}:")  # refuses a figure the rows lack
+    return slos
+
+
+def print_slo_verdicts(frame: pd.DataFrame, slos: list[Any], axes: list[str], confidence: float) -> None:
+    """Per cell and SLO: P(met) over the cell's rows (its seeds), met when ``p >= confidence``."""
+    from simulator.uncertainty import probability_met
+
+    table = Table(title=f"SLOs per cell: P(met) over each cell's seeds, (k + 1) / (n + 2); met at p ≥ {confidence:g}",
+                  title_justify="left")
+    for a in axes:
+        table.add_column(a)
+    for s in slos:
+        table.add_column(s.text, justify="right", no_wrap=True)
+    groups = frame.groupby(axes, sort=False, dropna=False)
+    for key, rows in sorted(groups, key=lambda kv: tuple(axis_order(v) for v in (kv[0] if isinstance(kv[0], tuple) else (kv[0],)))):
+        values = key if isinstance(key, tuple) else (key,)
+        cells = []
+        for s in slos:
+            column = metric_column(frame, s.figure)
+            p = probability_met([s.met(None if v is None or pd.isna(v) else float(v)) for v in rows[column]])
+            cells.append(f"met with p = {p.p:.2f}" if p.p >= confidence else f"[red]missed, p = {p.p:.2f}[/red]")
+        table.add_row(*(show_axis_value(v) for v in values), *cells)
+    print_table_fast(table, console)
+    console.print("p from the seeds alone (each one whole run); `simctl plan --worlds N` adds the profile's own "
+                  "uncertainty", highlight=False)
 
 
 def tied_with_best(agg: pd.DataFrame, best_at: Any) -> set[Any]:

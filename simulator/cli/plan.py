@@ -32,6 +32,14 @@ from simulator.scenario import build_scenario, parse_set
 from simulator.settings import LARGEST_GPUS, LARGEST_JOBS, LARGEST_SEEDS, Setting
 from simulator.sweep import Base
 from simulator.trace.formats import load_trace
+from simulator.uncertainty import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_WORLDS,
+    WorldsEvaluator,
+    check_confidence,
+    check_model_error,
+    check_worlds,
+)
 
 
 def _axis_help(setting: Setting) -> str:
@@ -59,6 +67,14 @@ def plan_cli(
     max_gpus: int = typer.Option(8, "--max-gpus", min=1, max=LARGEST_GPUS, help="Largest GPU count to consider."),
     flags: Flags = GENERATED,  # one option per setting (simulator.settings): axes and run settings
     seeds: int = typer.Option(1, "--seeds", min=1, max=LARGEST_SEEDS, help="Seeds per configuration; figures are their mean."),
+    worlds: int | None = typer.Option(None, "--worlds", help="Judge each SLO by its probability over N worlds (each one "
+                                      "seed and one draw of the profile's uncertainty: calibration fits, engine host "
+                                      f"costs, kernel costs); replaces --seeds [default with --confidence: {DEFAULT_WORLDS}]."),
+    confidence: float | None = typer.Option(None, "--confidence", help="Require every SLO met with this probability "
+                                            f"over the worlds (0-1) [default with --worlds: {DEFAULT_CONFIDENCE}]."),
+    model_error: float = typer.Option(0.0, "--model-error", help="With --worlds: scale each world's latencies by "
+                                      "exp(SIGMA z), the model's own error out of sample (learn SIGMA on runs the "
+                                      "profile was not fitted on; docs/uncertainty.md)."),
     set_values: list[str] = typer.Option([], "--set", help="Override any field of the base scenario: KEY=VALUE with a "
                                          "dotted KEY, e.g. tasks.graph.cpu_workers=4 (repeatable)."),
     jobs: int | None = typer.Option(None, "--jobs", "-j", min=1, max=LARGEST_JOBS, help="Local processes (default: all cores; small steps run in this process)."),
@@ -86,9 +102,24 @@ def plan_cli(
             check_figure(plot, force=force, inputs=(trace,))
         if objective not in OBJECTIVES:
             raise PlanError(None, None, None, f"--objective: must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+        uncertain = worlds is not None or confidence is not None
+        check_model_error(model_error)
+        if model_error and not uncertain:
+            raise PlanError(None, None, "--model-error", "applies to worlds; give --worlds N (or --confidence) too")
+        if uncertain:
+            check_confidence(DEFAULT_CONFIDENCE if confidence is None else confidence)
+            check_worlds(DEFAULT_WORLDS if worlds is None else worlds)
+            if seeds > 1:
+                raise PlanError(None, None, "--seeds", "--worlds replaces --seeds (each world is one seed); give one of them")
         loaded = load_trace(trace)
         tokens = token_options(percentiles, goodput, "ms")
         slos = [parse_slo(s, loaded.tasks, tokens) for s in slo]
+
+        def evaluator_for(b: Base) -> Evaluator:
+            """Replays over worlds that ask each SLO a probability (--worlds, --confidence)."""
+            return WorldsEvaluator.build(b, slos, DEFAULT_WORLDS if worlds is None else worlds,
+                                         confidence=DEFAULT_CONFIDENCE if confidence is None else confidence,
+                                         task=task, workers=jobs, model_error=model_error)
         axes = flags.axis_values()
         table = load_prices(prices)
         profiles = [load_profile(p) for p in dict.fromkeys(profile)]
@@ -102,7 +133,7 @@ def plan_cli(
             with console.status("planning") as status:
                 found = cheapest(bases, slos, table, axes, max_gpus=max_gpus, seeds=tuple(range(max(1, seeds))),
                                  task=task, workers=jobs, progress=lambda m: status.update(f"planning: {m}"),
-                                 mixed_models=mixed_models)
+                                 mixed_models=mixed_models, evaluator_for=evaluator_for if uncertain else None)
             if plot:
                 from simulator import plots
 
@@ -118,9 +149,10 @@ def plan_cli(
         base = Base(loaded, profiles[0], scenario, table, tokens)
         with console.status("planning") as status:
             result = plan(base, slos, axes, max_gpus=max_gpus, seeds=tuple(range(max(1, seeds))),
-                          task=task, workers=jobs, progress=lambda m: status.update(f"planning: {m}"))
+                          task=task, workers=jobs, progress=lambda m: status.update(f"planning: {m}"),
+                          evaluator=evaluator_for(base) if uncertain else None)
             if plot and result.met:
-                ev = Evaluator(base, tuple(range(max(1, seeds))), task, jobs)
+                ev = evaluator_for(base) if uncertain else Evaluator(base, tuple(range(max(1, seeds))), task, jobs)
                 from simulator import plots
 
                 assert result.max_rate_scale is not None  # plan() finds it for a met result (find_max_rate)
@@ -147,13 +179,18 @@ def print_plan(doc: dict) -> None:
     for identity in doc.get("profiles", []):
         console.print("profile " + ProfileIdentity(**identity).line(), highlight=False)
     what = f"{doc['gpus']} {doc['gpu_type']} GPU(s)" if cheapest else f"{doc['gpus']} GPU(s)"
-    head = ("[bold green]cheapest meeting every SLO:[/bold green]" if cheapest else
-            "[bold green]meets every SLO[/bold green]") if doc["met"] else \
-        f"[bold red]no configuration within {doc['gpus']} GPU(s) meets every SLO; closest:[/bold red]"
+    unc = doc.get("uncertainty")
+    every = f"every SLO with p ≥ {unc['confidence']:g}" if unc else "every SLO"
+    head = (f"[bold green]cheapest meeting {every}:[/bold green]" if cheapest else
+            f"[bold green]meets {every}[/bold green]") if doc["met"] else \
+        f"[bold red]no configuration within {doc['gpus']} GPU(s) meets {every}; closest:[/bold red]"
     console.print(f"{head} {what}, " + ", ".join(
         f"{k}={v}" for k, v in doc["config"].items() if k != "gpus"))
-    table = Table(title="SLOs", title_justify="left")
-    for col in ("objective", "value", "met", "did not finish"):
+    table = Table(title="SLOs" + (f" over {unc['worlds']} worlds (value: their mean)" if unc else ""),
+                  title_justify="left")
+    columns = ("objective", "value", "90 % interval", "met", "did not finish") if unc else \
+        ("objective", "value", "met", "did not finish")
+    for col in columns:
         table.add_column(col, justify="left" if col == "objective" else "right", no_wrap=True)
     figures = doc["figures"]
     for s in doc["slos"]:
@@ -162,16 +199,41 @@ def print_plan(doc: dict) -> None:
         group = group_of(s["figure"])
         unfinished, prompts = figures.get(f"{group}.unfinished"), figures.get(f"{group}.prompts")
         late = "–" if unfinished is None or prompts is None else f"{unfinished:g} of {prompts:g}"
-        table.add_row(s["slo"], value, "yes" if s["met"] else "[red]no[/red]", late)
+        if unc:
+            low, high = ("inf" if x is None else f"{x:.3f}" for x in s["interval"])
+            verdict = f"met with p = {s['p']:.2f}" if s["met"] else f"[red]missed, p = {s['p']:.2f}[/red]"
+            table.add_row(s["slo"], value, f"{low}–{high}", verdict, late)
+        else:
+            table.add_row(s["slo"], value, "yes" if s["met"] else "[red]no[/red]", late)
     print_table_fast(table, console)
+    if unc:
+        both = unc["all_met"]
+        console.print(f"p = (k + 1) / (n + 2), k of n = {unc['worlds']} worlds meeting the SLO (± "
+                      f"{max(s['p_se'] for s in doc['slos']):.2f} at most); every SLO at once p = {both['p']:.2f}; "
+                      f"the worlds vary: {_sources(unc['sources'])}", highlight=False)
     if doc.get("max_rate_scale") is not None:
-        console.print(f"sustains up to {doc['max_rate_scale']:.2f}x the trace's arrival rate within the SLOs",
+        at = f" at p ≥ {unc['confidence']:g}" if unc else ""
+        console.print(f"sustains up to {doc['max_rate_scale']:.2f}x the trace's arrival rate within the SLOs{at}",
                       highlight=False)
     if cheapest:
         print_cost(doc)
         return
     search = ", ".join(f"{s['gpus']} GPU: {s['met']}/{s['replayed']} met" for s in doc["search"])
     console.print(f"search: {search}; {doc['replays']} replays in all", highlight=False)
+
+
+def _sources(sources: dict) -> str:
+    """What varied between the worlds, in words (simulator.uncertainty.Sources)."""
+    parts = ["seeds"]
+    if sources.get("fit"):
+        parts.append("calibration fits (" + ", ".join(sources["fit"]) + ")")
+    if sources.get("engine"):
+        parts.append("engine host costs (" + ", ".join(sources["engine"]) + ")")
+    if sources.get("kernels"):
+        parts.append("kernel costs")
+    if sources.get("model_error"):
+        parts.append(f"model error (σ {sources['model_error']:g})")
+    return ", ".join(parts)
 
 
 def _usd(x: float | None) -> str:

@@ -46,6 +46,12 @@ def predict_cli(
                                             help="Scenario: TOML file or bundled name ('design-notes') [default: built-in settings]."),
     profile: str = typer.Option(DEFAULT_PROFILE, "--profile", "-p", help="Profile JSON file or bundled profile name."),
     seeds: int = typer.Option(10, "--seeds", min=1, max=LARGEST_SEEDS, help="Simulated runs (seeds 0..N-1), each one whole run; figures are averaged over them."),
+    worlds: int | None = typer.Option(None, "--worlds", help="Give each figure a 90 % interval over N worlds, each one "
+                                      "whole run with its own seed and its own draw of the profile's uncertainty "
+                                      "(calibration fits, engine host costs, kernel costs); replaces --seeds."),
+    model_error: float = typer.Option(0.0, "--model-error", help="With --worlds: scale each world's latencies by "
+                                      "exp(SIGMA z), the model's own error out of sample (learn SIGMA on runs the "
+                                      "profile was not fitted on; docs/uncertainty.md)."),
     observed: Path | None = typer.Option(None, "--observed", help="An observed results folder (batch_NNNN.json, simulation_summary.json) "
                                             "to compare with: prints observed, predicted and the relative error."),
     arrivals: Path | None = typer.Option(None, "--arrivals", help="The arrival file the --observed run replayed (default: ../batch_arrivals.json)."),
@@ -73,6 +79,13 @@ def predict_cli(
         from simulator.trace.formats import load_trace
 
         tokens = token_options(percentiles, None, units)
+        from simulator.uncertainty import check_model_error, check_worlds
+
+        check_model_error(model_error)
+        if worlds is not None:
+            check_worlds(worlds)
+        elif model_error:
+            raise ObservedError(None, None, "--model-error", "applies to worlds; give --worlds N too")
         if arrivals is not None and observed is None:
             raise ObservedError(arrivals, None, "--arrivals", "is the arrival file of an --observed run; give --observed too")
         # Refuse a bad output before any work, and never write onto an input (a bundled name
@@ -98,25 +111,33 @@ def predict_cli(
             run = read_observed(observed, load_trace(arrivals_path) if arrivals_path else None,
                                 None, scen.compositions)
             _check_same_calls(loaded, run, trace)
-        chosen = tuple(range(seeds))
+        runs = seeds if worlds is None else worlds
+        chosen = tuple(range(runs))
         with Progress(SpinnerColumn(), TextColumn("simulating runs"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=console, transient=True) as bar:
-            job = bar.add_task("seeds", total=seeds)
+            job = bar.add_task("seeds", total=runs)
 
             def advance(done: int) -> None:
                 bar.update(job, completed=done)
 
-            if run is None:
+            if worlds is not None:
+                from simulator.uncertainty import predict_worlds
+
+                figures = predict_worlds(loaded, scen, prof, worlds, observed=run, progress=advance,
+                                         model_error=model_error)
+            elif run is None:
                 figures = simulate_figures(loaded, scen, prof, chosen, progress=advance)
             else:
                 figures = predict(run, loaded, scen, prof, chosen, progress=advance, tokens=tokens)
         if json_out is not None:
             with open_output(json_out, force=force) as fh:
-                json.dump(_json(figures, trace, scen.name, prof.name, chosen, run), fh, indent=1)
+                json.dump(_json(figures, trace, scen.name, prof.name, chosen, run, worlds), fh, indent=1)
                 fh.write("\n")
-        console.print(f"[bold]predict[/bold] {trace}  profile={prof.name}  scenario={scen.name}  seeds={seeds}",
-                      highlight=False)
-        if run is None:
+        console.print(f"[bold]predict[/bold] {trace}  profile={prof.name}  scenario={scen.name}  "
+                      + (f"seeds={seeds}" if worlds is None else f"worlds={worlds}"), highlight=False)
+        if worlds is not None:
+            _print_worlds(figures, worlds, run.name if run is not None else None)
+        elif run is None:
             _print_prediction(figures, seeds)
         else:
             _print_comparison(figures, run.name, seeds)
@@ -140,16 +161,21 @@ def _check_same_calls(trace: Any, run: Any, name: Path) -> None:
                             f"call {wrong} has {theirs[wrong]} prompts in the run but {ours[wrong]} in {name}")
 
 
-def _json(figures: Any, trace: Path, scenario: str, profile: str, seeds: tuple[int, ...], run: Any) -> dict[str, Any]:
+def _json(figures: Any, trace: Path, scenario: str, profile: str, seeds: tuple[int, ...], run: Any,
+          worlds: int | None = None) -> dict[str, Any]:
     """The ``--json`` document: the library's table as one record per group (an infinite
-    figure, a call turned away with no timeout to censor it, is ``null``)."""
+    figure, a call turned away with no timeout to censor it, is ``null``); with ``--worlds``,
+    each figure's interval (``p50_low``, ``p50_high``) and ``uncertainty``: the worlds, the
+    level and what varied between them."""
     from simulator.metrics import json_ready
 
     records = [{k: v.item() if hasattr(v, "item") else v for k, v in row.items()}   # numpy scalars: plain
                for row in figures.to_dict(orient="records")]
+    extra = {} if worlds is None else {"uncertainty": {"worlds": worlds, "level": figures.attrs["level"],
+                                                       "sources": figures.attrs["sources"].to_dict()}}
     return json_ready({"format": FORMAT, "trace": str(trace), "scenario": scenario, "profile": profile,
                        "seeds": list(seeds), "observed": None if run is None else {"run": run.name, "path": run.path},
-                       "figures": records, **_token_json(figures)})
+                       "figures": records, **_token_json(figures), **extra})
 
 
 def _token_json(figures: Any) -> dict[str, Any]:
@@ -172,6 +198,11 @@ def _cell(value: float, sd: float | None = None) -> str:
     return text if sd is None or math.isnan(sd) else f"{text} ± {sd:,.{digits}f}"
 
 
+def _bound(value: float) -> str:
+    """An interval's bound: whole seconds from 10 s (the interval says how far, not to the tenth)."""
+    return _cell(value) if math.isinf(value) or math.isnan(value) or abs(value) < 10 else f"{value:,.0f}"
+
+
 def _label(group: str) -> str:
     return f"[bold]{group}[/bold]" if group == "overall" else group
 
@@ -188,6 +219,35 @@ def _print_prediction(figures: Any, seeds: int) -> None:
     if figures["unfinished"].max() > 0:
         console.print("unfinished: calls that failed at the client timeout or the deadline, or were turned away "
                       "(mean over runs); their latency counts at the timeout", highlight=False)
+
+
+def _print_worlds(figures: Any, worlds: int, run: str | None) -> None:
+    """Each figure's mean over the worlds and its 90 % interval (beside the observed run's)."""
+    observed = run is not None
+    title = (f"Call latency observed in {run} and predicted" if observed else "Call latency predicted") + \
+        f" (seconds; mean over {worlds} worlds, and its 90 % interval)"
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    stats = ("p50", "p90", "p99", "mean")
+    if observed:
+        for col in ("class", "calls", "figure", "observed", "predicted", "90 % interval", "inside"):
+            table.add_column(col, justify="left" if col in ("class", "figure") else "right")
+        for _, r in figures.iterrows():
+            for i, stat in enumerate(stats):
+                table.add_row(_label(r["group"]) if i == 0 else "", str(int(r["calls"])) if i == 0 else "", stat,
+                              _cell(r[f"{stat}_ref"]), _cell(r[stat]),
+                              f"{_cell(r[f'{stat}_low'])}–{_cell(r[f'{stat}_high'])}",
+                              "yes" if r[f"{stat}_inside"] else "no", end_section=stat == "mean")
+    else:
+        # (the column only where a call did not finish: the intervals need the width)
+        late = bool(figures["unfinished"].max() > 0)
+        for col in ("class", "calls", *(("unfinished",) if late else ()), *stats):
+            table.add_column(col, justify="left" if col == "class" else "right")
+        for _, r in figures.iterrows():
+            table.add_row(_label(r["group"]), str(int(r["calls"])), *((f"{r['unfinished']:g}",) if late else ()),
+                          *(f"{_cell(r[s])} ({_bound(r[f'{s}_low'])}–{_bound(r[f'{s}_high'])})" for s in stats))
+    print_table(table)
+    console.print(f"each world: one whole run, its own seed and draw of the profile's uncertainty; "
+                  f"the worlds vary: {figures.attrs['sources'].describe()}", highlight=False)
 
 
 def _print_comparison(errors: Any, run: str, seeds: int) -> None:

@@ -44,6 +44,10 @@ class EngineSpec:
     sources: Mapping[str, str] = field(default_factory=dict)
     #: the parameters a composed profile lets ``simctl calibrate`` free by default
     calibrated: tuple[str, ...] = ()
+    #: each host parameter's 5-95 % interval (seconds, or a share), where :attr:`sources`
+    #: states one or, for an assumed value, the range the assumption spans: what
+    #: :mod:`simulator.uncertainty` draws a composed profile's host costs within
+    intervals: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
     def overhead(self, kernels: Mapping[str, float], overrides: Mapping[str, float] | None = None,
                  source: str = "given") -> dict[str, Any]:
@@ -74,7 +78,10 @@ ENGINES: dict[str, EngineSpec] = {e.name: e for e in [
             "interpreter_share": "0: one engine process per GPU, so GPUs share no interpreter lock",
         },
         # no launch cost to fit under graphs: the host's part is per step
-        calibrated=("step_s",)),
+        calibrated=("step_s",),
+        # the envelope of the engine families' fitted intervals below (vLLM, TensorRT-LLM, SGLang)
+        intervals={"launch_s": (0.0, 0.0), "step_s": (0.0, 0.28e-3), "row_s": (0.0, 23.5e-6),
+                   "interpreter_share": (0.0, 0.0)}),
     *(EngineSpec(
         name, "fused", overlap=False,
         description=f"{label}: fused kernels replayed from CUDA graphs, its host time per pass fitted on public "
@@ -87,11 +94,12 @@ ENGINES: dict[str, EngineSpec] = {e.name: e for e in [
             "row_s": f"fitted: {row_s * 1e6:.1f} us a row ({interval_row}), same fit",
             "interpreter_share": "0: one engine process per GPU, so GPUs share no interpreter lock",
         },
-        calibrated=("step_s", "row_s"))
-      for name, label, row_s, interval_step, interval_row in (
-          ("vllm", "vLLM", 0.0, "0-0 ms", "0-0 us"),
-          ("trtllm", "TensorRT-LLM", 2.0e-6, "0-0.28 ms", "0-7.0 us"),
-          ("sglang", "SGLang", 15.8e-6, "0-0 ms", "5.5-23.5 us"))),
+        calibrated=("step_s", "row_s"),
+        intervals={"launch_s": (0.0, 0.0), "step_s": step_range, "row_s": row_range, "interpreter_share": (0.0, 0.0)})
+      for name, label, row_s, interval_step, interval_row, step_range, row_range in (
+          ("vllm", "vLLM", 0.0, "0-0 ms", "0-0 us", (0.0, 0.0), (0.0, 0.0)),
+          ("trtllm", "TensorRT-LLM", 2.0e-6, "0-0.28 ms", "0-7.0 us", (0.0, 0.28e-3), (0.0, 7.0e-6)),
+          ("sglang", "SGLang", 15.8e-6, "0-0 ms", "5.5-23.5 us", (0.0, 0.0), (5.5e-6, 23.5e-6)))),
     EngineSpec(
         "hf-eager", "hf-eager", overlap=True,
         description="Hugging Face generate without CUDA graphs: eager kernels launched from Python, "
@@ -110,7 +118,12 @@ ENGINES: dict[str, EngineSpec] = {e.name: e for e in [
         },
         # the host cost per kernel: every one of the users' runs pins it within a few percent;
         # the others trade against it on latencies alone (docs/calibration.md)
-        calibrated=("launch_s",)),
+        calibrated=("launch_s",),
+        # assumed ranges around the assumed values: launch_s spans the stated order of 10-20 us
+        # up to the 32-49 us the users' runs give (docs/calibration.md); the others a factor
+        # of 2-3 either way of their default, the share 0.3-0.7
+        intervals={"launch_s": (10e-6, 50e-6), "step_s": (0.5e-3, 3e-3), "row_s": (1e-5, 1.5e-4),
+                   "interpreter_share": (0.3, 0.7)}),
 ]}
 
 
