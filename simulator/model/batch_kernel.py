@@ -36,6 +36,7 @@ from numba import njit, types
 from numba.experimental import structref
 
 from simulator.model import (
+    dispatch,
     kernel_cache,  # noqa: F401  (the cache keyed on every kernel source)
     policies,
 )
@@ -47,6 +48,9 @@ grid_mean = njit(cache=True)(_grid_mean_py)
 #: The batching policies' release rule, compiled: the functions the policy classes call.
 window_end = njit(cache=True, inline="always")(policies.window_end)
 release_count = njit(cache=True, inline="always")(policies.release_count)
+#: The dispatch rules' choices, compiled: the functions the rule classes call.
+round_robin_index = njit(cache=True, inline="always")(dispatch.round_robin_index)
+least_loaded_index = njit(cache=True, inline="always")(dispatch.least_loaded_index)
 
 # Event priorities (as simulator.model.kernel) and kinds.
 COMPLETION, ARRIVAL, TIMER = 0, 1, 2
@@ -105,7 +109,9 @@ RUN_FIELDS = ("heap", "S", "call_t", "call_g0", "g_start", "g_front", "order", "
               "SI", "SF", "SRNG",
               # continuous engines (their section below)
               "EI", "CTI", "CTF", "CSTEP", "RESUMED", "PREEMPT", "CW_NEXT", "R_PID", "R_LEN", "R_LIM", "R_GAIN",
-              "SKIP", "CS", "FIFO", "FIFO_T")
+              "SKIP", "CS", "FIFO", "FIFO_T",
+              # scratch: the places' loads a least-loaded dispatch rule compares
+              "LOADS")
 structref.define_proxy(Run, RunType, list(RUN_FIELDS))
 
 
@@ -123,31 +129,37 @@ def _mean(st, task, size, max_prompt, max_out):
 
 
 @njit(cache=True, inline="always")
-def _choose(st, rule, unit, places, n, loads_of_queue):
-    """A dispatch rule's choice among ``places`` (queue or device indices)."""
+def _rule_choice(st, rule, n):
+    """Rule ``rule``'s choice among ``n`` places, by the rule's own functions
+    (:mod:`simulator.model.dispatch`); a least-loaded rule reads the loads from ``LOADS``."""
     code = st.RULES[rule, 0]
     if code == R_ROUND_ROBIN:
-        index = st.RULES[rule, 1] % n
+        index = round_robin_index(st.RULES[rule, 1], n)
         st.RULES[rule, 1] = index + 1
         return index
     if code == R_RANDOM:
         return st.rng.integers(0, n)
-    best = 0
-    best_load = 0
-    for i in range(n):
-        p = places[i]
-        if loads_of_queue:
-            if unit == U_PROMPTS:
-                load = st.QI[p, QI_WAITING] + st.QI[p, QI_IN_SERVICE]
-            elif unit == U_TOKENS:
-                load = st.QI[p, QI_TOKENS]
+    return least_loaded_index(st.LOADS, n)
+
+
+@njit(cache=True, inline="always")
+def _choose(st, rule, unit, places, n, loads_of_queue):
+    """A dispatch rule's choice among ``places`` (queue or device indices), over their loads
+    in the rule's unit."""
+    code = st.RULES[rule, 0]
+    if code != R_ROUND_ROBIN and code != R_RANDOM:
+        for i in range(n):
+            p = places[i]
+            if loads_of_queue:
+                if unit == U_PROMPTS:
+                    st.LOADS[i] = st.QI[p, QI_WAITING] + st.QI[p, QI_IN_SERVICE]
+                elif unit == U_TOKENS:
+                    st.LOADS[i] = st.QI[p, QI_TOKENS]
+                else:
+                    st.LOADS[i] = st.QI[p, QI_WAITING]
             else:
-                load = st.QI[p, QI_WAITING]
-        else:
-            load = st.DI[p, DI_OUT_TOKENS] if unit == U_TOKENS else st.DI[p, DI_OUT]
-        if i == 0 or load < best_load:
-            best, best_load = i, load
-    return best
+                st.LOADS[i] = st.DI[p, DI_OUT_TOKENS] if unit == U_TOKENS else st.DI[p, DI_OUT]
+    return _rule_choice(st, rule, n)
 
 
 @njit(cache=True)
@@ -194,7 +206,8 @@ def run_kernel(call_t, call_g0, g_start, g_front, order, arrived, ptok, mtok, FI
              EI, CTI, CTF, CSTEP, resumed, preemptions,
              waiting_next, R_PID, np.zeros(len(R_PID), dtype=np.int64),
              np.zeros(len(R_PID), dtype=np.int64), np.zeros(len(R_PID), dtype=np.int64), skipped, CS,
-             np.zeros(max(EI.shape[0], 1), dtype=np.int64), np.zeros(max(EI.shape[0], 1)))
+             np.zeros(max(EI.shape[0], 1), dtype=np.int64), np.zeros(max(EI.shape[0], 1)),
+             np.zeros(max(len(DEVLIST), QI.shape[0], EI.shape[0], 1), dtype=np.int64))
     _continuous_init(st)
 
     # initial idle workers: each queue's range of worker indices, in order
@@ -632,26 +645,17 @@ def _choose_engine(st, rule, e0, n):
     """The dispatch rule's choice among engines ``e0 .. e0 + n - 1`` (as DispatchRule.choose
     over the engines' loads)."""
     code = st.RULES[rule, 0]
-    if code == R_ROUND_ROBIN:
-        index = st.RULES[rule, 1] % n
-        st.RULES[rule, 1] = index + 1
-        return index
-    if code == R_RANDOM:
-        return st.rng.integers(0, n)
-    unit = st.RULES[rule, 2]
-    best = 0
-    best_load = 0
-    for i in range(n):
-        e = e0 + i
-        if unit == U_PROMPTS:
-            load = st.EI[e, EI_WAITING] + st.EI[e, EI_RUNNING]
-        elif unit == U_TOKENS:
-            load = st.EI[e, EI_OUT_TOKENS]
-        else:  # waiting
-            load = st.EI[e, EI_WAITING]
-        if i == 0 or load < best_load:
-            best, best_load = i, load
-    return best
+    if code != R_ROUND_ROBIN and code != R_RANDOM:
+        unit = st.RULES[rule, 2]
+        for i in range(n):
+            e = e0 + i
+            if unit == U_PROMPTS:
+                st.LOADS[i] = st.EI[e, EI_WAITING] + st.EI[e, EI_RUNNING]
+            elif unit == U_TOKENS:
+                st.LOADS[i] = st.EI[e, EI_OUT_TOKENS]
+            else:  # waiting
+                st.LOADS[i] = st.EI[e, EI_WAITING]
+    return _rule_choice(st, rule, n)
 
 
 @njit(cache=True)

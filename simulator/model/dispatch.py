@@ -38,6 +38,24 @@ class DispatchRule(ABC):
 
 _LOAD_ATTRIBUTE = {"prompts": "outstanding", "tokens": "outstanding_tokens", "waiting": "waiting_count"}
 
+
+# The choices themselves, as functions of plain numbers: the rule classes below call them and
+# the compiled kernel compiles these same functions (simulator.model.batch_kernel).
+
+def round_robin_index(turn: int, places: int) -> int:
+    """The place a rotation standing at ``turn`` picks among ``places`` (it then stands at the
+    index plus one)."""
+    return turn % places
+
+
+def least_loaded_index(loads: Sequence[int], places: int) -> int:
+    """The first of ``places`` places with the least load (``loads[i]``): ties go to the lowest index."""
+    best = 0
+    for i in range(1, places):
+        if loads[i] < loads[best]:
+            best = i
+    return best
+
 DISPATCH_RULES: Registry[type[DispatchRule]] = Registry("dispatch rule")
 
 
@@ -51,7 +69,7 @@ class RoundRobin(DispatchRule):
         self._next = 0
 
     def choose(self, loads: Sequence[int], rng: np.random.Generator) -> int:
-        index = self._next % len(loads)
+        index = round_robin_index(self._next, len(loads))
         self._next = index + 1
         return index
 
@@ -63,11 +81,7 @@ class LeastLoaded(DispatchRule):
     name = "least-loaded"
 
     def choose(self, loads: Sequence[int], rng: np.random.Generator) -> int:
-        best = 0
-        for i in range(1, len(loads)):
-            if loads[i] < loads[best]:
-                best = i
-        return best
+        return least_loaded_index(loads, len(loads))
 
 
 @DISPATCH_RULES.register("jsq-tokens")
