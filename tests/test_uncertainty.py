@@ -177,6 +177,8 @@ def test_bad_uncertainty_options_are_one_line_errors(tmp_path, extra, needles):
 def test_predict_bad_worlds_is_one_line_error(tmp_path):
     trace, profile = _files(tmp_path)
     assert_one_line_error(runner.invoke(app, ["predict", trace, "-p", profile, "--worlds", "0"]), "--worlds")
+    assert_one_line_error(runner.invoke(app, ["predict", trace, "-p", profile, "--worlds", "3", "--seeds", "2"]),
+                          "--worlds replaces --seeds")
 
 
 def test_compare_cli_judges_each_cell_against_an_slo(tmp_path):

@@ -45,7 +45,7 @@ def predict_cli(
     scenario: Path | None = typer.Option(None, "--scenario", "-s", "--config", "-c",
                                             help="Scenario: TOML file or bundled name ('design-notes') [default: built-in settings]."),
     profile: str = typer.Option(DEFAULT_PROFILE, "--profile", "-p", help="Profile JSON file or bundled profile name."),
-    seeds: int = typer.Option(10, "--seeds", min=1, max=LARGEST_SEEDS, help="Simulated runs (seeds 0..N-1), each one whole run; figures are averaged over them."),
+    seeds: int | None = typer.Option(None, "--seeds", min=1, max=LARGEST_SEEDS, help="Simulated runs (seeds 0..N-1), each one whole run; figures are averaged over them [default: 10]."),
     worlds: int | None = typer.Option(None, "--worlds", help="Give each figure a 90 % interval over N worlds, each one "
                                       "whole run with its own seed and its own draw of the profile's uncertainty "
                                       "(calibration fits, engine host costs, kernel costs); replaces --seeds."),
@@ -84,6 +84,9 @@ def predict_cli(
         check_model_error(model_error)
         if worlds is not None:
             check_worlds(worlds)
+            if seeds is not None:
+                raise ObservedError(None, None, "--seeds", "--worlds replaces --seeds (each world is one seed); "
+                                    "give one of them")
         elif model_error:
             raise ObservedError(None, None, "--model-error", "applies to worlds; give --worlds N too")
         if arrivals is not None and observed is None:
@@ -111,6 +114,7 @@ def predict_cli(
             run = read_observed(observed, load_trace(arrivals_path) if arrivals_path else None,
                                 None, scen.compositions)
             _check_same_calls(loaded, run, trace)
+        seeds = 10 if seeds is None else seeds
         runs = seeds if worlds is None else worlds
         chosen = tuple(range(runs))
         with Progress(SpinnerColumn(), TextColumn("simulating runs"), BarColumn(), MofNCompleteColumn(),
