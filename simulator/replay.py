@@ -9,9 +9,9 @@ from typing import Any, Literal, overload
 import pandas as pd
 
 from simulator.cost import PriceTable, cost_summary, load_prices
+from simulator.errors import SnapshotError
 from simulator.metrics import TokenOptions, log_columns, summarize_columns
 from simulator.model import simulate
-from simulator.errors import SnapshotError
 from simulator.model.engine import simulate_columns
 from simulator.model.start import StartState, trace_rest
 from simulator.profile import DEFAULT_PROFILE, Profile, load_profile

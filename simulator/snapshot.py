@@ -309,13 +309,13 @@ def from_serve_metrics(text: str, location: str, taken_at: float | None = None) 
     samples = _families(text, location)
     if "simctl_queue_depth" not in samples and "simctl_gpu_running_batches" not in samples:
         raise SnapshotError(location, None, "simctl_queue_depth", "not simctl serve's metrics: no such metric")
-    waiting = []
+    waiting: list[Waiting] = []
     for labels, value in samples.get("simctl_queue_depth", []):
         queue = labels.get("queue", "")
         if value >= 1:
             waiting.append(Waiting(_task_of_queue(queue), int(value), queue or None))
     outstanding = {labels.get("gpu"): int(v) for labels, v in samples.get("simctl_gpu_outstanding_prompts", [])}
-    running = []
+    running: list[Running] = []
     for labels, value in samples.get("simctl_gpu_running_batches", []):
         batches, gpu = int(value), labels.get("gpu")
         prompts = outstanding.get(gpu, 0)
@@ -389,8 +389,8 @@ def from_run_folder(folder: str | Path, at: float) -> Snapshot:
     import numpy as np
 
     from simulator import inputs
-    from simulator.observed import SUMMARY_FILE, _load_settings
     from simulator.live.runfolder import REQUESTS_FILE
+    from simulator.observed import SUMMARY_FILE, _load_settings
 
     folder = Path(folder)
     if not folder.is_dir():

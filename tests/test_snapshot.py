@@ -217,13 +217,15 @@ def test_every_prompt_is_accounted_for_once(seed):
                 "prompts": [{"age_s": float(a)} for a in rng.uniform(0, 5, int(n))] if rng.random() < 0.5 else None}
                for t in tasks if (n := rng.integers(0, 6))]
     running = [{"task": t, "size": int(rng.integers(1, 5)), "elapsed_s": float(rng.uniform(0, 4))}
-               for t in ("a", "b") if rng.random() < 0.8]
+               for t in ("a", "b", "cpu_c") if rng.random() < 0.8]
     snap = snapshot_of(state(waiting=waiting, running=running))
     calls = [Call(f"c{i}", float(t), tuple(Prompt(str(rng.choice(tasks))) for _ in range(int(rng.integers(1, 4)))))
              for i, t in enumerate(np.sort(rng.uniform(0, 30, 25)))]
     trace = Trace(tuple(calls))
     prof = fixed_profile(a=1.0, b=2.0, cpu_c=0.3)
-    sc = build_scenario(defaults={"flush": 0.5, "max_batch": 4}, run={"gpus": 2, "rate_scale": 2.0})
+    # (the CPU task on the direct topology: its running batches go straight to the CPU pool)
+    sc = build_scenario(defaults={"flush": 0.5, "max_batch": 4}, run={"gpus": 2, "rate_scale": 2.0},
+                        tasks={"cpu_c": {"topology": "direct"}})
     start = 10.0
     result = replay(trace, sc, prof, initial_state=snap, start=start)
     log = result.log
@@ -254,3 +256,127 @@ def test_save_and_load_round_trip(tmp_path):
     snap = snapshot_of(state(waiting=[{"task": "x", "queue": "x", "count": 1, "prompts": [{"age_s": 1.0}]}]))
     save_snapshot(snap, tmp_path / "s.json")
     assert load_snapshot(tmp_path / "s.json") == snap
+
+
+# -- simctl serve's /state and /metrics, on virtual time -----------------------------------
+def test_serve_state_and_metrics_sources():
+    """mmlu: window 0, max batch 1, 3 s service, one GPU. Call A (one prompt) at 0 runs 0..3;
+    call B (two prompts) at 1 waits. At 2: /state has B's two prompts waiting 1 s and A's
+    batch running 2 s; /metrics the same counts, without ages or elapsed service."""
+    pytest.importorskip("fastapi")
+    httpx = pytest.importorskip("httpx")
+    import asyncio
+
+    from virtual_time import run_virtual
+
+    from simulator.profile import profile_from_dict
+    from simulator.serve.app import build_app
+    from simulator.serve.backends import SleepBackend
+    from simulator.snapshot import from_serve_state
+
+    scale = 4.0
+    prof = profile_from_dict({"name": "det", "tasks": {"mmlu": {
+        "resource": "gpu", "prompt_tokens": 10, "max_tokens": 4,
+        "service": {"kind": "distribution", "dist": "deterministic", "mean": 3.0}}}})
+    sa = build_app(build_scenario(run={"gpus": 1}, defaults={"flush": 0.0, "max_batch": 1}), prof, SleepBackend(),
+                   time_scale=scale)
+
+    async def main():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=sa.app), base_url="http://serve",
+                                     timeout=30) as c:
+            a = asyncio.create_task(c.post("/", json={"prompt": ["multiple choice question: 0"]}))
+            await asyncio.sleep(1 / scale)
+            b = asyncio.create_task(c.post("/", json={"prompt": ["multiple choice question: 1",
+                                                                  "multiple choice question: 2"]}))
+            await asyncio.sleep(1 / scale)
+            got = (await c.get("/state")).json(), (await c.get("/metrics")).text
+            await a
+            await b
+            return got
+    data, metrics = run_virtual(main())
+    snap = from_serve_state(data, "http://serve")
+    assert snap.source_kind == "serve-state" and snap.taken_at == pytest.approx(2.0, abs=1e-6)
+    (w,) = snap.waiting
+    assert (w.task, w.queue, w.count) == ("mmlu", "mmlu", 2)
+    assert [p.age_s for p in w.prompts or ()] == pytest.approx([1.0, 1.0], abs=1e-6)
+    assert all(p.prompt_tokens is not None and p.prompt_tokens >= 1 and p.max_tokens == 4 for p in w.prompts or ())
+    (r,) = snap.running
+    assert (r.task, r.gpu, r.size, r.started) == ("mmlu", 0, 1, True)
+    assert r.elapsed_s == pytest.approx(2.0, abs=1e-6)
+    assert r.prompts is not None and r.prompts[0].age_s == pytest.approx(2.0, abs=1e-6)
+    m = from_serve_metrics(metrics, "http://serve")
+    assert [(x.task, x.count, x.prompts) for x in m.waiting] == [("mmlu", 2, None)]
+    assert [(x.task, x.gpu, x.size, x.elapsed_s) for x in m.running] == [(None, 0, 1, None)]
+
+
+def test_serve_state_is_protected_like_metrics():
+    pytest.importorskip("fastapi")
+    httpx = pytest.importorskip("httpx")
+    from virtual_time import run_virtual
+
+    from simulator.profile import profile_from_dict
+    from simulator.serve.app import build_app
+    from simulator.serve.backends import SleepBackend
+    from simulator.serve.guard import Limits
+
+    prof = profile_from_dict({"name": "det", "tasks": {"mmlu": {
+        "resource": "gpu", "service": {"kind": "distribution", "dist": "deterministic", "mean": 1.0}}}})
+    sa = build_app(build_scenario(run={"gpus": 1}), prof, SleepBackend(), limits=Limits(api_key="k"))
+
+    async def main():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=sa.app), base_url="http://serve") as c:
+            return ((await c.get("/state")).status_code,
+                    (await c.get("/state", headers={"authorization": "Bearer k"})).status_code)
+    assert run_virtual(main()) == (401, 200)
+
+
+def test_a_replay_from_a_live_snapshot_predicts_the_rest_exactly():
+    """The whole loop on virtual time, deterministic service: simctl serve (sleep backend)
+    takes calls at 0, 0.5, 1, 4, 4.5, 7 and 9 (mmlu: window 2 s, max batch 2, 3 s a batch,
+    one GPU); its /state is read at 5; the rest of the calls (7 and 9) replayed from that
+    snapshot finish when the server finished them, and so do the prompts the snapshot held."""
+    pytest.importorskip("fastapi")
+    httpx = pytest.importorskip("httpx")
+    import asyncio
+
+    from virtual_time import run_virtual
+
+    from simulator.profile import profile_from_dict
+    from simulator.serve.app import build_app
+    from simulator.serve.backends import SleepBackend
+    from simulator.snapshot import from_serve_state
+
+    scale, at = 4.0, 5.0
+    arrivals = [0.0, 0.5, 1.0, 4.0, 4.5, 7.0, 9.0]
+    prof = profile_from_dict({"name": "det", "tasks": {"mmlu": {
+        "resource": "gpu", "prompt_tokens": 10, "max_tokens": 4,
+        "service": {"kind": "distribution", "dist": "deterministic", "mean": 3.0}}}})
+    sc = build_scenario(run={"gpus": 1}, defaults={"flush": 2.0, "max_batch": 2, "policy": "oldest"})
+    sa = build_app(sc, prof, SleepBackend(), time_scale=scale)
+
+    async def main():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=sa.app), base_url="http://serve",
+                                     timeout=60) as c:
+            async def call(t: float, i: int):
+                await asyncio.sleep(t / scale)
+                return await c.post("/", json={"prompt": [f"multiple choice question: {i}"]})
+
+            async def snap():
+                await asyncio.sleep(at / scale)
+                return (await c.get("/state")).json()
+            tasks = [asyncio.create_task(call(t, i)) for i, t in enumerate(arrivals)]
+            data = await snap()
+            for t in tasks:
+                await t
+            return data
+    data = run_virtual(main())
+    live = sorted(sa.runtime.log, key=lambda r: r["arrived_at"])
+    snapshot = from_serve_state(data, "http://serve")
+    assert snapshot.waiting_prompts + snapshot.running_prompts == 3  # calls at 1, 4 and 4.5 in flight at 5
+    trace = Trace(tuple(Call(str(i), t, (Prompt("mmlu"),)) for i, t in enumerate(arrivals)))
+    result = replay(trace, sc, prof, initial_state=snapshot, start=at)
+    log = result.log
+    new = log[~log["from_state"]].sort_values("arrived_at")
+    assert list(new["done_at"] + at) == pytest.approx([r["done_at"] for r in live[-2:]], abs=1e-6)
+    held = sorted((log[log["from_state"]]["done_at"] + at).tolist())
+    assert held == pytest.approx(sorted(r["done_at"] for r in live[2:5]), abs=1e-6)

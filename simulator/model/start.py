@@ -19,14 +19,17 @@ the waiting prompts' calls arrive, oldest first, then the trace's calls at 0, in
 order. The event log marks the snapshot's prompts ``from_state`` (their calls' ids start
 with ``state-``); every other prompt is the trace's.
 
-Only micro-batch queues (topologies ``shared`` and ``split``, GPU or CPU tasks) take a
-snapshot's prompts; an open-loop client without a replica pool.
+Only the topologies ``shared`` and ``split`` (micro-batch queues) and ``direct`` (a running
+batch goes straight to its device; a waiting prompt is formed into a batch on arrival, as
+``direct`` does) take a snapshot's prompts, GPU or CPU tasks; an open-loop client without a
+replica pool.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from simulator.errors import SnapshotError
 from simulator.model.batching import Shaping
@@ -37,8 +40,14 @@ from simulator.scenario import Scenario
 from simulator.snapshot import Running, Snapshot, StatePrompt
 from simulator.trace.model import Call, Prompt, Trace
 
-#: topologies whose fronts are micro-batch queues (what a snapshot's prompts can join)
-QUEUE_TOPOLOGIES = ("shared", "split")
+if TYPE_CHECKING:
+    from simulator.model.context import RunContext
+    from simulator.model.queues import BatchQueue
+    from simulator.model.resources import Device
+
+#: topologies a snapshot's prompts can join: micro-batch queues, and ``direct`` (a batch per
+#: call's group, formed on arrival: its running batches go straight to a device)
+QUEUE_TOPOLOGIES = ("shared", "split", "direct")
 
 
 def trace_rest(trace: Trace, start: float) -> Trace:
@@ -119,7 +128,7 @@ class StartState:
         self.trace = Trace(calls=(*calls, *trace.calls), meta=dict(trace.meta, from_state=where),
                            source=trace.source, prefix_block_tokens=trace.prefix_block_tokens)
 
-    def apply(self, run, groups: list) -> dict[int, Callable[[], None]]:
+    def apply(self, run: RunContext, groups: list) -> dict[int, Callable[[], None]]:
         """Once the router has the prompts: the snapshot's prompts' ``arrived_at`` set back by
         their ages; returns, per snapshot call, what its sending does instead of starting its
         groups (nothing for a running batch, placed by :meth:`place`; joining the named
@@ -140,7 +149,7 @@ class StartState:
                 instead[ci] = _joiner(queue, ids)
         return instead
 
-    def place(self, run, groups: list) -> None:
+    def place(self, run: RunContext, groups: list) -> None:
         """Put the running batches on their workers and GPUs now (t = 0)."""
         where = self.snapshot.path or self.snapshot.location
         for ci, entry in enumerate(self.running):
@@ -148,9 +157,25 @@ class StartState:
             assert r is not None
             ids = groups[ci][0][1]
             task = entry.task
+            shape, generations = Shaping.of(run.configs[task]).shape(run.prompt_tokens, run.max_tokens, ids)
+            left = remaining_service(run.former.service_of(task), shape, generations, r.elapsed_s)
+            if r.elapsed_s is None:
+                self.notes.append(f"{entry.field}: elapsed service unknown, its expected residual "
+                                  f"{left.seconds:.3g} s used")
+            cfg = run.configs[task]
+            if cfg.topology == "direct":
+                devices = run.devices_for(task, cfg)
+                on_gpu = [d for d in devices if r.gpu is not None and d.gpu_id == r.gpu]
+                target = on_gpu[0] if on_gpu else run.device_picker(devices, cfg, task)()
+                batch = run.former.resumed(task, f"{task}/direct", ids, -1, left.seconds)
+                batch.on_done = run.batch_done
+                target.submit(batch)
+                continue
             candidates = [q for q in run.queues if q.task == task]
             named = [q for q in candidates if q.name == entry.queue]
-            queue, worker, device = None, None, None
+            queue: BatchQueue | None = None
+            worker: Worker | None = None
+            device: Device | None = None
             for q in named + candidates:
                 if q.unlimited:
                     queue, worker, device = q, Worker(run.new_worker_id(), q.unbound_device), q.unbound_device
@@ -170,11 +195,6 @@ class StartState:
                 raise SnapshotError(where, None, entry.field, f"no idle worker of task {task}'s queues{gpu} is left "
                                     "for this batch: the snapshot has more running batches than the scenario has "
                                     "workers")
-            shape, generations = Shaping.of(run.configs[task]).shape(run.prompt_tokens, run.max_tokens, ids)
-            left = remaining_service(run.former.service_of(task), shape, generations, r.elapsed_s)
-            if r.elapsed_s is None:
-                self.notes.append(f"{entry.field}: elapsed service unknown, its expected residual "
-                                  f"{left.seconds:.3g} s used")
             queue.resume(worker, ids, device, left.seconds)
 
 
@@ -182,5 +202,5 @@ def _nothing() -> None:
     return None
 
 
-def _joiner(queue, ids: list[int]) -> Callable[[], None]:
+def _joiner(queue: BatchQueue, ids: list[int]) -> Callable[[], None]:
     return lambda: queue.add(ids)
