@@ -18,7 +18,7 @@ replay pools ``--seeds`` runs, and the benchmark pools ``--server-seeds`` live r
 server seed each): one live run's p90 of some 60 calls moves by ±10 % from seed to seed. It
 also replays the rest from an empty system: what a replay that ignores the state predicts.
 
-    python benchmarks/snapshot_replay.py                 # the whole trace at --time-scale 20, 5 live runs (~6 min)
+    python benchmarks/snapshot_replay.py                 # the whole trace at --time-scale 20, 10 live runs (~12 min)
     python benchmarks/snapshot_replay.py --write-docs    # ... and its table into docs/snapshots.md
     python benchmarks/snapshot_replay.py --quick         # the first 40 calls at --time-scale 100, the
                                                          # server a fork of this process
@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
                         "--quick: 100)")
     parser.add_argument("--calls", type=int, default=None, help="the trace's first N calls (default all; --quick: 40)")
     parser.add_argument("--server-seeds", type=int, default=None, help="live runs, one per server seed "
-                        "(default 5; --quick: 1)")
+                        "(default 10; --quick: 1)")
     parser.add_argument("--seeds", type=int, default=None, help="replay seeds pooled per run (default 20; --quick: 5)")
     parser.add_argument("--save-snapshot", default=None, help="write the first run's snapshot to FILE")
     parser.add_argument("--quick", action="store_true", help="the first 40 calls at --time-scale 100")
@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     time_scale = args.time_scale if args.time_scale is not None else (100.0 if args.quick else 20.0)
     calls = args.calls if args.calls is not None else (40 if args.quick else None)
     seeds = args.seeds if args.seeds is not None else (5 if args.quick else 20)
-    server_seeds = args.server_seeds if args.server_seeds is not None else (1 if args.quick else 5)
+    server_seeds = args.server_seeds if args.server_seeds is not None else (1 if args.quick else 10)
     result = run(time_scale, calls, server_seeds, seeds, fork=args.quick, save_snapshot=args.save_snapshot)
     from docs_tables import report
 
