@@ -139,18 +139,9 @@ def save_snapshot(snapshot: Snapshot, path: str | Path, force: bool = False) -> 
 def load_snapshot(path: str | Path) -> Snapshot:
     """Read and check a snapshot file; a :class:`SnapshotError` names the file and the field
     at fault (``waiting[2].prompts[0].age_s``)."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SnapshotError(p, None, None, "no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SnapshotError(p, None, None, f"cannot be read: {exc}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SnapshotError(p, None, None, f"not JSON: {exc.msg} at line {exc.lineno}") from None
-    return snapshot_of(data, p)
+    from simulator import inputs
+
+    return snapshot_of(inputs.read_json(path, SnapshotError, "snapshot"), path)
 
 
 def snapshot_of(data: Any, path: str | Path | None = None) -> Snapshot:
@@ -389,6 +380,7 @@ def from_run_folder(folder: str | Path, at: float) -> Snapshot:
     import numpy as np
 
     from simulator import inputs
+    from simulator.errors import ObservedError
     from simulator.live.runfolder import REQUESTS_FILE
     from simulator.observed import SUMMARY_FILE, _load_settings
 
@@ -401,9 +393,9 @@ def from_run_folder(folder: str | Path, at: float) -> Snapshot:
     summary = folder / SUMMARY_FILE
     if summary.exists():
         try:
-            scale, _ = _load_settings(json.loads(summary.read_text(encoding="utf-8")), summary)
-        except json.JSONDecodeError as exc:
-            raise SnapshotError(summary, None, None, f"not JSON: {exc.msg}") from None
+            scale, _ = _load_settings(inputs.read_json(summary, SnapshotError, "run summary"), summary)
+        except ObservedError as exc:
+            raise SnapshotError(exc.path, exc.record, exc.field, exc.message) from None
     path = folder / REQUESTS_FILE
     if not path.exists():
         raise SnapshotError(folder, None, None, f"not a run folder of simctl load: no {REQUESTS_FILE}")
@@ -443,9 +435,11 @@ def take_snapshot(source: str | Path, at: float | None = None, api_key: str | No
             return from_run_folder(path, at)
         if at is not None:
             raise SnapshotError(path, None, "at", "--at applies to a run folder only")
-        if not path.is_file():
+        if not path.exists():
             raise SnapshotError(path, None, None, "no such run folder, metrics file or URL")
-        return _from_metrics_text(path.read_text(encoding="utf-8", errors="replace"), str(path))
+        from simulator import inputs
+
+        return _from_metrics_text(inputs.read_text(path, SnapshotError, "metrics text file"), str(path))
     if at is not None:
         raise SnapshotError(text, None, "at", "--at applies to a run folder only")
     import httpx
