@@ -421,11 +421,12 @@ def from_run_folder(folder: str | Path, at: float) -> Snapshot:
 
 
 def take_snapshot(source: str | Path, at: float | None = None, api_key: str | None = None,
-                  timeout: float = 10.0) -> Snapshot:
+                  timeout: float = 10.0, transport: Any = None) -> Snapshot:
     """A snapshot of ``source``: a run folder of ``simctl load`` (``at``: seconds into the
     run, needed), a saved metrics text file (``.txt``/``.prom``: simctl's or vLLM's, told by
     its metric names), or a server's base URL: ``simctl serve``'s ``/state`` where it has
-    one, else its ``/metrics`` (simctl's or vLLM's). ``api_key``: sent as a bearer token."""
+    one, else its ``/metrics`` (simctl's or vLLM's). ``api_key``: sent as a bearer token;
+    ``transport``: an ``httpx`` transport to send through (a test's)."""
     text = str(source)
     if not text.startswith(("http://", "https://")):
         path = Path(text)
@@ -450,7 +451,7 @@ def take_snapshot(source: str | Path, at: float | None = None, api_key: str | No
             base = base[: -len(suffix)]
     headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        with httpx.Client(timeout=timeout, headers=headers) as client:
+        with httpx.Client(timeout=timeout, headers=headers, transport=transport) as client:
             reply = client.get(base + "/state")
             if reply.status_code == 200 and reply.headers.get("content-type", "").startswith("application/json"):
                 return from_serve_state(reply.json(), base)

@@ -13,7 +13,7 @@ import pytest
 from helpers import assert_one_line_error, fixed_profile, make_trace, timeline
 from typer.testing import CliRunner
 
-from simulator import replay
+from simulator import load_trace, replay
 from simulator.cli import app
 from simulator.errors import ScenarioError, SnapshotError
 from simulator.model import simulate
@@ -380,3 +380,55 @@ def test_a_replay_from_a_live_snapshot_predicts_the_rest_exactly():
     assert list(new["done_at"] + at) == pytest.approx([r["done_at"] for r in live[-2:]], abs=1e-6)
     held = sorted((log[log["from_state"]]["done_at"] + at).tolist())
     assert held == pytest.approx(sorted(r["done_at"] for r in live[2:5]), abs=1e-6)
+
+
+def test_take_snapshot_prefers_state_then_falls_back_to_metrics():
+    httpx = pytest.importorskip("httpx")
+    from simulator.snapshot import take_snapshot
+
+    metrics = (DATA / "vllm_metrics.txt").read_text()
+    state_body = {"taken_at": 3.0, "waiting": [{"task": "x", "queue": "x", "count": 1, "prompts": [{"age_s": 1.0}]}],
+                  "running": []}
+    seen = []
+
+    def server(with_state: bool, key: str | None = None):
+        def handle(request):
+            seen.append((request.url.path, request.headers.get("authorization")))
+            if key is not None and request.headers.get("authorization") != f"Bearer {key}":
+                return httpx.Response(401, json={"error": "unauthorized"})
+            if request.url.path == "/state" and with_state:
+                return httpx.Response(200, json=state_body)
+            if request.url.path == "/metrics":
+                return httpx.Response(200, text=metrics)
+            return httpx.Response(404, json={"detail": "Not Found"})
+        return httpx.MockTransport(handle)
+
+    snap = take_snapshot("http://serve:8000/", transport=server(True))
+    assert snap.source_kind == "serve-state" and snap.location == "http://serve:8000" and snap.waiting_prompts == 1
+    snap = take_snapshot("http://vllm:8000/metrics", transport=server(False))
+    assert snap.source_kind == "vllm-metrics" and snap.running_prompts == 12
+    assert seen[-2:] == [("/state", None), ("/metrics", None)]
+    with pytest.raises(SnapshotError, match="API key"):
+        take_snapshot("http://serve:8000", transport=server(True, key="k"))
+    assert take_snapshot("http://serve:8000", api_key="k", transport=server(True, key="k")).waiting_prompts == 1
+
+
+def test_replay_cli_from_state_reports_the_snapshot_apart(tmp_path):
+    path = tmp_path / "now.json"
+    path.write_text(json.dumps(state(waiting=[{"task": "infobench", "queue": "infobench", "count": 2,
+                                               "prompts": [{"age_s": 30.0}, {"age_s": 2.0}]}],
+                                     running=[{"task": "mmlu", "size": 2, "elapsed_s": 0.2}], taken_at=None)))
+    result = runner.invoke(app, ["replay", "example", "-c", "design-notes", "--from-state", str(path),
+                                 "--start", "600", "--rate-scale", "2", "--json", "-"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    rest = trace_rest(load_trace("example"), 600)
+    assert summary["overall"]["prompts"] == rest.n_prompts
+    assert summary["from_state"]["prompts"] == 4 and summary["from_state"]["done"] == 4
+    assert summary["config"]["from_state"]["start"] == 600
+    # the oldest waiting prompt's latency counts its 30 s of age
+    assert summary["from_state"]["latency"]["max"] >= 30
+    result = runner.invoke(app, ["replay", "example", "-c", "design-notes", "--from-state", str(path),
+                                 "--start", "600"])
+    assert result.exit_code == 0, result.output
+    assert "4 prompt(s) in flight (2 waiting, 2 in 1 running batch(es))" in " ".join(result.output.split())
