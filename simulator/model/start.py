@@ -14,6 +14,9 @@ ahead of the trace's own:
   that had started go first, then those formed and waiting for their GPU. No service time
   is drawn for them, so the trace's batches draw what they would from an empty system.
 
+A waiting prompt's ``queue_timeout`` counts from t = 0 (the run cannot know how the
+server's own timer stood), and a ``max_queue`` applies to the snapshot's prompts as they join.
+
 Same-instant order at t = 0: the running batches are placed before anything is sent; then
 the waiting prompts' calls arrive, oldest first, then the trace's calls at 0, in trace
 order. The event log marks the snapshot's prompts ``from_state`` (their calls' ids start
