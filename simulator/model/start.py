@@ -103,7 +103,7 @@ class StartState:
             topology = scenario.for_task(task).topology
             if topology not in QUEUE_TOPOLOGIES:
                 raise SnapshotError(where, None, f"{name}.task", f"task {task} uses the {topology} topology; a "
-                                    f"replay from a snapshot supports {' and '.join(QUEUE_TOPOLOGIES)} only")
+                                    f"replay from a snapshot supports {', '.join(QUEUE_TOPOLOGIES[:-1])} and {QUEUE_TOPOLOGIES[-1]} only")
             return task
 
         waiting: list[tuple[float, int, _Entry]] = []
