@@ -9,6 +9,10 @@ The public API (what the CLI and notebooks use)::
     result.summary["tasks"]["infobench"]["latency"]["p95"]
     result.log                    # the per-prompt event log (pandas)
 
+    # the rest of a trace, starting from what a live server holds now
+    now    = take_snapshot("http://127.0.0.1:8000")               # see docs/snapshots.md
+    result = replay(trace, scenario, profile, initial_state=now, start=600)
+
     # service times grounded in a GPU's measured per-op tables
     data = grounded_profile(profile.to_dict(), load_gpu("a100-sxm"), ...)   # see docs/hardware.md
 """
@@ -23,7 +27,7 @@ from typing import Any
 # it needs.
 _EXPORTS = {
     "simulator.errors": ["OutputError", "ProfileError", "ScenarioError", "SimctlError",
-                         "SimctlWarning", "TraceError"],
+                         "SimctlWarning", "SnapshotError", "TraceError"],
     "simulator.calibrate": ["calibrate", "predict", "simulate_figures"],
     "simulator.hardware": ["load_gpu"],
     "simulator.hardware.grounded": ["GpuTask", "grounded_profile"],
@@ -39,6 +43,7 @@ _EXPORTS = {
     "simulator.uncertainty": ["assess", "predict_worlds", "profile_worlds"],
     "simulator.cost": ["PriceTable", "load_prices"],
     "simulator.scenario": ["Scenario", "TaskConfig", "build_scenario"],
+    "simulator.snapshot": ["Snapshot", "load_snapshot", "save_snapshot", "take_snapshot"],
     "simulator.trace.formats": ["load_trace", "save_trace"],
     "simulator.trace.model": ["Call", "Prompt", "Trace"],
     "simulator.trace.stats": ["trace_stats"],

@@ -135,6 +135,12 @@ class ServeError(SimctlError):
     kind = "serve"
 
 
+class SnapshotError(SimctlError):
+    """A snapshot of a running system that cannot be taken, read or replayed from."""
+
+    kind = "snapshot"
+
+
 class BackendError(SimctlError):
     """A serving backend cannot be set up as asked (``--backend``)."""
 

@@ -9,13 +9,16 @@ from typing import Any, Literal, overload
 import pandas as pd
 
 from simulator.cost import PriceTable, cost_summary, load_prices
+from simulator.errors import SnapshotError
 from simulator.metrics import TokenOptions, log_columns, summarize_columns
 from simulator.model import simulate
 from simulator.model.engine import simulate_columns
+from simulator.model.start import StartState, trace_rest
 from simulator.profile import DEFAULT_PROFILE, Profile, load_profile
 from simulator.profile.grid import outside_grid
 from simulator.profile.identity import describe
 from simulator.scenario import Scenario, build_scenario, check_tasks
+from simulator.snapshot import Snapshot, load_snapshot
 from simulator.trace.model import Trace
 
 
@@ -55,6 +58,9 @@ def replay(
     seed: int = 0,
     prices: PriceTable | str | Path | None = None,
     tokens: TokenOptions | None = None,
+    initial_state: Snapshot | str | Path | None = None,
+    start: float | None = None,
+    state_task: str | None = None,
 ) -> ReplayResult:
     """Replay ``trace`` through ``scenario`` with service times from ``profile``.
 
@@ -67,6 +73,14 @@ def replay(
     run's batches or contexts left the grid a composed profile was fitted on
     (:func:`simulator.profile.grid.outside_grid`). ``tokens`` chooses the percentiles and
     goodput SLO of the summary's token figures. Same inputs and seed give the same event log.
+
+    ``initial_state`` (a :class:`~simulator.snapshot.Snapshot` or its file): the run starts
+    from that state instead of an empty system (:mod:`simulator.model.start`; the reference
+    engine) and the trace is "the rest": its calls at or after ``start`` seconds (default the
+    snapshot's ``taken_at``, else 0), shifted to start at 0, then rate-scaled.
+    ``state_task``: the task of the snapshot's prompts whose source does not tell it. The
+    summary's figures are then the trace's calls' alone; the snapshot's prompts are its
+    ``from_state`` entry (:func:`from_state_summary`) and the log's ``from_state`` rows.
     """
     if not isinstance(trace, Trace):
         from simulator.trace.formats import load_trace
@@ -78,10 +92,23 @@ def replay(
         profile = load_profile(profile)
     if not isinstance(prices, PriceTable):
         prices = load_prices(prices)
+    snapshot = None
+    if initial_state is not None:
+        snapshot = initial_state if isinstance(initial_state, Snapshot) else load_snapshot(initial_state)
+        start = start if start is not None else (snapshot.taken_at or 0.0)
+        if not start >= 0:
+            raise SnapshotError(snapshot.path or snapshot.location, None, "start",
+                                f"must be a number of seconds of at least 0, got {start!r}")
+        trace = trace_rest(trace, start)
+        if not len(trace):
+            raise SnapshotError(trace.source, None, "start", f"the trace has no calls at or after {start:g} s")
     check_tasks(scenario, profile.tasks, trace.tasks, f"the profile {profile.name}")
-    log, summary = simulate_and_summarize(trace, scenario, profile, seed,
-                                          resolved_config(trace, scenario, profile, seed), prices=prices,
-                                          tokens=tokens)
+    config = resolved_config(trace, scenario, profile, seed)
+    if snapshot is not None:
+        config["from_state"] = {"snapshot": snapshot.path or snapshot.location, "source": snapshot.source_kind,
+                                "taken_at": snapshot.taken_at, "start": start, "state_task": state_task}
+    log, summary = simulate_and_summarize(trace, scenario, profile, seed, config, prices=prices, tokens=tokens,
+                                          initial_state=snapshot, state_task=state_task)
     # where the run left the grid a composed profile was fitted on (simulator.profile.grid)
     summary["config"]["profile"]["outside_grid"] = [o.to_dict() for o in outside_grid(profile, log)]
     return ReplayResult(log=log, summary=summary, scenario=scenario, profile=profile, seed=seed)
@@ -91,21 +118,24 @@ def replay(
 def simulate_and_summarize(trace: Trace, scenario: Scenario, profile: Profile, seed: int,
                            config: dict[str, Any] | None = None, prices: PriceTable | None = None,
                            tokens: TokenOptions | None = None,
-                           keep_log: Literal[True] = True) -> tuple[pd.DataFrame, dict[str, Any]]: ...
+                           keep_log: Literal[True] = True, initial_state: Snapshot | None = None,
+                           state_task: str | None = None) -> tuple[pd.DataFrame, dict[str, Any]]: ...
 
 
 @overload
 def simulate_and_summarize(trace: Trace, scenario: Scenario, profile: Profile, seed: int,
                            config: dict[str, Any] | None = None, prices: PriceTable | None = None,
                            tokens: TokenOptions | None = None,
-                           *, keep_log: Literal[False]) -> tuple[None, dict[str, Any]]: ...
+                           *, keep_log: Literal[False], initial_state: Snapshot | None = None,
+                           state_task: str | None = None) -> tuple[None, dict[str, Any]]: ...
 
 
 def simulate_and_summarize(trace: Trace, scenario: Scenario, profile: Profile, seed: int,
                            config: dict[str, Any] | None = None,
                            prices: PriceTable | None = None,
                            tokens: TokenOptions | None = None,
-                           keep_log: bool = True) -> tuple[pd.DataFrame | None, dict[str, Any]]:
+                           keep_log: bool = True, initial_state: Snapshot | None = None,
+                           state_task: str | None = None) -> tuple[pd.DataFrame | None, dict[str, Any]]:
     """The one way a run becomes figures (replay, every sweep row): ``trace`` scaled by the
     scenario's ``rate_scale``, simulated, and summarised with the scenario's deadline, GPU
     count, client timeout and composition classes; ``config`` goes into the summary as is.
@@ -113,10 +143,21 @@ def simulate_and_summarize(trace: Trace, scenario: Scenario, profile: Profile, s
     chooses the token figures' percentiles and goodput SLO (:func:`simulator.metrics.token_figures`).
     ``keep_log=False`` (a sweep's rows): no event log frame is made where the compiled kernel
     runs the scenario (its columns are summarised as they come) and ``None`` is returned
-    for it; the summary is the same."""
+    for it; the summary is the same. ``initial_state``: the run starts from that snapshot's
+    state (the log is always made); the figures are the trace's prompts', the snapshot's
+    are the summary's ``from_state``."""
     scaled = trace.scaled(scenario.rate_scale)
-    log = simulate(scaled, scenario, profile, seed) if keep_log else None
-    columns = log_columns(log) if log is not None else simulate_columns(scaled, scenario, profile, seed)
+    state = None
+    if initial_state is not None:
+        state = StartState(initial_state, scaled, scenario, profile, state_task)
+        log = simulate(scaled, scenario, profile, seed, initial_state=state)
+        keep_log = True
+    else:
+        log = simulate(scaled, scenario, profile, seed) if keep_log else None
+    if state is not None and log is not None:
+        columns = log_columns(new_traffic(log, state.calls))
+    else:
+        columns = log_columns(log) if log is not None else simulate_columns(scaled, scenario, profile, seed)
     # with a replica pool the GPUs are those of every replica started (ids in the log)
     gpus = scenario.gpus if scenario.autoscaler is None else None
     summary = summarize_columns(columns, config, deadline=scenario.deadline, gpus=gpus,
@@ -126,4 +167,42 @@ def simulate_and_summarize(trace: Trace, scenario: Scenario, profile: Profile, s
     config_part = summary.pop("config")
     summary["cost"] = cost_summary(summary, scenario, profile, prices if prices is not None else load_prices())
     summary["config"] = config_part
-    return log, summary
+    if state is not None and log is not None:
+        summary["from_state"] = from_state_summary(log, state)
+    return log if keep_log else None, summary
+
+
+def new_traffic(log: pd.DataFrame, state_calls: int) -> pd.DataFrame:
+    """The rows of ``log`` that are the trace's own prompts (not a snapshot's), their calls
+    numbered from 0 again (``state_calls`` snapshot calls came first)."""
+    new = log[~log["from_state"].to_numpy(bool)].copy()
+    new["call_index"] = new["call_index"] - state_calls
+    new.attrs = dict(log.attrs)
+    return new.reset_index(drop=True)
+
+
+def from_state_summary(log: pd.DataFrame, state: StartState) -> dict[str, Any]:
+    """The snapshot's prompts in a run that started from it: how many waited and ran, their
+    latency (``done_at − arrived_at``, ``arrived_at`` set back by their age at the snapshot:
+    mean, p50, p90, max) and when the last of them was done (``cleared_at``), with what the
+    snapshot could not tell (``unknown``) and how the run filled it in (``notes``)."""
+    import numpy as np
+
+    rows = log[log["from_state"].to_numpy(bool)]
+    latency = (rows["done_at"] - rows["arrived_at"]).to_numpy(float)
+    done = latency[np.isfinite(latency)]
+    snapshot = state.snapshot
+
+    def figure(f: Any) -> float | None:
+        return float(f(done)) if done.size else None
+
+    return {
+        "prompts": int(len(rows)), "waiting": snapshot.waiting_prompts, "running": snapshot.running_prompts,
+        "running_batches": len(snapshot.running), "done": int(done.size),
+        "latency": {"mean": figure(np.mean), "p50": figure(lambda x: np.percentile(x, 50)),
+                    "p90": figure(lambda x: np.percentile(x, 90)), "max": figure(np.max)},
+        "cleared_at": float(np.nanmax(rows["done_at"].to_numpy(float))) if done.size else None,
+        "source": snapshot.source_kind, "taken_at": snapshot.taken_at,
+        "kv_cache_usage": snapshot.kv_cache_usage, "prefix_cache_hit_rate": snapshot.prefix_cache_hit_rate,
+        "unknown": list(snapshot.unknown), "notes": list(state.notes),
+    }

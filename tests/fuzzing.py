@@ -277,6 +277,7 @@ def base_args(words: str) -> list[str]:
                       "-o", str(o / "fit.json")],
         "predict": ["predict", str(f["trace"]), "--scenario", str(f["scenario"]), "--profile", str(f["profile"]),
                     "--seeds", "1"],
+        "snapshot": ["snapshot", str(ROOT / "tests" / "data" / "vllm_metrics.txt"), "-o", str(o / "snap.json")],
     }[words]
 
 

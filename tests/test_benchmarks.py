@@ -422,3 +422,37 @@ def test_gpu_run_report_recomposes_the_committed_runs_as_the_docs_say():
     first = [r for r in reports if r["timing"] != "split"][0]
     # the same passes from tables that timed the host's launch latency instead of the kernels
     assert min(g["median_abs_error"] for g in first["groups"] if g["graphs"] and g["tables"] == "this run's") > 0.5
+
+
+@pytest.mark.benchmark
+@pytest.mark.slow
+def test_snapshot_replay_quick_mode(capsys):
+    """A live server (a fork of this process, on wall-clock time) driven by simctl load, its
+    /state snapshot taken midway during the run, the rest replayed from it: every call is
+    answered, every call after the snapshot is replayed, and the verdict is the benchmark's
+    own rule applied to its figures. How close the prediction is depends on the server's
+    service draws after the snapshot and on how busy the machine is, so only a generous bound
+    is asserted here (within a factor of 2); the 5 % target belongs to the full run, and the
+    exact agreement on deterministic service is asserted on virtual time in
+    tests/test_snapshot.py."""
+    import math
+
+    for name in ("fastapi", "uvicorn", "httpx", "prometheus_client"):
+        pytest.importorskip(name)
+    bench = load("snapshot_replay")
+    assert bench.main(["--quick", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["server_seeds"] == 1 and len(result["runs"]) == 1
+    run = result["runs"][0]
+    assert run["failed"] == 0 and run["calls_after"] == run["calls_replayed"] == result["calls_after"] > 0
+    row = result["row"]
+    ok = True
+    for q in bench.QUANTILES:
+        model, served = row[f"p{q}_model"], row[f"p{q}_served"]
+        assert model > 0 and served > 0 and math.isfinite(model) and math.isfinite(served)
+        assert row[f"p{q}_err"] == pytest.approx((model - served) / served)
+        assert 0.5 < model / served < 2.0, (q, row)
+        ok &= abs(row[f"p{q}_err"]) <= bench.TOLERANCE
+    assert row["pass"] is ok
+    table = bench.table(result)
+    assert sum(line.startswith("| ") for line in table.splitlines()) == 2 + 2  # two tables: header and a row each

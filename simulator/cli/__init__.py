@@ -40,6 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("serve", "Serve SCENARIO over HTTP: its queues, workers, dispatch and GPU locks, for real."),
     "predict": ("predict", "Predict call latency per call composition from a profile, averaged over simulated runs."),
     "load": ("load", "Replay TRACE against a live endpoint in real time and record what it did."),
+    "snapshot": ("snapshot", "Take a snapshot of a running system (what waits and runs now) as JSON."),
 }
 
 

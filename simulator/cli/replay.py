@@ -73,6 +73,14 @@ def replay_cli(
     events: str | None = typer.Option(None, "--events", help="Write the per-prompt event log (.parquet or .csv)."),
     plot: str | None = typer.Option(None, "--plot", help="Write the standard figures of this run into DIR."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
+    from_state: Path | None = typer.Option(None, "--from-state", help="Start from a snapshot's state (simctl "
+                                           "snapshot's JSON) instead of an empty system; the trace is the rest "
+                                           "(see --start). Reference engine only."),
+    start: float | None = typer.Option(None, "--start", min=0, help="With --from-state: the trace's calls at or "
+                                       "after this many seconds are the rest, shifted to 0 (default the "
+                                       "snapshot's taken_at)."),
+    state_task: str | None = typer.Option(None, "--state-task", help="With --from-state: the task of the "
+                                          "snapshot's prompts whose source does not tell it (vLLM's metrics)."),
 ) -> None:
     """Replay TRACE through micro-batching queues, workers and GPUs.
 
@@ -83,6 +91,15 @@ def replay_cli(
     with user_errors():
         from simulator.cli.importer import parse_task_map
         from simulator.trace.formats import ImportOptions, load_trace
+
+        if from_state is None and (start is not None or state_task is not None):
+            raise ScenarioError(None, None, "start" if start is not None else "state_task",
+                                "--start and --state-task apply with --from-state only")
+        snapshot = None
+        if from_state is not None:
+            from simulator.snapshot import load_snapshot
+
+            snapshot = load_snapshot(from_state)
 
         # Refuse bad outputs before doing any work: never onto an input, never twice the same.
         inputs = tuple(Path(p) for p in (trace, config, profile) if p is not None and Path(p).exists())
@@ -127,7 +144,8 @@ def replay_cli(
             gpu_tasks = Base(loaded, prof, scenario).swept_tasks(None)
             scenario = build_scenario(path=config, run=run_flags, tasks={t: task_flags for t in gpu_tasks},
                                       overrides=overrides)
-        result = replay(loaded, scenario, prof, seed=seed, prices=load_prices(prices), tokens=tokens)
+        result = replay(loaded, scenario, prof, seed=seed, prices=load_prices(prices), tokens=tokens,
+                        initial_state=snapshot, start=start, state_task=state_task)
         for outside in result.summary["config"]["profile"]["outside_grid"]:
             warn(outside["message"])
         if events:
@@ -288,6 +306,21 @@ def print_summary(result: ReplayResult, source: str | None = None, units: str = 
         gtable.add_row(str(g["id"]), f"{100 * g['utilization']:.1f} %", str(g["batches"]), _fmt(g["mean_batch_size"]))
     print_table(gtable)
     console.print(cost_line(s.get("cost")), highlight=False)
+    if "from_state" in s:
+        print_from_state(s["from_state"], s["config"].get("from_state", {}))
+
+
+def print_from_state(f: dict[str, Any], config: dict[str, Any]) -> None:
+    """The snapshot's prompts, on their own line: the tables above are the trace's calls."""
+    lat = f["latency"]
+    console.print(f"from state ({config.get('snapshot')}, {f['source']}; the trace from {config.get('start', 0):g} s "
+                  f"on; the tables above are its calls only): {f['prompts']} prompt(s) in flight "
+                  f"({f['waiting']} waiting, {f['running']} in {f['running_batches']} running batch(es)), "
+                  f"{f['done']} done, latency mean {_fmt(lat['mean'], 1)} p50 {_fmt(lat['p50'], 1)} "
+                  f"p90 {_fmt(lat['p90'], 1)} max {_fmt(lat['max'], 1)} s (with their ages), all done by "
+                  f"{_fmt(f['cleared_at'], 1)} s", highlight=False)
+    for note in f["notes"]:
+        console.print(f"  {note}", highlight=False)
 
 
 def print_prefix_cache(figures: dict[str, Any]) -> None:

@@ -189,6 +189,21 @@ class BatchFormer:
         """The task's service model (:func:`~simulator.model.rules.service.task_service`), made once per run."""
         return self.services.of(task)
 
+    def resumed(self, task: str, queue: str, ids: list[int], worker: int, work: float) -> Batch:
+        """A batch of ``ids`` that was running before the run began, with ``work`` seconds
+        of service left (:mod:`simulator.model.start`): nothing is drawn; its first token
+        is taken as already out (its prefill ran before the run)."""
+        table = self.table
+        batch = Batch(self.new_batch_id(), task, queue, ids, worker, self.clock(), work)
+        batch.priority = self.configs[task].priority
+        batch.host_fraction = self.task_profiles[task].host_fraction
+        batch.tokens = sum(table.prompt_tokens[i] + table.max_tokens[i] for i in ids)
+        batch.first_token_work = 0.0
+        self.batches.append(batch)
+        for i in ids:
+            table.batch_of[i] = batch.id
+        return batch
+
     def form(self, task: str, queue: str, ids: list[int], worker: int, device: Device | None = None) -> Batch:
         """Make a batch of ``ids`` now, for ``device`` where it is known, and draw its service time."""
         cfg = self.configs[task]

@@ -34,6 +34,7 @@ from simulator.model.log import STATUS_CODE, Outcome, PromptColumns, build_event
 from simulator.model.replicas import ReplicaPool, add_pool_columns, check_pool_settings
 from simulator.model.router import Router
 from simulator.model.rules.prefix_cache import with_system_prompts
+from simulator.model.start import StartState
 from simulator.model.streams import dispatch_stream, service_stream
 from simulator.model.topologies import TOPOLOGIES
 from simulator.profile import Profile
@@ -59,7 +60,12 @@ class System:
     """One run of the reference engine: its context, router and client, built for a
     scenario; :meth:`run` runs it to completion."""
 
-    def __init__(self, trace: Trace, scenario: Scenario, profile: Profile, seed: int) -> None:
+    def __init__(self, trace: Trace, scenario: Scenario, profile: Profile, seed: int,
+                 initial_state: StartState | None = None) -> None:
+        #: the snapshot's state the run starts from (its prompts ahead of the trace's)
+        self.start = initial_state
+        if initial_state is not None:
+            trace = initial_state.trace
         self.trace = trace
         self.scenario = scenario
         self.profile = profile
@@ -80,6 +86,8 @@ class System:
                                               run.prefix_block_tokens))
         #: per call: its task groups, each (the task's front, its prompt ids)
         self.groups = self.router.groups
+        if initial_state is not None:
+            self.router.instead = initial_state.apply(self.context, self.groups)
         self.client = client_for(scenario.client)
         if self.client.watches_calls:
             self.router.on_call_done = self.client.call_done
@@ -89,6 +97,8 @@ class System:
 
     def run(self) -> pd.DataFrame:
         """Run to completion and return the per-prompt event log."""
+        if self.start is not None:
+            self.start.place(self.context, self.groups)
         self.client.start(self.context, self.trace.calls, self.router.send if self.pool is None else self.pool.send)
         self.context.env.run()
         if self.pool is not None:
@@ -100,6 +110,8 @@ class System:
         add_topology_columns(log, self.context.topology_columns)
         if self.pool is not None:
             add_pool_columns(log, self.pool, max(self.context.arrived_at, default=0.0))
+        if self.start is not None:
+            log["from_state"] = np.arange(len(log)) < self.start.prompts
         return log
 
     def _check_stalled(self) -> None:
@@ -186,7 +198,7 @@ def prompt_columns(trace: Trace, names: list[str], code: dict[str, int], task_of
 
 
 def simulate(trace: Trace, scenario: Scenario, profile: Profile, seed: int = 0,
-             engine: str | None = None) -> pd.DataFrame:
+             engine: str | None = None, initial_state: StartState | None = None) -> pd.DataFrame:
     """Run ``trace`` (already rate-scaled) through the system of ``scenario``.
 
     Returns the per-prompt event log (see :mod:`simulator.events`); ``log.attrs["engine"]``
@@ -196,7 +208,19 @@ def simulate(trace: Trace, scenario: Scenario, profile: Profile, seed: int = 0,
     support; ``auto`` the kernel wherever it supports the scenario, unless the run is small
     enough that loading the kernel would cost more than the run (:data:`SMALL_RUN_PROMPTS`).
     Both give the same log.
+
+    ``initial_state`` (:class:`~simulator.model.start.StartState`): the run starts from a
+    snapshot's state, its prompts ahead of the trace's and marked ``from_state`` in the log;
+    the reference engine only (a :class:`ScenarioError` for ``engine = "fast"``).
     """
+    if initial_state is not None:
+        if (engine or scenario.engine) == "fast":
+            raise ScenarioError(None, "run", "engine", "the fast engine does not start from a snapshot; use "
+                                "engine = \"auto\" or \"reference\"")
+        _engine_choice(trace, scenario, profile, "reference")
+        log = System(trace, scenario, profile, seed, initial_state).run()
+        log.attrs["engine"] = "reference (a start from a snapshot)"
+        return log
     reason = _engine_choice(trace, scenario, profile, engine)
     if reason is None:
         log = simulate_fast(trace, scenario, profile, seed)

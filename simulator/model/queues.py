@@ -140,6 +140,20 @@ class BatchQueue:
         batch.on_done = self._batch_done
         device.submit(batch)
 
+    def resume(self, worker: Worker, ids: list[int], device: Device, work: float) -> None:
+        """A batch of ``ids`` already running when the run starts (a snapshot's,
+        :mod:`simulator.model.start`): ``worker`` (taken off the idle line) holds it on
+        ``device`` for the ``work`` seconds of service it has left."""
+        if worker in self.idle:
+            self.idle.remove(worker)
+        run = self.run
+        self.outstanding_tokens += sum(run.prompt_tokens[i] + run.max_tokens[i] for i in ids)
+        batch = run.former.resumed(self.task, self.name, ids, worker.id, work)
+        self.in_service += len(ids)
+        batch.holder = worker
+        batch.on_done = self._batch_done
+        device.submit(batch)
+
     def _on_queue_timeout(self, event: Event) -> None:
         run = self.run
         late = [i for i in event._value if run.batch_of[i] < 0 and run.status[i] == "served"]

@@ -39,6 +39,9 @@ class Router:
         self.sent = [False] * self.n_calls
         #: told when a call's last prompt leaves (a closed-loop client), if set
         self.on_call_done: Callable[[int], None] | None = None
+        #: per call, what its sending does instead of starting its groups (a snapshot's
+        #: prompts, :mod:`simulator.model.start`)
+        self.instead: dict[int, Callable[[], None]] = {}
         self._build(trace, profile)
         run.allocate()
         run.on_finished = self.prompts_finished
@@ -97,6 +100,11 @@ class Router:
             env.call_at(self.scenario.cold_start, ARRIVAL, lambda event: self.send(event._value), ci)
             return
         self.sent[ci] = True
+        instead = self.instead.get(ci)
+        if instead is not None:
+            instead()
+            self._after_send(ci)
+            return
         call_groups = self.groups[ci]
         limit = self.scenario.max_concurrent_groups
         if limit is not None and len(call_groups) > limit:
@@ -104,6 +112,10 @@ class Router:
             call_groups = call_groups[:limit]
         for front, ids in call_groups:
             self._start_group(front, ids)
+        self._after_send(ci)
+
+    def _after_send(self, ci: int) -> None:
+        run = self.run
         if ci == self.n_calls - 1:
             run.input_closed = True
             for queue in run.queues:

@@ -37,6 +37,10 @@ Endpoints:
   ``simctl_batch_size{task}`` (histogram), ``simctl_prompt_latency_seconds{task}`` and
   ``simctl_call_latency_seconds`` (histograms, server seconds), ``simctl_prompts_total{task,
   status}``.
+* ``GET /state`` — what waits and runs now, as JSON (:meth:`~simulator.serve.runtime.Runtime.state`:
+  per queue its waiting prompts with their ages and tokens, per batch formed and not
+  finished its task, GPU, size and elapsed service), what ``simctl snapshot`` reads
+  (:mod:`simulator.snapshot`); protected as ``/metrics`` is.
 * ``GET /health``, ``GET /v1/models``.
 
 Shutdown (the ASGI lifespan's end, or :meth:`ServeApp.begin_shutdown` as a signal arrives):
@@ -186,6 +190,7 @@ class ServeApp:
         app.add_api_route("/v1/chat/completions", _caught(self.chat), methods=["POST"])
         app.add_api_route("/v1/models", _caught(self.models), methods=["GET"])
         app.add_api_route("/metrics", _caught(self.prometheus), methods=["GET"])
+        app.add_api_route("/state", _caught(self.state), methods=["GET"])
         app.add_api_route("/health", _caught(self.health), methods=["GET"])
         return app
 
@@ -361,6 +366,9 @@ class ServeApp:
 
     async def prometheus(self) -> Response:
         return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def state(self) -> dict[str, Any]:
+        return self.runtime.state()
 
     async def health(self) -> dict[str, Any]:
         return {"status": "shutting down" if self.runtime.closing else "ok",

@@ -809,6 +809,8 @@ class Runtime:
         self.log: deque[dict[str, Any]] = deque(maxlen=log_size)
         self._tasks: set[asyncio.Task] = set()
         self._batches_running: set[asyncio.Task] = set()
+        #: batches formed and not finished, by id (what :meth:`state` reports as running)
+        self._open_batches: dict[int, ServeBatch] = {}
         #: observers: (job) when a prompt finishes; (batch) when a batch is formed
         self.on_prompt_done: list[Callable[[PromptJob], None]] = []
         self.on_batch: list[Callable[[ServeBatch], None]] = []
@@ -927,6 +929,7 @@ class Runtime:
             job.gpu = device.gpu_id if device.gpu_id >= 0 else None
         device.outstanding += len(jobs)
         device.outstanding_tokens += batch.tokens
+        self._open_batches[batch.id] = batch
         for observer in self.on_batch:
             observer(batch)
         return batch
@@ -983,6 +986,7 @@ class Runtime:
             for job in batch.jobs:
                 self.fail(job, error, "failed")
         finally:
+            self._open_batches.pop(batch.id, None)
             device.outstanding -= len(batch.jobs)
             device.outstanding_tokens -= batch.tokens
             for watcher in device.watchers:
@@ -1107,6 +1111,46 @@ class Runtime:
             running.add(asyncio.ensure_future(asyncio.gather(*(j.future for j in group), return_exceptions=True)))
 
     # -- what the metrics read -----------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        """What waits and runs now, in :mod:`simulator.snapshot`'s structure (server seconds):
+        ``taken_at`` (now), per queue its waiting prompts oldest first (age, tokens), per
+        batch formed and not finished its task, queue, GPU, size, whether it has started on
+        its GPU, its elapsed service and its prompts. A continuous engine's prompts are
+        counted per engine (waiting, and running as one entry), without ages or elapsed
+        service."""
+        now = self.clock.now()
+
+        def prompt(job: PromptJob) -> dict[str, Any]:
+            return {"age_s": max(now - job.arrived_at, 0.0), "prompt_tokens": job.prompt_tokens,
+                    "max_tokens": job.max_tokens}
+
+        waiting: list[dict[str, Any]] = [
+            {"task": q.task, "queue": q.name, "count": len(q.waiting), "prompts": [prompt(j) for j in q.waiting]}
+            for q in self.queues if q.waiting]
+        running: list[dict[str, Any]] = []
+        for batch in self._open_batches.values():
+            started = [j.started_at for j in batch.jobs if j.started_at is not None]
+            running.append({"task": batch.task, "queue": batch.queue,
+                            "gpu": batch.device.gpu_id if batch.device.gpu_id >= 0 else None,
+                            "size": len(batch.jobs), "started": bool(started),
+                            "elapsed_s": max(now - min(started), 0.0) if started else 0.0,
+                            "prompts": [prompt(j) for j in batch.jobs]})
+        unknown = []
+        for engine in self.engines:
+            if engine.waiting:
+                waiting.append({"task": engine.task, "queue": engine.name, "count": len(engine.waiting),
+                                "prompts": None})
+            rows = len(engine.jobs) - len(engine.waiting)
+            if rows > 0:
+                running.append({"task": engine.task, "queue": engine.name,
+                                "gpu": engine.device.gpu_id if engine.device.gpu_id >= 0 else None,
+                                "size": rows, "started": True, "elapsed_s": None, "prompts": None})
+        if self.engines:
+            unknown.append("continuous engines: their prompts' ages and tokens and their rows' elapsed service")
+        unknown.append("kv_cache_usage, prefix_cache_hit_rate: not modelled by simctl serve")
+        return {"taken_at": now, "waiting": waiting, "running": running, "kv_cache_usage": None,
+                "prefix_cache_hit_rate": None, "unknown": unknown}
+
     def queue_depths(self) -> dict[str, int]:
         """Prompts waiting per queue."""
         depths = {q.name: len(q.waiting) for q in self.queues}
