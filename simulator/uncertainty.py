@@ -67,6 +67,7 @@ import pandas as pd
 from simulator.errors import PlanError
 from simulator.plan import SLO, Evaluator
 from simulator.profile import Profile, profile_from_dict
+from simulator.settings import LARGEST_SEEDS
 from simulator.sweep import Base, _local_results, config_key
 
 #: the interval's level: 90 %, its bounds the 5th and 95th percentiles over the worlds
@@ -83,7 +84,7 @@ DEFAULT_CONFIDENCE = 0.9
 #: mostly cancel over the thousands of kernels of a pass.
 KERNEL_SIGMA = 0.038 / 0.6745
 #: the largest number of worlds (each one whole replay per configuration)
-LARGEST_WORLDS = 10_000
+LARGEST_WORLDS = LARGEST_SEEDS   # each world is one whole run, as a seed is
 #: the largest model-error σ accepted (in log: a factor e^5 either way at one sd is no model)
 LARGEST_MODEL_ERROR = 5.0
 #: the parts of a flattened figure name that make it a time (scaled by the model error)

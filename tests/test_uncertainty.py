@@ -165,7 +165,7 @@ def test_predict_cli_gives_intervals(tmp_path):
 @pytest.mark.parametrize("extra, needles", [
     (["--confidence", "1.5"], ["--confidence", "between 0 and 1", "1.5"]),
     (["--confidence", "0"], ["--confidence"]),
-    (["--worlds", "0"], ["--worlds", "0"]),
+    (["--worlds", "0"], ["--worlds", "greater than or equal to 1"]),
     (["--worlds", "5", "--seeds", "3"], ["--worlds replaces --seeds"]),
 ])
 def test_bad_uncertainty_options_are_one_line_errors(tmp_path, extra, needles):

@@ -67,7 +67,7 @@ def plan_cli(
     max_gpus: int = typer.Option(8, "--max-gpus", min=1, max=LARGEST_GPUS, help="Largest GPU count to consider."),
     flags: Flags = GENERATED,  # one option per setting (simulator.settings): axes and run settings
     seeds: int = typer.Option(1, "--seeds", min=1, max=LARGEST_SEEDS, help="Seeds per configuration; figures are their mean."),
-    worlds: int | None = typer.Option(None, "--worlds", help="Judge each SLO by its probability over N worlds (each one "
+    worlds: int | None = typer.Option(None, "--worlds", min=1, max=LARGEST_SEEDS, help="Judge each SLO by its probability over N worlds (each one "
                                       "seed and one draw of the profile's uncertainty: calibration fits, engine host "
                                       f"costs, kernel costs); replaces --seeds [default with --confidence: {DEFAULT_WORLDS}]."),
     confidence: float | None = typer.Option(None, "--confidence", help="Require every SLO met with this probability "

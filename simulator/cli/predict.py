@@ -46,7 +46,7 @@ def predict_cli(
                                             help="Scenario: TOML file or bundled name ('design-notes') [default: built-in settings]."),
     profile: str = typer.Option(DEFAULT_PROFILE, "--profile", "-p", help="Profile JSON file or bundled profile name."),
     seeds: int | None = typer.Option(None, "--seeds", min=1, max=LARGEST_SEEDS, help="Simulated runs (seeds 0..N-1), each one whole run; figures are averaged over them [default: 10]."),
-    worlds: int | None = typer.Option(None, "--worlds", help="Give each figure a 90 % interval over N worlds, each one "
+    worlds: int | None = typer.Option(None, "--worlds", min=1, max=LARGEST_SEEDS, help="Give each figure a 90 % interval over N worlds, each one "
                                       "whole run with its own seed and its own draw of the profile's uncertainty "
                                       "(calibration fits, engine host costs, kernel costs); replaces --seeds."),
     model_error: float = typer.Option(0.0, "--model-error", help="With --worlds: scale each world's latencies by "
