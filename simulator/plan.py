@@ -210,6 +210,11 @@ class Evaluator:
         """Each SLO's verdict over worlds, where this evaluator draws them (``None`` here)."""
         return None
 
+    def uncertainty(self, config: Mapping[str, Any], slos: Sequence[SLO]) -> dict[str, Any] | None:
+        """The uncertainty block of a plan's result for ``config``, where this evaluator draws
+        worlds (``None`` here)."""
+        return None
+
 
 @dataclass
 class PlanResult:
@@ -251,20 +256,6 @@ def _slo_rows(slos: Sequence[SLO], figures: Mapping[str, float | None],
                        met=verdict["p"] >= uncertainty["confidence"])
         rows.append(row)
     return rows
-
-
-def _uncertainty(ev: Evaluator, config: Mapping[str, Any], slos: Sequence[SLO]) -> dict[str, Any] | None:
-    """The uncertainty block of a plan's result, where ``ev`` draws worlds."""
-    found = ev.verdicts(config, slos)
-    if found is None:
-        return None
-    from simulator.uncertainty import joint_probability, sources_of
-
-    outcomes = ev.outcomes[config_key(config)]  # type: ignore[attr-defined]
-    return {"worlds": len(ev.seeds), "confidence": ev.confidence,  # type: ignore[attr-defined]
-            "sources": {**sources_of(ev.base.profile).to_dict(),
-                        "model_error": getattr(ev, "model_error", 0.0) or None},
-            "all_met": joint_probability(slos, outcomes).to_dict(), "verdicts": [v.to_dict() for v in found]}
 
 
 def score(slos: Sequence[SLO], figures: Mapping[str, float]) -> tuple[float, float, float]:
@@ -346,7 +337,7 @@ def plan(base: Base, slos: Sequence[SLO], axes: Mapping[str, Sequence[Any]] | No
         best = min(runnable, key=lambda i: score(slos, figs[i]))
         closest = at(max_gpus, [best])[0]
         return PlanResult(max_gpus, closest, list(slos), False, _report(figs[best], slos),
-                          None, ev.replays, search, _uncertainty(ev, closest, slos))
+                          None, ev.replays, search, ev.uncertainty(closest, slos))
     lo, hi = 0, max_gpus           # lo infeasible (0 GPUs), hi feasible
     while hi - lo > 1:
         mid = (lo + hi) // 2
@@ -361,7 +352,7 @@ def plan(base: Base, slos: Sequence[SLO], axes: Mapping[str, Sequence[Any]] | No
     config = at(hi, [best])[0]
     max_rate = max_rate_scale(ev, config, slos, load_tolerance, say) if find_max_rate else None
     return PlanResult(hi, config, list(slos), True, _report(figs_of[best], slos), max_rate, ev.replays, search,
-                      _uncertainty(ev, config, slos))
+                      ev.uncertainty(config, slos))
 
 
 def group_of(figure: str) -> str:
@@ -606,7 +597,7 @@ def cheapest(bases: Sequence[Base], slos: Sequence[SLO], prices: PriceTable,
                           {"gpu_type": price.gpu, "usd_per_gpu_hour": price.usd_per_gpu_hour, "prices": prices.name,
                            "offering": price.offering, "source": price.source, "read_on": price.read_on},
                           points, front, sum(ev.replays for ev in evaluators), search,
-                          _uncertainty(chosen_ev, {**chosen["config"], "gpus": chosen["gpus"]}, slos))
+                          chosen_ev.uncertainty({**chosen["config"], "gpus": chosen["gpus"]}, slos))
 
 
 __all__ = ["AXES", "COST_FIGURES", "OBJECTIVES", "CheapestResult", "PlanError", "PlanResult", "SLO", "cheapest",

@@ -423,6 +423,15 @@ class WorldsEvaluator(Evaluator):
         """Every SLO met with ``p >= confidence`` over ``config``'s worlds."""
         return all(v.met_at(self.confidence) for v in self.verdicts(config, slos))
 
+    def uncertainty(self, config: Mapping[str, Any], slos: Sequence[SLO]) -> dict[str, Any] | None:
+        """The uncertainty block of a plan's result for ``config``: the worlds, the confidence
+        asked, the sources drawn, P(every SLO met) and each SLO's verdict."""
+        found = self.verdicts(config, slos)
+        return {"worlds": len(self.seeds), "confidence": self.confidence,
+                "sources": {**sources_of(self.base.profile).to_dict(), "model_error": self.model_error or None},
+                "all_met": joint_probability(slos, self.outcomes[config_key(config)]).to_dict(),
+                "verdicts": [v.to_dict() for v in found]}
+
 
 @dataclass
 class Assessment:
