@@ -56,7 +56,8 @@ FITTED_NAMES = {"4B_fw_5_b10": "qwen3-4b-specdec-fw5", "4B_4queues_nothinking": 
 
 
 def keep_identity(data: dict, path: Path) -> None:
-    """Keep the shipped profile's own ``describes`` / ``answers`` (and ``meta.system``) when it
+    """Keep the shipped profile's own ``describes`` / ``answers`` (and ``meta.system``, and the
+    model error ``meta.model_error`` that benchmarks/uncertainty_coverage.py measured) when it
     is rewritten: what it describes does not change with a refit."""
     if not path.exists():
         return
@@ -64,8 +65,9 @@ def keep_identity(data: dict, path: Path) -> None:
     for key in ("describes", "answers"):
         if key in shipped:
             data[key] = shipped[key]
-    if "system" in shipped.get("meta", {}):
-        data.setdefault("meta", {})["system"] = shipped["meta"]["system"]
+    for key in ("system", "model_error"):
+        if key in shipped.get("meta", {}):
+            data.setdefault("meta", {})[key] = shipped["meta"][key]
 
 
 def rows_of(errors, run: str, kind: str, fitted_on: str) -> list[dict]:

@@ -64,7 +64,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from simulator.errors import PlanError
+from simulator.errors import PlanError, ProfileError
 from simulator.plan import SLO, Evaluator
 from simulator.profile import Profile, profile_from_dict
 from simulator.settings import LARGEST_SEEDS
@@ -104,6 +104,29 @@ def check_model_error(sigma: float) -> None:
     if not (isinstance(sigma, (int, float)) and 0.0 <= sigma <= LARGEST_MODEL_ERROR):
         raise PlanError(None, None, "--model-error", f"must be a log-scale sd in [0, {LARGEST_MODEL_ERROR:g}], "
                         f"got {sigma!r}")
+
+
+def stated_model_error(profile: Profile) -> float:
+    """σ of the model error ``profile`` states in ``meta.model_error`` (``{"sigma": σ,
+    "source": where it was measured}``: its error out of sample, measured on real runs), which
+    ``--worlds`` applies unless ``--model-error`` says otherwise; 0 where it states none.
+    :class:`ProfileError` naming the field for a stated σ that is not one."""
+    stated = (profile.meta or {}).get("model_error")
+    if stated is None:
+        return 0.0
+    sigma = stated.get("sigma") if isinstance(stated, dict) else None
+    if isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not 0.0 <= sigma <= LARGEST_MODEL_ERROR:
+        raise ProfileError(profile.path or profile.name, None, "meta.model_error.sigma",
+                           f"must be a log-scale sd in [0, {LARGEST_MODEL_ERROR:g}], got {sigma!r}")
+    return float(sigma)
+
+
+def _model_error(profile: Profile, sigma: float | None) -> float:
+    """``sigma`` checked, or (``None``) the σ ``profile`` states."""
+    if sigma is None:
+        return stated_model_error(profile)
+    check_model_error(sigma)
+    return sigma
 
 
 def model_error_factors(worlds: int, sigma: float, seed: int = 0) -> np.ndarray:
@@ -384,12 +407,13 @@ class WorldsEvaluator(Evaluator):
     @classmethod
     def build(cls, base: Base, slos: Sequence[SLO], worlds: int = DEFAULT_WORLDS, *, seed: int = 0,
               confidence: float = DEFAULT_CONFIDENCE, task: str | None = None,
-              workers: int | None = None, model_error: float = 0.0) -> WorldsEvaluator:
+              workers: int | None = None, model_error: float | None = None) -> WorldsEvaluator:
         """Draw ``worlds`` variants of ``base``'s profile (seeds ``seed .. seed + worlds − 1``),
-        and with ``model_error`` each world's factor on time figures."""
+        and with ``model_error`` (``None``: what the profile states, :func:`stated_model_error`)
+        each world's factor on time figures."""
         check_confidence(confidence)
         check_worlds(worlds)
-        check_model_error(model_error)
+        model_error = _model_error(base.profile, model_error)
         variants = tuple(profile_worlds(base.profile, worlds, seed))
         return cls(replace(base, worlds=variants), tuple(range(seed, seed + worlds)), task, workers,
                    slos=tuple(slos), confidence=confidence,
@@ -450,9 +474,10 @@ class Assessment:
 
 def assess(base: Base, slos: Sequence[SLO], config: Mapping[str, Any] | None = None, *,
            worlds: int = DEFAULT_WORLDS, seed: int = 0, task: str | None = None,
-           workers: int | None = None, model_error: float = 0.0) -> Assessment:
+           workers: int | None = None, model_error: float | None = None) -> Assessment:
     """P(met) and the 90 % interval of every SLO's figure for one configuration of ``base``
     (``config``: sweep axes, as a sweep row's; ``None``: the base scenario as it is)."""
+    model_error = _model_error(base.profile, model_error)
     ev = WorldsEvaluator.build(base, slos, worlds, seed=seed, task=task, workers=workers, model_error=model_error)
     config = dict(config or {})
     found = ev.verdicts(config)
@@ -465,17 +490,18 @@ def assess(base: Base, slos: Sequence[SLO], config: Mapping[str, Any] | None = N
 
 def predict_worlds(trace: Any, scenario: Any, profile: Profile, worlds: int = DEFAULT_WORLDS, *, seed: int = 0,
                    observed: Any = None, progress: Callable[[int], None] | None = None,
-                   model_error: float = 0.0) -> pd.DataFrame:
+                   model_error: float | None = None) -> pd.DataFrame:
     """Call latency per composition class over ``worlds`` worlds: one row per group with
     ``calls``, ``unfinished`` (mean), and for p50, p90, p99 and mean the mean over the worlds
     (``p50``), its :data:`LEVEL` interval (``p50_low``, ``p50_high``) and the spread's sd
     (``p50_sd``). With an ``observed`` run, ``p50_ref`` (observed) and ``p50_inside``
     (whether the interval holds it) too. ``attrs``: ``worlds``, ``seeds``, ``sources``,
     ``level`` and ``values`` (stat -> array of worlds × groups, in the rows' order).
-    ``model_error``: σ of each world's factor on the latencies (the module docstring)."""
+    ``model_error``: σ of each world's factor on the latencies (the module docstring;
+    ``None``: what the profile states, :func:`stated_model_error`)."""
     from simulator.calibrate import FIGURES, predict, simulate_figures
 
-    check_model_error(model_error)
+    model_error = _model_error(profile, model_error)
     variants = profile_worlds(profile, worlds, seed)
     factors = model_error_factors(worlds, model_error, seed)
     seeds = tuple(range(seed, seed + worlds))
@@ -516,4 +542,5 @@ def predict_worlds(trace: Any, scenario: Any, profile: Profile, worlds: int = DE
 
 __all__ = ["DEFAULT_CONFIDENCE", "DEFAULT_WORLDS", "KERNEL_SIGMA", "LEVEL", "Assessment", "FigureSpread",
            "Probability", "Sources", "Verdict", "WorldsEvaluator", "assess", "check_confidence", "check_model_error", "check_worlds", "is_time_figure", "model_error_factors", "interval",
-           "joint_probability", "predict_worlds", "probability_met", "profile_worlds", "sources_of", "verdicts"]
+           "joint_probability", "predict_worlds", "probability_met", "profile_worlds", "sources_of", "stated_model_error",
+           "verdicts"]

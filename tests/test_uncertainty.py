@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -20,6 +22,7 @@ from simulator.uncertainty import (
     probability_met,
     profile_worlds,
     sources_of,
+    stated_model_error,
     verdicts,
 )
 from tests.helpers import assert_one_line_error, make_trace
@@ -239,3 +242,35 @@ def test_cheapest_plan_over_worlds_of_a_composed_profile():
     assert doc["slos"][0]["worlds"] == 3 and doc["slos"][0]["met"] == (doc["slos"][0]["p"] >= 0.5)
     sources = doc["uncertainty"]["sources"]
     assert sources["kernels"] == pytest.approx(KERNEL_SIGMA) and "step_s" in sources["engine"]
+
+
+def test_a_profile_states_its_model_error_and_worlds_apply_it_unless_told_otherwise(tmp_path):
+    """A profile's ``meta.model_error`` (its error out of sample, measured) widens what
+    ``--worlds`` states by default; ``--model-error 0`` states the intervals given the model."""
+    trace, _ = _files(tmp_path)
+    stated = tmp_path / "stated.json"
+    stated.write_text(json.dumps({**EXPONENTIAL, "meta": {"model_error": {"sigma": 0.5, "source": "a test"}}}))
+    widths = {}
+    for name, extra in (("stated", []), ("none", ["--model-error", "0"]), ("given", ["--model-error", "0.5"])):
+        out = tmp_path / f"pred-{name}.json"
+        result = runner.invoke(app, ["predict", trace, "-p", str(stated), "--worlds", "12", "--json", str(out), *extra])
+        assert result.exit_code == 0, result.output
+        doc = json.loads(out.read_text())
+        overall = next(r for r in doc["figures"] if r["group"] == "overall")
+        widths[name] = overall["p50_high"] / overall["p50_low"]
+        assert doc["uncertainty"]["sources"]["model_error"] == (None if name == "none" else 0.5)
+    assert widths["stated"] == widths["given"] > widths["none"]
+    assert stated_model_error(load_profile(str(stated))) == 0.5
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**EXPONENTIAL, "meta": {"model_error": {"sigma": -1}}}))
+    assert_one_line_error(runner.invoke(app, ["predict", trace, "-p", str(bad), "--worlds", "3"]),
+                          "meta.model_error.sigma")
+
+
+def test_the_users_server_profiles_state_the_model_error_the_coverage_benchmark_measured():
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "uncertainty.md").read_text()
+    measured = float(re.search(r"every pair, σ = ([0-9.]+)", docs).group(1))
+    for name in ("a100-sxm-qwen3-4b-hf-eager", "a100-sxm-qwen3-4b-qwen3-0.6b-hf-eager"):
+        profile = load_profile(name)
+        assert round(stated_model_error(profile), 2) == measured
+        assert "benchmarks/uncertainty_coverage.py" in profile.meta["model_error"]["source"]

@@ -72,9 +72,10 @@ def plan_cli(
                                       f"costs, kernel costs); replaces --seeds [default with --confidence: {DEFAULT_WORLDS}]."),
     confidence: float | None = typer.Option(None, "--confidence", help="Require every SLO met with this probability "
                                             f"over the worlds (0-1) [default with --worlds: {DEFAULT_CONFIDENCE}]."),
-    model_error: float = typer.Option(0.0, "--model-error", help="With --worlds: scale each world's latencies by "
-                                      "exp(SIGMA z), the model's own error out of sample (learn SIGMA on runs the "
-                                      "profile was not fitted on; docs/uncertainty.md)."),
+    model_error: float | None = typer.Option(None, "--model-error", help="With --worlds: scale each world's latencies "
+                                             "by exp(SIGMA z), the model's own error out of sample (learn SIGMA on runs "
+                                             "the profile was not fitted on; docs/uncertainty.md) [default: the SIGMA the "
+                                             "profile states in meta.model_error, else 0]."),
     set_values: list[str] = typer.Option([], "--set", help="Override any field of the base scenario: KEY=VALUE with a "
                                          "dotted KEY, e.g. tasks.graph.cpu_workers=4 (repeatable)."),
     jobs: int | None = typer.Option(None, "--jobs", "-j", min=1, max=LARGEST_JOBS, help="Local processes (default: all cores; small steps run in this process)."),
@@ -103,7 +104,8 @@ def plan_cli(
         if objective not in OBJECTIVES:
             raise PlanError(None, None, None, f"--objective: must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
         uncertain = worlds is not None or confidence is not None
-        check_model_error(model_error)
+        if model_error is not None:
+            check_model_error(model_error)
         if model_error and not uncertain:
             raise PlanError(None, None, "--model-error", "applies to worlds; give --worlds N (or --confidence) too")
         if uncertain:
@@ -119,7 +121,8 @@ def plan_cli(
             """Replays over worlds that ask each SLO a probability (--worlds, --confidence)."""
             return WorldsEvaluator.build(b, slos, DEFAULT_WORLDS if worlds is None else worlds,
                                          confidence=DEFAULT_CONFIDENCE if confidence is None else confidence,
-                                         task=task, workers=jobs, model_error=model_error)
+                                         task=task, workers=jobs,
+                                         model_error=model_error)
         axes = flags.axis_values()
         table = load_prices(prices)
         profiles = [load_profile(p) for p in dict.fromkeys(profile)]

@@ -49,9 +49,10 @@ def predict_cli(
     worlds: int | None = typer.Option(None, "--worlds", min=1, max=LARGEST_SEEDS, help="Give each figure a 90 % interval over N worlds, each one "
                                       "whole run with its own seed and its own draw of the profile's uncertainty "
                                       "(calibration fits, engine host costs, kernel costs); replaces --seeds."),
-    model_error: float = typer.Option(0.0, "--model-error", help="With --worlds: scale each world's latencies by "
-                                      "exp(SIGMA z), the model's own error out of sample (learn SIGMA on runs the "
-                                      "profile was not fitted on; docs/uncertainty.md)."),
+    model_error: float | None = typer.Option(None, "--model-error", help="With --worlds: scale each world's latencies "
+                                             "by exp(SIGMA z), the model's own error out of sample (learn SIGMA on runs "
+                                             "the profile was not fitted on; docs/uncertainty.md) [default: the SIGMA the "
+                                             "profile states in meta.model_error, else 0]."),
     observed: Path | None = typer.Option(None, "--observed", help="An observed results folder (batch_NNNN.json, simulation_summary.json) "
                                             "to compare with: prints observed, predicted and the relative error."),
     arrivals: Path | None = typer.Option(None, "--arrivals", help="The arrival file the --observed run replayed (default: ../batch_arrivals.json)."),
@@ -81,7 +82,8 @@ def predict_cli(
         tokens = token_options(percentiles, None, units)
         from simulator.uncertainty import check_model_error, check_worlds
 
-        check_model_error(model_error)
+        if model_error is not None:
+            check_model_error(model_error)
         if worlds is not None:
             check_worlds(worlds)
             if seeds is not None:
