@@ -41,6 +41,7 @@ from simulator.model import (
     policies,
 )
 from simulator.model.kernel_service import SI_KIND, SK_BATCH, batch_service, task_stream
+from simulator.model.rules import queue as rules_queue
 from simulator.profile.kinds.table import grid_mean as _grid_mean_py
 
 #: The table kind's interpolation, compiled: the same function the reference engine calls.
@@ -48,6 +49,8 @@ grid_mean = njit(cache=True)(_grid_mean_py)
 #: The batching policies' release rule, compiled: the functions the policy classes call.
 window_end = njit(cache=True, inline="always")(policies.window_end)
 release_count = njit(cache=True, inline="always")(policies.release_count)
+#: The queue limit, compiled: the function QueueLimits calls (its source is a kernel source too).
+queue_room = njit(cache=True, inline="always")(rules_queue.queue_room)
 #: The dispatch rules' choices, compiled: the functions the rule classes call.
 round_robin_index = njit(cache=True, inline="always")(dispatch.round_robin_index)
 least_loaded_index = njit(cache=True, inline="always")(dispatch.least_loaded_index)
@@ -315,12 +318,11 @@ def _send(st, ci, now):
 @njit(cache=True)
 def _add(st, q, lo, hi, now):
     """Prompts ``order[lo:hi]`` join queue ``q`` now (as BatchQueue.add)."""
-    if st.QI[q, QI_MAXQ] >= 0:
-        room = max(st.QI[q, QI_MAXQ] - st.QI[q, QI_WAITING], 0)
-        if room < hi - lo:
-            for k in range(lo + room, hi):
-                st.status[st.order[k]] = S_REJECTED
-            hi = lo + room
+    room = queue_room(st.QI[q, QI_MAXQ], st.QI[q, QI_WAITING], hi - lo)
+    if room < hi - lo:
+        for k in range(lo + room, hi):
+            st.status[st.order[k]] = S_REJECTED
+        hi = lo + room
     if hi <= lo:
         return
     for k in range(lo, hi):
@@ -661,7 +663,7 @@ def _choose_engine(st, rule, e0, n):
 @njit(cache=True)
 def _engine_add(st, e, p, now):
     """Prompt ``p`` joins engine ``e``'s waiting line (Engine.add)."""
-    if st.EI[e, EI_MAXQ] >= 0 and st.EI[e, EI_WAITING] >= st.EI[e, EI_MAXQ]:
+    if queue_room(st.EI[e, EI_MAXQ], st.EI[e, EI_WAITING], 1) == 0:
         st.status[p] = S_REJECTED
         return
     st.CW_NEXT[p] = -1

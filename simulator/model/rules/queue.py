@@ -25,6 +25,15 @@ from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 
+def queue_room(max_queue: int, waiting: int, arriving: int) -> int:
+    """How many of ``arriving`` prompts join a line of ``waiting`` that holds at most
+    ``max_queue`` (negative: no limit); the rest are rejected. A plain function of numbers:
+    :class:`QueueLimits` calls it and the compiled kernel compiles it."""
+    if max_queue < 0:
+        return arriving
+    return min(arriving, max(max_queue - waiting, 0))
+
+
 @dataclass(frozen=True)
 class QueueLimits:
     """Triton's queue policy, for a micro-batch queue and a continuous engine's waiting line
@@ -44,9 +53,7 @@ class QueueLimits:
 
     def room(self, waiting: int, arriving: int) -> int:
         """How many of ``arriving`` prompts join a line of ``waiting`` (the rest are rejected)."""
-        if self.max_queue is None:
-            return arriving
-        return min(arriving, max(self.max_queue - waiting, 0))
+        return queue_room(-1 if self.max_queue is None else self.max_queue, waiting, arriving)
 
     def deadline(self, joined_at: float) -> float | None:
         """The instant prompts that joined at ``joined_at`` time out (``None``: never)."""
