@@ -41,7 +41,7 @@ from simulator.model import (
     policies,
 )
 from simulator.model.kernel_service import SI_KIND, SK_BATCH, batch_service, task_stream
-from simulator.model.rules import queue as rules_queue
+from simulator.model.rules import continuous as rules_continuous, queue as rules_queue
 from simulator.profile.kinds.table import grid_mean as _grid_mean_py
 
 #: The table kind's interpolation, compiled: the same function the reference engine calls.
@@ -49,6 +49,10 @@ grid_mean = njit(cache=True)(_grid_mean_py)
 #: The batching policies' release rule, compiled: the functions the policy classes call.
 window_end = njit(cache=True, inline="always")(policies.window_end)
 release_count = njit(cache=True, inline="always")(policies.release_count)
+#: The continuous engine's admission rule and block count, compiled: the functions the
+#: reference's iteration boundary calls.
+admits = njit(cache=True, inline="always")(rules_continuous.admits)
+kv_blocks = njit(cache=True, inline="always")(rules_continuous.kv_blocks)
 #: The queue limit, compiled: the function QueueLimits calls (its source is a kernel source too).
 queue_room = njit(cache=True, inline="always")(rules_queue.queue_room)
 #: The dispatch rules' choices, compiled: the functions the rule classes call.
@@ -621,11 +625,6 @@ CT_FRAC = 0    # CTF: the fraction of one more token (0: none drawn)
 
 
 @njit(cache=True, inline="always")
-def _blocks(tokens, block_size):
-    return (tokens + block_size - 1) // block_size
-
-
-@njit(cache=True, inline="always")
 def _slot0(st):
     """The batch-table row of engine 0's iteration slot."""
     return st.BI.shape[0] - st.EI.shape[0]
@@ -747,14 +746,14 @@ def _iterate(st, e, now):
         extra = 0
         for i in range(r0, r0 + rows):
             length = st.R_LEN[i]
-            extra += _blocks(length + min(st.R_GAIN[i], st.R_LIM[i] - length), bs) - _blocks(length, bs)
+            extra += kv_blocks(length + min(st.R_GAIN[i], st.R_LIM[i] - length), bs) - kv_blocks(length, bs)
         free = st.EI[e, EI_FREE]
         while extra > free:
             rows -= 1
             i = r0 + rows
             length = st.R_LEN[i]
-            held = _blocks(length, bs)
-            extra -= _blocks(length + min(st.R_GAIN[i], st.R_LIM[i] - length), bs) - held
+            held = kv_blocks(length, bs)
+            extra -= kv_blocks(length + min(st.R_GAIN[i], st.R_LIM[i] - length), bs) - held
             free += held
             # newest first, each to the head of the line: the oldest ends up first
             p = st.R_PID[i]
@@ -784,13 +783,10 @@ def _iterate(st, e, now):
             p = st.EI[e, EI_WHEAD]
             made = st.RESUMED[p]
             tokens = st.ptok[p] + made
-            if tokens > budget and (decoding > 0 or admitted > 0):
+            blocks = kv_blocks(tokens + 1, bs) if counts else 0
+            if not admits(tokens, budget, decoding > 0 or admitted > 0, counts, blocks, st.EI[e, EI_FREE]):
                 break
-            if counts:
-                blocks = _blocks(tokens + 1, bs)
-                if blocks > st.EI[e, EI_FREE]:
-                    break
-                st.EI[e, EI_FREE] -= blocks
+            st.EI[e, EI_FREE] -= blocks
             head = st.CW_NEXT[p]
             st.EI[e, EI_WHEAD] = head
             if head < 0:
@@ -885,7 +881,7 @@ def _iteration_done(st, e, now):
             st.done_at[p] = now
             if counts:
                 # a row ends with its prompt and max tokens (one token if it has none)
-                st.EI[e, EI_FREE] += _blocks(st.ptok[p] + max(st.mtok[p], 1), bs)
+                st.EI[e, EI_FREE] += kv_blocks(st.ptok[p] + max(st.mtok[p], 1), bs)
         else:
             if kept != i:
                 st.R_PID[kept] = st.R_PID[i]

@@ -46,7 +46,7 @@ from simulator import notices
 
 PACKAGE = Path(__file__).resolve().parent.parent
 #: The files whose code a compiled function of the package may include.
-KERNEL_SOURCES = ("model/*.py", "model/rules/queue.py", "profile/*.py", "profile/kinds/*.py")
+KERNEL_SOURCES = ("model/*.py", "model/rules/continuous.py", "model/rules/queue.py", "profile/*.py", "profile/kinds/*.py")
 #: The packaged cache: numba's index and data files of every kernel function, compiled when
 #: the wheel was built, in a folder per source folder (``model/``, ``profile/kinds/``).
 COMPILED = PACKAGE / "model" / "_compiled"

@@ -28,6 +28,18 @@ def kv_blocks(tokens: int, block_size: int) -> int:
     return -(-tokens // block_size)
 
 
+def admits(work: int, budget: int, busy: bool, counts_blocks: bool, blocks: int, free_blocks: float) -> bool:
+    """Whether the head of the waiting line joins this iteration: its ``work`` (the tokens its
+    prefill computes) fits what is left of the token budget, unless nothing else runs or
+    joined (``busy`` false: a prompt longer than the budget still runs, alone), and, where the
+    engine counts its KV cache, its ``blocks`` (its tokens and the next one's) are free. A
+    plain function of numbers: :func:`iteration_boundary` calls it and the compiled kernel
+    compiles it."""
+    if work > budget and busy:
+        return False
+    return not counts_blocks or blocks <= free_blocks
+
+
 class FixedGainRows:
     """The running rows of an engine whose rows each commit ``gain`` tokens per iteration
     (a row's last iteration commits what it still lacks).
@@ -321,13 +333,11 @@ def iteration_boundary(engine: Any, ptoks: Any, on_preempt: Callable[[int], None
                 # what the prefill computes: the tokens not found in the prefix cache
                 cached = prefix.cached_tokens(pid, tokens) if prefix is not None else 0
                 work = tokens - cached
-            if work > budget and (decoding or prefill or joined):
+            blocks = kv_blocks(tokens + 1, bs) if engine.counts_blocks else 0
+            if not admits(work, budget, bool(decoding or prefill or joined), engine.counts_blocks, blocks,
+                          engine.free_blocks):
                 break
-            if engine.counts_blocks:
-                blocks = kv_blocks(tokens + 1, bs)
-                if blocks > engine.free_blocks:
-                    break
-                engine.free_blocks -= blocks
+            engine.free_blocks -= blocks
             waiting.popleft()
             if made:
                 del resumed[pid]
