@@ -47,7 +47,11 @@ class BuildWithBundledData(build_py):
             # own compiled folder (make env) is copied instead where its stamp says it was
             # compiled from these sources by this interpreter's numba for this CPU.
             out = Path(self.build_lib) / "simulator" / "model" / "_compiled"
-            env = {**os.environ, "PYTHONPATH": str(Path(self.build_lib).resolve())}
+            # the build folder first, then what the environment already puts on the path: pip's
+            # isolated build reaches its build requirements through PYTHONPATH (a sitecustomize
+            # there adds them), so replacing it would leave the precompile without numpy
+            path = [str(Path(self.build_lib).resolve())] + [p for p in [os.environ.get("PYTHONPATH")] if p]
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
             subprocess.run([sys.executable, "-m", "simulator.model.precompile", "--out", str(out.resolve()),
                             "--reuse", str(HERE / "simulator" / "model" / "_compiled")],
                            env=env, check=True, cwd=self.build_lib)
