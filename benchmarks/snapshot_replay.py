@@ -122,7 +122,6 @@ def run(time_scale: float, calls: int | None, server_seeds: int, seeds: int, for
     the runs; per run its own figures. ``save_snapshot``: the first run's snapshot is written
     there."""
     from simulator import build_scenario, load_profile, load_trace, replay
-    from simulator.model.start import trace_rest
     from simulator.snapshot import save_snapshot as save
     from simulator.trace.model import Trace
 
@@ -154,7 +153,7 @@ def run(time_scale: float, calls: int | None, server_seeds: int, seeds: int, for
     scenario, profile = build_scenario(path="design-notes"), load_profile("seed-calibrated")
     empty = []
     for seed in range(seeds):
-        log = replay(trace_rest(trace, at), scenario, profile, seed=seed).log
+        log = replay(trace.after(at), scenario, profile, seed=seed).log
         calls_ = log.groupby("call_id").agg(done=("done_at", "max"), arrived=("arrived_at", "min"))
         empty.append((calls_["done"] - calls_["arrived"]).to_numpy(float))
     served, model_l, empty_l = np.concatenate(served_all), np.concatenate(model_all), np.concatenate(empty)

@@ -13,7 +13,7 @@ from simulator.errors import SnapshotError
 from simulator.metrics import TokenOptions, log_columns, summarize_columns
 from simulator.model import simulate
 from simulator.model.engine import simulate_columns
-from simulator.model.start import StartState, trace_rest
+from simulator.model.start import StartState
 from simulator.profile import DEFAULT_PROFILE, Profile, load_profile
 from simulator.profile.grid import outside_grid
 from simulator.profile.identity import describe
@@ -99,7 +99,7 @@ def replay(
         if not start >= 0:
             raise SnapshotError(snapshot.path or snapshot.location, None, "start",
                                 f"must be a number of seconds of at least 0, got {start!r}")
-        trace = trace_rest(trace, start)
+        trace = trace.after(start)
         if not len(trace):
             raise SnapshotError(trace.source, None, "start", f"the trace has no calls at or after {start:g} s")
     check_tasks(scenario, profile.tasks, trace.tasks, f"the profile {profile.name}")

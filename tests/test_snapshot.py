@@ -17,7 +17,7 @@ from simulator import load_trace, replay
 from simulator.cli import app
 from simulator.errors import ScenarioError, SnapshotError
 from simulator.model import simulate
-from simulator.model.start import StartState, trace_rest
+from simulator.model.start import StartState
 from simulator.scenario import build_scenario
 from simulator.snapshot import (
     FORMAT,
@@ -229,7 +229,7 @@ def test_every_prompt_is_accounted_for_once(seed):
     start = 10.0
     result = replay(trace, sc, prof, initial_state=snap, start=start)
     log = result.log
-    rest = trace_rest(trace, start)
+    rest = trace.after(start)
     assert len(log) == snap.waiting_prompts + snap.running_prompts + rest.n_prompts
     assert int(log["from_state"].sum()) == snap.waiting_prompts + snap.running_prompts
     assert not log.duplicated(["call_id", "prompt_index"]).any()
@@ -422,7 +422,7 @@ def test_replay_cli_from_state_reports_the_snapshot_apart(tmp_path):
                                  "--start", "600", "--rate-scale", "2", "--json", "-"])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
-    rest = trace_rest(load_trace("example"), 600)
+    rest = load_trace("example").after(600)
     assert summary["overall"]["prompts"] == rest.n_prompts
     assert summary["from_state"]["prompts"] == 4 and summary["from_state"]["done"] == 4
     assert summary["config"]["from_state"]["start"] == 600

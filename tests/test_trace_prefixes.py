@@ -134,6 +134,7 @@ def test_derived_traces_keep_each_prompts_ids(calls, n, columns, tmp_path_factor
     trace = Trace(columns=made.columns) if columns else made
     ids = expected(made)
     for derived in (trace.scaled(2.0), trace.renamed({"a": "b"}), pickle.loads(pickle.dumps(trace)), trace.head(n),
+                    trace.after(n / 2),
                     Trace(columns=TraceColumns.of_calls(trace.calls, 64))):
         got = expected(derived)
         assert got == {k: ids[k] for k in got}

@@ -31,7 +31,7 @@ replica pool.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from simulator.errors import SnapshotError
@@ -51,16 +51,6 @@ if TYPE_CHECKING:
 #: topologies a snapshot's prompts can join: micro-batch queues, and ``direct`` (a batch per
 #: call's group, formed on arrival: its running batches go straight to a device)
 QUEUE_TOPOLOGIES = ("shared", "split", "direct")
-
-
-def trace_rest(trace: Trace, start: float) -> Trace:
-    """The calls of ``trace`` arriving at or after ``start``, shifted to start at 0 (the
-    traffic after a snapshot taken ``start`` seconds into it)."""
-    if start == 0:
-        return trace
-    calls = tuple(replace(c, t=c.t - start) for c in trace.calls if c.t >= start)
-    return Trace(calls=calls, meta=dict(trace.meta, start=start), source=trace.source,
-                 prefix_block_tokens=trace.prefix_block_tokens if calls else 0)
 
 
 @dataclass

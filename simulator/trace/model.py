@@ -384,6 +384,16 @@ class Trace:
         calls = tuple(replace(c, t=c.t / rate_scale) for c in self.calls)
         return Trace(calls=calls, meta=meta, source=self.source, prefix_block_tokens=self._block_tokens)
 
+    def after(self, start: float) -> Trace:
+        """The calls arriving at or after ``start``, shifted to start at 0 (the traffic after
+        a snapshot taken ``start`` seconds into the trace), in a trace whose ``meta`` records
+        ``start``."""
+        if start == 0:
+            return self
+        calls = tuple(replace(c, t=c.t - start) for c in self.calls if c.t >= start)
+        return Trace(calls=calls, meta=dict(self.meta, start=start), source=self.source,
+                     prefix_block_tokens=self.prefix_block_tokens if calls else 0)
+
     def head(self, n: int) -> Trace:
         """The first ``n`` calls (all of them when the trace has no more), in a trace whose
         ``meta`` records ``first_calls = n``. Its tasks are those of the calls kept."""
