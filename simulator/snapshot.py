@@ -43,6 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from simulator.errors import SnapshotError
+from simulator.profile.spec import shown
+from simulator.settings import LARGEST_COUNT, LARGEST_GPUS, LARGEST_TOKENS
 
 FORMAT = "simctl-snapshot/1"
 SOURCES = ("serve-state", "serve-metrics", "vllm-metrics", "run-folder")
@@ -191,11 +193,17 @@ class _Reader:
         value = data.get(key)
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.fail(name, f"must be a number or null, got {shown(value)}")
+        try:
+            x = float(value)
+        except OverflowError:  # an integer past the largest float
+            raise self.fail(name, f"is too large for a number ({shown(value)})") from None
+        if not math.isfinite(x):
             raise self.fail(name, f"must be a number or null, got {value!r}")
-        if low is not None and value < low:
-            raise self.fail(name, f"must be at least {low:g}, got {value!r}")
-        return float(value)
+        if low is not None and x < low:
+            raise self.fail(name, f"must be at least {low:g}, got {shown(value)}")
+        return x
 
     def share(self, data: dict, key: str) -> float | None:
         value = self.number(data, key, key)
@@ -204,23 +212,24 @@ class _Reader:
         return value
 
     def count(self, data: dict, key: str, name: str, low: int = 0) -> int:
+        # each of them becomes a prompt of the run: as many as a batch may hold rows
         value = data.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise self.fail(name, f"must be a whole number of at least {low}, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= LARGEST_COUNT:
+            raise self.fail(name, f"must be a whole number from {low} to {LARGEST_COUNT:,}, got {shown(value)}")
         return value
 
     def tokens(self, data: dict, key: str, name: str) -> int | None:
         value = data.get(key)
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise self.fail(name, f"must be a whole number of at least 1 or null, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= LARGEST_TOKENS:
+            raise self.fail(name, f"must be a whole number from 1 to {LARGEST_TOKENS:,} or null, got {shown(value)}")
         return value
 
     def text(self, data: dict, key: str, name: str) -> str | None:
         value = data.get(key)
         if value is not None and (not isinstance(value, str) or not value):
-            raise self.fail(name, f"must be a non-empty string or null, got {value!r}")
+            raise self.fail(name, f"must be a non-empty string or null, got {shown(value)}")
         return value
 
     def entry(self, data: Any, name: str) -> dict:
@@ -255,8 +264,8 @@ class _Reader:
         data = self.entry(data, name)
         size = self.count(data, "size", f"{name}.size", low=1)
         gpu = data.get("gpu")
-        if gpu is not None and (isinstance(gpu, bool) or not isinstance(gpu, int) or gpu < 0):
-            raise self.fail(f"{name}.gpu", f"must be a GPU index (0, 1, ...) or null, got {gpu!r}")
+        if gpu is not None and (isinstance(gpu, bool) or not isinstance(gpu, int) or not 0 <= gpu < LARGEST_GPUS):
+            raise self.fail(f"{name}.gpu", f"must be a GPU index (0, 1, ...) or null, got {shown(gpu)}")
         started = data.get("started", True)
         if not isinstance(started, bool):
             raise self.fail(f"{name}.started", f"must be true or false, got {started!r}")

@@ -133,6 +133,10 @@ def test_snapshot_cli_of_a_vllm_metrics_file(tmp_path):
     (state(running=[{"task": "x", "size": 1, "gpu": "a"}]), "running[0].gpu"),
     (state(kv_cache_usage=1.5), "kv_cache_usage"),
     (state(source={"kind": "nope", "location": "x"}), "source.kind"),
+    # numbers past what a float or the run holds: one line, not an OverflowError
+    (state(taken_at=10**400), "taken_at"),
+    (state(waiting=[{"task": "x", "count": 10**300}]), "waiting[0].count"),
+    (state(running=[{"task": "x", "size": 1, "prompts": [{"prompt_tokens": 2**40}]}]), "running[0].prompts[0].prompt_tokens"),
 ])
 def test_bad_snapshot_file_is_a_one_line_error(tmp_path, data, field):
     path = tmp_path / "bad.json"
