@@ -205,6 +205,12 @@ class Sources:
         return {"seeds": True, "fit": list(self.fit), "engine": list(self.engine),
                 "kernels": KERNEL_SIGMA if self.kernels else None, "model_error": self.model_error or None}
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Sources:
+        """The sources a result's ``sources`` block (:meth:`to_dict`) names."""
+        return cls(tuple(data.get("fit") or ()), tuple(data.get("engine") or ()), bool(data.get("kernels")),
+                   float(data.get("model_error") or 0.0))
+
 
 def _fit_of(data: Mapping[str, Any]) -> tuple[list[Any], list[dict[str, float]], dict[str, float]] | None:
     """The free parameters, the ensemble of fits and their relative errors of a calibrated

@@ -35,6 +35,7 @@ from simulator.trace.formats import load_trace
 from simulator.uncertainty import (
     DEFAULT_CONFIDENCE,
     DEFAULT_WORLDS,
+    Sources,
     WorldsEvaluator,
     check_confidence,
     check_model_error,
@@ -213,7 +214,7 @@ def print_plan(doc: dict) -> None:
         both = unc["all_met"]
         console.print(f"p = (k + 1) / (n + 2), k of n = {unc['worlds']} worlds meeting the SLO (± "
                       f"{max(s['p_se'] for s in doc['slos']):.2f} at most); every SLO at once p = {both['p']:.2f}; "
-                      f"the worlds vary: {_sources(unc['sources'])}", highlight=False)
+                      f"the worlds vary: {Sources.from_dict(unc['sources']).describe()}", highlight=False)
     if doc.get("max_rate_scale") is not None:
         at = f" at p ≥ {unc['confidence']:g}" if unc else ""
         console.print(f"sustains up to {doc['max_rate_scale']:.2f}x the trace's arrival rate within the SLOs{at}",
@@ -223,20 +224,6 @@ def print_plan(doc: dict) -> None:
         return
     search = ", ".join(f"{s['gpus']} GPU: {s['met']}/{s['replayed']} met" for s in doc["search"])
     console.print(f"search: {search}; {doc['replays']} replays in all", highlight=False)
-
-
-def _sources(sources: dict) -> str:
-    """What varied between the worlds, in words (simulator.uncertainty.Sources)."""
-    parts = ["seeds"]
-    if sources.get("fit"):
-        parts.append("calibration fits (" + ", ".join(sources["fit"]) + ")")
-    if sources.get("engine"):
-        parts.append("engine host costs (" + ", ".join(sources["engine"]) + ")")
-    if sources.get("kernels"):
-        parts.append("kernel costs")
-    if sources.get("model_error"):
-        parts.append(f"model error (σ {sources['model_error']:g})")
-    return ", ".join(parts)
 
 
 def _usd(x: float | None) -> str:
