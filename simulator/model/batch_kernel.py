@@ -46,12 +46,13 @@ from simulator.profile.kinds.table import grid_mean as _grid_mean_py
 
 #: The table kind's interpolation, compiled: the same function the reference engine calls.
 grid_mean = njit(cache=True)(_grid_mean_py)
-#: The batching policies' release rule, compiled: the functions the policy classes call.
+#: The batching policies' release rule, compiled: the functions BatchRelease calls.
 window_end = njit(cache=True, inline="always")(policies.window_end)
-release_count = njit(cache=True, inline="always")(policies.release_count)
-#: The continuous engine's admission rule and block count, compiled: the functions the
+release_step = njit(cache=True, inline="always")(policies.release_step)
+#: The continuous engine's admission and preemption rules and block count, compiled: the functions the
 #: reference's iteration boundary calls.
 admits = njit(cache=True, inline="always")(rules_continuous.admits)
+preempt_newest = njit(cache=True, inline="always")(rules_continuous.preempt_newest)
 kv_blocks = njit(cache=True, inline="always")(rules_continuous.kv_blocks)
 #: The queue limit, compiled: the function QueueLimits calls (its source is a kernel source too).
 queue_room = njit(cache=True, inline="always")(rules_queue.queue_room)
@@ -116,7 +117,7 @@ RUN_FIELDS = ("heap", "S", "call_t", "call_g0", "g_start", "g_front", "order", "
               "SI", "SF", "SRNG",
               # continuous engines (their section below)
               "EI", "CTI", "CTF", "CSTEP", "RESUMED", "PREEMPT", "CW_NEXT", "R_PID", "R_LEN", "R_LIM", "R_GAIN",
-              "SKIP", "CS", "FIFO", "FIFO_T",
+              "R_MORE", "R_HELD", "SKIP", "CS", "FIFO", "FIFO_T",
               # scratch: the places' loads a least-loaded dispatch rule compares
               "LOADS")
 structref.define_proxy(Run, RunType, list(RUN_FIELDS))
@@ -212,6 +213,7 @@ def run_kernel(call_t, call_g0, g_start, g_front, order, arrived, ptok, mtok, FI
              cold_until, n_calls, nxt, bp, BI, BTOK, BF, batch_of, status, done_at, first_at, rng, SI, SF, SRNG,
              EI, CTI, CTF, CSTEP, resumed, preemptions,
              waiting_next, R_PID, np.zeros(len(R_PID), dtype=np.int64),
+             np.zeros(len(R_PID), dtype=np.int64), np.zeros(len(R_PID), dtype=np.int64),
              np.zeros(len(R_PID), dtype=np.int64), np.zeros(len(R_PID), dtype=np.int64), skipped, CS,
              np.zeros(max(EI.shape[0], 1), dtype=np.int64), np.zeros(max(EI.shape[0], 1)),
              np.zeros(max(len(DEVLIST), QI.shape[0], EI.shape[0], 1), dtype=np.int64))
@@ -359,16 +361,13 @@ def _poll(st, q, now):
             # only the adaptive window reads it
             share = _idle_share(st, q, -1 if worker < 0 else st.WDEV[worker])
         end = window_end(policy, flush, maxb, waiting, oldest, st.QF[q, QF_PICKUP], share)
-        count = release_count(waiting, maxb, end, now)
+        count, timer = release_step(waiting, maxb, end, now, st.QF[q, QF_TIMER], st.S[4] != 0)
         if count == 0:
-            if end == math.inf and st.S[4]:
-                count = min(waiting, maxb)  # nothing more will arrive
-            else:
-                if end != st.QF[q, QF_TIMER] and end != math.inf:
-                    st.QF[q, QF_TIMER] = end
-                    heapq.heappush(st.heap, (end, TIMER, st.S[0], EV_TIMER, np.int64(q), end))
-                    st.S[0] += 1
-                return
+            if not math.isnan(timer):
+                st.QF[q, QF_TIMER] = timer
+                heapq.heappush(st.heap, (timer, TIMER, st.S[0], EV_TIMER, np.int64(q), timer))
+                st.S[0] += 1
+            return
         # release the first ``count`` waiting prompts
         off = st.S[3]
         p = st.QI[q, QI_HEAD]
@@ -746,18 +745,15 @@ def _iterate(st, e, now):
         extra = 0
         for i in range(r0, r0 + rows):
             length = st.R_LEN[i]
-            extra += kv_blocks(length + min(st.R_GAIN[i], st.R_LIM[i] - length), bs) - kv_blocks(length, bs)
-        free = st.EI[e, EI_FREE]
-        while extra > free:
-            rows -= 1
-            i = r0 + rows
-            length = st.R_LEN[i]
             held = kv_blocks(length, bs)
-            extra -= kv_blocks(length + min(st.R_GAIN[i], st.R_LIM[i] - length), bs) - held
-            free += held
+            st.R_HELD[i] = held
+            st.R_MORE[i] = kv_blocks(length + min(st.R_GAIN[i], st.R_LIM[i] - length), bs) - held
+            extra += st.R_MORE[i]
+        left, free = preempt_newest(st.R_MORE[r0:r0 + rows], st.R_HELD[r0:r0 + rows], rows, extra, st.EI[e, EI_FREE])
+        for i in range(r0 + rows - 1, r0 + left - 1, -1):
             # newest first, each to the head of the line: the oldest ends up first
             p = st.R_PID[i]
-            made = length - st.ptok[p]
+            made = st.R_LEN[i] - st.ptok[p]
             st.PREEMPT[p] += 1
             st.EI[e, EI_OUT_TOKENS] += st.ptok[p] + made  # to recompute
             st.RESUMED[p] = made
@@ -767,7 +763,8 @@ def _iterate(st, e, now):
                 st.EI[e, EI_WTAIL] = p
             st.EI[e, EI_WAITING] += 1
             preempted = True
-        st.EI[e, EI_FREE] = free - extra
+        rows = left
+        st.EI[e, EI_FREE] = free
         st.EI[e, EI_ROWS] = rows
         decoding = rows
     st.EI[e, EI_RUNNING] = decoding

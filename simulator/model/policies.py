@@ -78,14 +78,22 @@ def window_end(policy: int, flush: float, max_batch: int, waiting: int, oldest_e
     return oldest_enqueued_at + flush if flush > 0 else math.inf
 
 
-def release_count(waiting: int, max_batch: int, end: float, now: float) -> int:
-    """How many waiting prompts go now: a full batch as soon as one waits, all of them (up to
-    ``max_batch``) once the window has closed at ``end``, else none (wait until ``end``)."""
+def release_step(waiting: int, max_batch: int, end: float, now: float, timer_at: float,
+                 input_closed: bool) -> tuple[int, float]:
+    """One ask of the release rule, the window closing at ``end`` (:func:`window_end`):
+    ``(count, timer)``. ``count`` > 0: release the first ``count`` waiting prompts now — a
+    full batch as soon as one waits, all of them once the window has closed, and all of
+    them once input has closed where only a full batch ends the wait (one would never
+    fill). Else ``timer``: the instant to set a flush timer at, or NaN where none is set
+    (the timer set for ``timer_at`` (NaN: none) still stands, or only a full batch ends the
+    wait)."""
     if waiting >= max_batch:
-        return max_batch
+        return max_batch, math.nan
     if now >= end:
-        return waiting
-    return 0
+        return waiting, math.nan
+    if math.isinf(end):
+        return (waiting if input_closed else 0), math.nan
+    return 0, (end if end != timer_at else math.nan)
 
 
 class BatchingPolicy:
@@ -113,7 +121,7 @@ class BatchingPolicy:
         (besides the one this batch would go to) that have nothing to run (0 with one GPU).
         """
         end = window_end(self.code, self.flush, self.max_batch, waiting, oldest_enqueued_at, pickup_at, idle_share)
-        count = release_count(waiting, self.max_batch, end, now)
+        count, _ = release_step(waiting, self.max_batch, end, now, math.nan, False)
         return ReleaseNow(count) if count else WaitUntil(end)
 
 

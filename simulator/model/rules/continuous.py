@@ -40,6 +40,20 @@ def admits(work: int, budget: int, busy: bool, counts_blocks: bool, blocks: int,
     return not counts_blocks or blocks <= free_blocks
 
 
+def preempt_newest(more: Any, held: Any, rows: int, extra: int, free: int) -> tuple[int, int]:
+    """Which rows an iteration preempts: while the KV blocks the decoding rows grow into this
+    iteration (``extra``, row ``i``'s share ``more[i]``) exceed the ``free`` blocks, the
+    newest row goes, giving back the ``held[i]`` blocks it holds. Rows are indexed in
+    admission order; returns the rows left (rows from there on are preempted) and the blocks
+    free once the rest have grown. A plain function of numbers: the running rows' ``reserve``
+    calls it and the compiled kernel compiles it."""
+    while extra > free:
+        rows -= 1
+        extra -= more[rows]
+        free += held[rows]
+    return rows, free - extra
+
+
 class FixedGainRows:
     """The running rows of an engine whose rows each commit ``gain`` tokens per iteration
     (a row's last iteration commits what it still lacks).
@@ -99,17 +113,25 @@ class FixedGainRows:
             growing[pid] = more
             extra += more
         victims: list[tuple[int, int]] = []
-        while extra > free:
-            pid, _ = stint.popitem()
-            extra -= growing.pop(pid, 0)
-            made = origin.pop(pid) + g * (j - 1)
-            free += kv_blocks(ptoks[pid] + made, bs)
-            victims.append((pid, made))
+        if extra > free:
+            # preempting: the rows in admission order, their tokens and blocks (only now: O(rows))
+            order = list(stint)
+            made_by = [origin[pid] + g * (j - 1) for pid in order]
+            held = [kv_blocks(ptoks[pid] + m, bs) for pid, m in zip(order, made_by, strict=True)]
+            left, free = preempt_newest([growing.get(pid, 0) for pid in order], held, len(order), extra, free)
+            for k in range(len(order) - 1, left - 1, -1):  # newest first
+                pid = order[k]
+                del stint[pid]
+                del origin[pid]
+                growing.pop(pid, None)
+                victims.append((pid, made_by[k]))
+        else:
+            free -= extra
         for pid in growing:
             made = origin[pid] + g * (j - 1)
             if mtoks[pid] - made > g:  # (a row that ends in this iteration grows no more)
                 self._push_growth(pid, stint[pid], j + 1, ptoks[pid] + made + g)
-        return free - extra, victims
+        return free, victims
 
     def _push_growth(self, pid: int, number: int, iteration: int, length: int) -> None:
         """A row that starts ``iteration`` with ``length`` tokens in its blocks: the first
@@ -214,16 +236,13 @@ class DrawnGainRows:
         length = self.length[:rows]
         held = -(-length // bs)
         more = -(-(length + np.minimum(self.gains, self.limit[:rows] - length)) // bs) - held
-        extra = int(more.sum())
+        left, free = preempt_newest(more, held, rows, int(more.sum()), free)
         victims: list[tuple[int, int]] = []
-        while extra > free:
-            rows -= 1
-            extra -= int(more[rows])
-            free += int(held[rows])
+        for k in range(rows - 1, left - 1, -1):  # newest first
             pid = self.prompts.pop()
-            victims.append((pid, int(length[rows]) - self.prompt_tokens[pid]))
+            victims.append((pid, int(length[k]) - self.prompt_tokens[pid]))
             self._widest = None
-        return free - extra, victims
+        return int(free), victims
 
     def bounds(self) -> tuple[int, int]:
         """As :meth:`FixedGainRows.bounds`."""

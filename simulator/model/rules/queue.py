@@ -11,7 +11,10 @@ unlimited workers), the task's forming rule picks the idle worker that forms the
 the oldest arrived, when the queue's current pickup began and the share of the queue's other
 GPUs that sit idle, says release ``count`` now or wait until an instant. A wait sets one
 flush timer per instant (a timer that fires for an instant since superseded is ignored); a
-wait for a full batch sets none, and once input has closed it releases what waits.
+wait for a full batch sets none, and once input has closed it releases what waits. That
+decision is :func:`~simulator.model.policies.window_end` and
+:func:`~simulator.model.policies.release_step`, plain functions of numbers the compiled
+kernel compiles too.
 
 Limits (:class:`QueueLimits`) as Triton's queue policy has them.
 """
@@ -23,6 +26,8 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
+
+from simulator.model.policies import release_step, window_end
 
 
 def queue_room(max_queue: int, waiting: int, arriving: int) -> int:
@@ -81,10 +86,9 @@ class _Forming(Protocol):
 
 
 class _Policy(Protocol):
+    code: int
+    flush: float
     max_batch: int
-
-    def release(self, waiting: int, oldest_arrived_at: float, now: float, pickup_at: float,
-                idle_share: float) -> Any: ...
 
 
 class Release(NamedTuple):
@@ -128,19 +132,16 @@ class BatchRelease(Generic[W]):
             if worker is None:
                 return None  # no idle worker may form a batch yet (batch_forming)
         share = self.idle_share(worker.device if worker is not None else None) if self.devices else 0.0
-        decision = self.policy.release(waiting, oldest_arrived_at, now, self.pickup_at, share)
-        # a ReleaseNow carries its count, a WaitUntil its instant
-        count = getattr(decision, "count", None)
-        if count is None:
-            at = decision.at
-            if math.isinf(at) and input_closed:
-                # Nothing more will arrive: a batch waiting to fill never would.
-                count = min(waiting, self.policy.max_batch)
-            else:
-                if at != self.timer_at and not math.isinf(at):
-                    self.timer_at = at
-                    return at
+        policy = self.policy
+        timer_at = math.nan if self.timer_at is None else self.timer_at
+        end = window_end(policy.code, policy.flush, policy.max_batch, waiting, oldest_arrived_at, self.pickup_at,
+                         share)
+        count, timer = release_step(waiting, policy.max_batch, end, now, timer_at, input_closed)
+        if count == 0:
+            if math.isnan(timer):
                 return None
+            self.timer_at = timer
+            return timer
         self.pickup_at = None
         self.timer_at = None
         if worker is not None:
