@@ -38,7 +38,6 @@ from numba.experimental import structref
 from simulator.model import (
     dispatch,
     kernel_cache,  # noqa: F401  (the cache keyed on every kernel source)
-    policies,
 )
 from simulator.model.kernel_service import SI_KIND, SK_BATCH, batch_service, task_stream
 from simulator.model.rules import continuous as rules_continuous, queue as rules_queue
@@ -47,8 +46,8 @@ from simulator.profile.kinds.table import grid_mean as _grid_mean_py
 #: The table kind's interpolation, compiled: the same function the reference engine calls.
 grid_mean = njit(cache=True)(_grid_mean_py)
 #: The batching policies' release rule, compiled: the functions BatchRelease calls.
-window_end = njit(cache=True, inline="always")(policies.window_end)
-release_step = njit(cache=True, inline="always")(policies.release_step)
+window_end = njit(cache=True, inline="always")(rules_queue.window_end)
+release_step = njit(cache=True, inline="always")(rules_queue.release_step)
 #: The continuous engine's admission and preemption rules and block count, compiled: the functions the
 #: reference's iteration boundary calls.
 admits = njit(cache=True, inline="always")(rules_continuous.admits)
@@ -65,7 +64,7 @@ COMPLETION, ARRIVAL, TIMER = 0, 1, 2
 EV_ARRIVE, EV_SEND, EV_TIMER, EV_POOL_DONE, EV_SHARED_DONE = 0, 1, 2, 3, 4
 
 # Codes shared with simulator.model.fast.
-P_OLDEST, P_PICKUP, P_ADAPTIVE, P_STATIC = policies.OLDEST, policies.PICKUP, policies.ADAPTIVE, policies.STATIC
+P_OLDEST, P_PICKUP, P_ADAPTIVE, P_STATIC = rules_queue.OLDEST, rules_queue.PICKUP, rules_queue.ADAPTIVE, rules_queue.STATIC
 R_ROUND_ROBIN, R_LEAST_LOADED, R_RANDOM = 0, 1, 2
 U_PROMPTS, U_TOKENS, U_WAITING = 0, 1, 2
 F_SHARED, F_SPLIT, F_DIRECT, F_CONTINUOUS = 0, 1, 2, 3

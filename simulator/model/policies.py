@@ -37,7 +37,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+# The rule itself is plain functions of numbers in the rules layer: the policy classes below
+# and BatchRelease call them, and the compiled kernel compiles them, so the rule exists once
+# whatever engine runs it.
+from simulator.model.rules.queue import ADAPTIVE, OLDEST, PICKUP, STATIC, release_step, window_end
 from simulator.registry import Registry
+
+__all__ = ["ADAPTIVE", "OLDEST", "PICKUP", "POLICIES", "STATIC", "BatchingPolicy", "Decision", "ReleaseNow",
+           "WaitUntil", "release_step", "window_end"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,46 +62,6 @@ class WaitUntil:
 
 
 Decision = ReleaseNow | WaitUntil
-
-#: The policies' codes: the compiled kernel's queue table holds them (simulator.model.fast)
-OLDEST, PICKUP, ADAPTIVE, STATIC = 0, 1, 2, 3
-
-
-# The rule itself, as two functions of plain numbers: the policy classes below call them, and
-# the compiled kernel compiles these same functions (simulator.model.batch_kernel), so the rule
-# exists once whatever engine runs it.
-
-def window_end(policy: int, flush: float, max_batch: int, waiting: int, oldest_enqueued_at: float,
-               pickup_at: float, idle_share: float) -> float:
-    """The instant the window of policy ``policy`` (a code above) closes (module docstring):
-    ``inf`` where only a full batch ends the wait."""
-    if policy == OLDEST:
-        return oldest_enqueued_at + flush
-    if policy == PICKUP:
-        return pickup_at + flush
-    if policy == ADAPTIVE:
-        fill = min(waiting, max_batch) / max_batch
-        return oldest_enqueued_at + flush * (1.0 - fill) * (1.0 - idle_share)
-    return oldest_enqueued_at + flush if flush > 0 else math.inf
-
-
-def release_step(waiting: int, max_batch: int, end: float, now: float, timer_at: float,
-                 input_closed: bool) -> tuple[int, float]:
-    """One ask of the release rule, the window closing at ``end`` (:func:`window_end`):
-    ``(count, timer)``. ``count`` > 0: release the first ``count`` waiting prompts now — a
-    full batch as soon as one waits, all of them once the window has closed, and all of
-    them once input has closed where only a full batch ends the wait (one would never
-    fill). Else ``timer``: the instant to set a flush timer at, or NaN where none is set
-    (the timer set for ``timer_at`` (NaN: none) still stands, or only a full batch ends the
-    wait)."""
-    if waiting >= max_batch:
-        return max_batch, math.nan
-    if now >= end:
-        return waiting, math.nan
-    if math.isinf(end):
-        return (waiting if input_closed else 0), math.nan
-    return 0, (end if end != timer_at else math.nan)
-
 
 class BatchingPolicy:
     """Base class: a flush window ``flush`` (seconds) and a ``max_batch`` size; a policy is its

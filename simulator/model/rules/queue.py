@@ -12,8 +12,7 @@ the oldest arrived, when the queue's current pickup began and the share of the q
 GPUs that sit idle, says release ``count`` now or wait until an instant. A wait sets one
 flush timer per instant (a timer that fires for an instant since superseded is ignored); a
 wait for a full batch sets none, and once input has closed it releases what waits. That
-decision is :func:`~simulator.model.policies.window_end` and
-:func:`~simulator.model.policies.release_step`, plain functions of numbers the compiled
+decision is :func:`window_end` and :func:`release_step`, plain functions of numbers the compiled
 kernel compiles too.
 
 Limits (:class:`QueueLimits`) as Triton's queue policy has them.
@@ -27,8 +26,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
-from simulator.model.policies import release_step, window_end
-
 
 def queue_room(max_queue: int, waiting: int, arriving: int) -> int:
     """How many of ``arriving`` prompts join a line of ``waiting`` that holds at most
@@ -37,6 +34,44 @@ def queue_room(max_queue: int, waiting: int, arriving: int) -> int:
     if max_queue < 0:
         return arriving
     return min(arriving, max(max_queue - waiting, 0))
+
+
+#: The batching policies' codes (simulator.model.policies): the compiled kernel's queue table
+#: holds them (simulator.model.fast)
+OLDEST, PICKUP, ADAPTIVE, STATIC = 0, 1, 2, 3
+
+
+def window_end(policy: int, flush: float, max_batch: int, waiting: int, oldest_enqueued_at: float,
+               pickup_at: float, idle_share: float) -> float:
+    """The instant the window of policy ``policy`` (a code above) closes (the timelines are
+    :mod:`simulator.model.policies`'):
+    ``inf`` where only a full batch ends the wait."""
+    if policy == OLDEST:
+        return oldest_enqueued_at + flush
+    if policy == PICKUP:
+        return pickup_at + flush
+    if policy == ADAPTIVE:
+        fill = min(waiting, max_batch) / max_batch
+        return oldest_enqueued_at + flush * (1.0 - fill) * (1.0 - idle_share)
+    return oldest_enqueued_at + flush if flush > 0 else math.inf
+
+
+def release_step(waiting: int, max_batch: int, end: float, now: float, timer_at: float,
+                 input_closed: bool) -> tuple[int, float]:
+    """One ask of the release rule, the window closing at ``end`` (:func:`window_end`):
+    ``(count, timer)``. ``count`` > 0: release the first ``count`` waiting prompts now — a
+    full batch as soon as one waits, all of them once the window has closed, and all of
+    them once input has closed where only a full batch ends the wait (one would never
+    fill). Else ``timer``: the instant to set a flush timer at, or NaN where none is set
+    (the timer set for ``timer_at`` (NaN: none) still stands, or only a full batch ends the
+    wait)."""
+    if waiting >= max_batch:
+        return max_batch, math.nan
+    if now >= end:
+        return waiting, math.nan
+    if math.isinf(end):
+        return (waiting if input_closed else 0), math.nan
+    return 0, (end if end != timer_at else math.nan)
 
 
 @dataclass(frozen=True)
