@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 
 import typer
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -131,7 +132,10 @@ def warn(message: str) -> None:
 
 
 def _cell_width(cell: object) -> int:
-    return Text.from_markup(cell).cell_len if isinstance(cell, str) else len(str(cell))
+    if not isinstance(cell, str):
+        return len(str(cell))
+    # markup ("[bold]", ":emoji:") takes no width: parsed only where a cell may hold some
+    return Text.from_markup(cell).cell_len if "[" in cell or ":" in cell else cell_len(cell)
 
 
 def print_table(table: Table, out: Console | None = None) -> None:

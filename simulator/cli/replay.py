@@ -163,7 +163,8 @@ def replay_cli(
             warn_paths = ", ".join(str(p) for p in written)
             if json_out != "-":
                 console.print(f"wrote {warn_paths}", highlight=False)
-        if write_json(json.dumps(json_ready(result.summary), indent=2), json_out, force):
+        # (the summary is encoded only where it goes: a summary of many GPUs is large)
+        if json_out and write_json(json.dumps(json_ready(result.summary), indent=2), json_out, force):
             return
         print_summary(result, source=str(trace), units=units)
 

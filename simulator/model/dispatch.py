@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 
 import numpy as np
 
@@ -28,15 +29,15 @@ class DispatchRule(ABC):
         """The load of each place in this rule's unit: every place (queue, device or engine)
         has ``outstanding``, ``outstanding_tokens`` and ``waiting_count``. ``pid`` is the
         prompt being placed, where one is (a rule that reads the prompt needs it)."""
-        attr = _LOAD_ATTRIBUTE[self.unit]
-        return [getattr(place, attr) for place in places]
+        return list(map(_LOAD_ATTRIBUTE[self.unit], places))
 
     @abstractmethod
     def choose(self, loads: Sequence[int], rng: np.random.Generator) -> int:
         """Index of the chosen place."""
 
 
-_LOAD_ATTRIBUTE = {"prompts": "outstanding", "tokens": "outstanding_tokens", "waiting": "waiting_count"}
+_LOAD_ATTRIBUTE = {unit: attrgetter(name) for unit, name in
+                   {"prompts": "outstanding", "tokens": "outstanding_tokens", "waiting": "waiting_count"}.items()}
 
 
 # The choices themselves, as functions of plain numbers: the rule classes below call them and

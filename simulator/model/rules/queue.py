@@ -166,8 +166,11 @@ class BatchRelease(Generic[W]):
             worker = self.forming.worker(idle)
             if worker is None:
                 return None  # no idle worker may form a batch yet (batch_forming)
-        share = self.idle_share(worker.device if worker is not None else None) if self.devices else 0.0
         policy = self.policy
+        # only the adaptive window reads the idle share (a pass over the queue's GPUs)
+        share = 0.0
+        if policy.code == ADAPTIVE and self.devices:
+            share = self.idle_share(worker.device if worker is not None else None)
         timer_at = math.nan if self.timer_at is None else self.timer_at
         end = window_end(policy.code, policy.flush, policy.max_batch, waiting, oldest_arrived_at, self.pickup_at,
                          share)
