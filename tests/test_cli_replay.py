@@ -35,6 +35,26 @@ def test_replay_prints_a_table_per_task_and_the_gpus():
         assert word in result.stdout
 
 
+def test_the_gpu_table_of_a_large_run_lists_the_least_and_most_utilised():
+    """Up to GPU_ROWS GPUs the table lists each; beyond, the least and the most utilised
+    half and half in id order, and a line says so (the JSON keeps every GPU)."""
+    from simulator.cli.replay import GPU_ROWS, shown_gpus
+
+    gpus = [{"id": i, "utilization": u} for i, u in enumerate([0.5, 0.1, 0.9, 0.3, 0.7, 0.2])]
+    assert shown_gpus(gpus[:GPU_ROWS]) == gpus[:GPU_ROWS]
+    many = [{"id": i, "utilization": (i * 7919 % 101) / 100} for i in range(GPU_ROWS + 9)]
+    shown = shown_gpus(many)
+    assert len(shown) == GPU_ROWS and [g["id"] for g in shown] == sorted(g["id"] for g in shown)
+    left_out = [g["utilization"] for g in many if g not in shown]
+    assert len(left_out) == 9
+    low = sorted(g["utilization"] for g in shown)[:GPU_ROWS // 2]
+    assert max(low) <= min(left_out) and max(left_out) <= min(sorted(g["utilization"] for g in shown)[GPU_ROWS // 2:])
+    result = invoke(TRACE, "--gpus", GPU_ROWS + 8)
+    assert result.exit_code == 0, result.stderr
+    said = " ".join(result.stdout.split())  # (the console wraps the line)
+    assert f"{GPU_ROWS + 8} GPUs" in said and "the 16 least and 16 most utilised" in said
+
+
 def test_json_summary_has_the_documented_stable_keys():
     result = invoke(TRACE, "--config", SCENARIO, "--json", "-")
     assert result.exit_code == 0, result.stderr

@@ -458,13 +458,23 @@ def test_auto_gives_small_runs_to_the_reference_engine_until_the_kernel_pays(mon
     assert takes(1, 0, loaded=True)
     monkeypatch.setattr(engine_module, "_small_run_prompts", 0)
     monkeypatch.setattr(engine_module, "kernel_loaded", lambda: False)
-    monkeypatch.setattr(engine_module, "SMALL_RUN_PROMPTS", 2 * TRACE.n_prompts)
     profile, scenario = load_profile("seed-calibrated"), build_scenario(path="design-notes")
+    monkeypatch.setattr(engine_module, "SMALL_RUN_PROMPTS",
+                        2 * engine_module.reference_work(TRACE.n_prompts, scenario.gpus))
     runs = [simulate(TRACE, scenario, profile, 0) for _ in range(3)]
     assert [r.attrs["engine"] for r in runs] == [engine_module.SMALL_RUN] * 2 + ["fast"]
     fast = simulate(TRACE, scenario, profile, 0, engine="fast")
     for log in runs:
         pd.testing.assert_frame_equal(log, fast, check_exact=True)
+
+
+def test_a_run_over_many_gpus_is_not_small_for_the_reference_engine():
+    """The reference engine's cost grows with the GPUs a dispatch scans and reports: the
+    bundled trace is a small run on its 4 GPUs and not on 99,999."""
+    work = engine_module.reference_work
+    assert work(347, 4) == 355  # 347 prompts × (1 + 4/200), and 4/3 for the GPUs: 355.3
+    assert work(347, 4) < engine_module.SMALL_RUN_PROMPTS < work(347, 99_999)
+    assert work(0, 0) == 0 and work(10, 0) == 10
 
 
 def test_a_process_told_of_more_than_a_small_run_takes_the_kernel_at_once(monkeypatch):

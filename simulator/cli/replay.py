@@ -300,15 +300,36 @@ def print_summary(result: ReplayResult, source: str | None = None, units: str = 
         print_prefix_cache(s["prefix_cache"])
     if "replicas" in s:
         print_pool(s["replicas"], sc)
+    gpus, listed = s["gpus"], shown_gpus(s["gpus"])
     gtable = Table(title=f"GPUs (makespan {s['makespan_s']:,.1f} s, {s['gpu_seconds']:,.0f} GPU-s busy)", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     for col in ("gpu", "utilisation", "batches", "mean batch"):
         gtable.add_column(col, justify="right")
-    for g in s["gpus"]:
+    for g in listed:
         gtable.add_row(str(g["id"]), f"{100 * g['utilization']:.1f} %", str(g["batches"]), _fmt(g["mean_batch_size"]))
     print_table(gtable)
+    if len(listed) < len(gpus):
+        mean = sum(g["utilization"] for g in gpus) / len(gpus)
+        console.print(f"{len(gpus):,} GPUs, {100 * mean:.1f} % utilised on average; listed above: the "
+                      f"{len(listed) // 2} least and {len(listed) - len(listed) // 2} most utilised (--json lists "
+                      f"every GPU)", highlight=False)
     console.print(cost_line(s.get("cost")), highlight=False)
     if "from_state" in s:
         print_from_state(s["from_state"], s["config"].get("from_state", {}))
+
+
+#: GPUs the GPU table lists one by one; a run of more lists the least and the most utilised
+#: (a table of thousands of rows shows nothing a reader can take in; --json has them all).
+GPU_ROWS = 32
+
+
+def shown_gpus(gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The GPUs the table lists: all of them up to :data:`GPU_ROWS`, else the least and the
+    most utilised half and half (ties by id), in id order."""
+    if len(gpus) <= GPU_ROWS:
+        return gpus
+    ranked = sorted(range(len(gpus)), key=lambda i: (gpus[i]["utilization"], i))
+    half = GPU_ROWS // 2
+    return [gpus[i] for i in sorted(ranked[:half] + ranked[-(GPU_ROWS - half):])]
 
 
 def print_from_state(f: dict[str, Any], config: dict[str, Any]) -> None:

@@ -263,9 +263,10 @@ def _engine_choice(trace: Trace, scenario: Scenario, profile: Profile, engine: s
                             f"the fast engine does not model {reason}; use engine = \"auto\" or \"reference\"")
     if engine == "auto" and reason is None:
         global _small_run_prompts
-        if auto_takes_kernel(trace.n_prompts, _small_run_prompts, kernel_loaded()):
+        work = reference_work(trace.n_prompts, scenario.gpus)
+        if auto_takes_kernel(work, _small_run_prompts, kernel_loaded()):
             return None
-        _small_run_prompts += trace.n_prompts
+        _small_run_prompts += work
         return SMALL_RUN
     if engine != "reference" and reason is None:
         return None
@@ -284,6 +285,19 @@ SMALL_RUN_PROMPTS = 20_000
 #: ``attrs["engine"]`` of a run ``auto`` gave the reference engine for its size.
 SMALL_RUN = "reference (a small run: loading the compiled kernel would cost more)"
 _small_run_prompts = 0
+
+
+#: GPUs whose per-dispatch scans (a least-loaded rule reads every place's load) double what
+#: a prompt costs the reference engine, and GPUs that cost it one prompt's time to build and
+#: report (measured with ``simctl replay example --set run.gpus=99999``: about 15 ms a
+#: dispatch over 99,999 GPUs, 10 µs a GPU besides, against 25-45 µs a prompt).
+GPUS_PER_PROMPT_COST, GPUS_PER_PROMPT = 200, 3
+
+
+def reference_work(prompts: int, gpus: int) -> int:
+    """A run's cost to the reference engine in prompts' worth (what :data:`SMALL_RUN_PROMPTS`
+    counts): its prompts, each dearer by the GPUs a dispatch scans, and its GPUs."""
+    return int(prompts * (1 + gpus / GPUS_PER_PROMPT_COST) + gpus / GPUS_PER_PROMPT)
 
 
 def auto_takes_kernel(prompts: int, small_run_prompts: int, loaded: bool) -> bool:
