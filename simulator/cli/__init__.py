@@ -65,6 +65,7 @@ class _LazyGroup(TyperGroup):
             return super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
         from simulator.cli import _common
 
+        _adopt_registered()  # (a command module the last run imported late)
         _common.interrupt_reported = False
         try:
             code = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
@@ -114,20 +115,25 @@ def _load(name: str) -> Any:
         if exc.name is None or exc.name.startswith("simulator"):
             raise
         _unavailable(name, exc.name)
+    _adopt_registered()
+    return _LOADED[name]
+
+
+def _adopt_registered() -> None:
+    """Build every command registered so far (a command's own, and any a module imported
+    since registered) once, to be served from _LOADED by the group: left registered, typer
+    would build it again (every option, every help text) each time the app is turned into a
+    click group, which typer's CliRunner does on every invocation (milliseconds a command)."""
     for info in app.registered_commands:
-        if info.name == name:
-            _LOADED[name] = typer.main.get_command_from_info(
+        if info.name is not None and info.name not in _LOADED:
+            _LOADED[info.name] = typer.main.get_command_from_info(
                 info, pretty_exceptions_short=True, rich_markup_mode="markdown")
     for group in app.registered_groups:
-        if group.name == name:
-            _LOADED[name] = typer.main.get_group_from_info(
+        if group.name is not None and group.name not in _LOADED:
+            _LOADED[group.name] = typer.main.get_group_from_info(
                 group, pretty_exceptions_short=True, suggest_commands=True, rich_markup_mode="markdown")
-    # Built once, served from _LOADED by the group: left registered, typer would build it again
-    # (every option, every help text) each time the app is turned into a click group, which
-    # typer's CliRunner does on every invocation (tens of milliseconds once all are loaded).
     app.registered_commands[:] = [i for i in app.registered_commands if i.name not in _LOADED]
     app.registered_groups[:] = [g for g in app.registered_groups if g.name not in _LOADED]
-    return _LOADED[name]
 
 
 def _unavailable(name: str, missing: str) -> None:
