@@ -39,6 +39,7 @@ from simulator.model import (
     dispatch,
     kernel_cache,  # noqa: F401  (the cache keyed on every kernel source)
 )
+from simulator.model.kernel import ARRIVAL, COMPLETION, TIMER
 from simulator.model.kernel_service import SI_KIND, SK_BATCH, batch_service, task_stream
 from simulator.model.rules import continuous as rules_continuous, queue as rules_queue
 from simulator.profile.kinds.table import grid_mean as _grid_mean_py
@@ -59,8 +60,7 @@ queue_room = njit(cache=True, inline="always")(rules_queue.queue_room)
 round_robin_index = njit(cache=True, inline="always")(dispatch.round_robin_index)
 least_loaded_index = njit(cache=True, inline="always")(dispatch.least_loaded_index)
 
-# Event priorities (as simulator.model.kernel) and kinds.
-COMPLETION, ARRIVAL, TIMER = 0, 1, 2
+# Event kinds; their priorities at one instant are simulator.model.kernel's (the reference's).
 EV_ARRIVE, EV_SEND, EV_TIMER, EV_POOL_DONE, EV_SHARED_DONE = 0, 1, 2, 3, 4
 
 # Codes shared with simulator.model.fast.
