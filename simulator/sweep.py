@@ -565,6 +565,10 @@ def _local_results(jobs: list, task: str | None, base: Base, workers: int | None
     """Replay ``jobs`` on ``workers`` local processes (``None``: :func:`default_workers`);
     batches of rows as they finish, with their journal lines when the pool's workers ran
     them and ``lines`` asks for them (``None`` otherwise)."""
+    from simulator.model.engine import expect_prompts
+
+    # a grid of more than a small run's prompts takes the compiled kernel from its first job
+    expect_prompts(len(jobs) * base.trace.n_prompts)
     if workers is None:
         workers = default_workers(len(jobs), base.trace.n_prompts)
     if workers <= 1 or len(jobs) <= 1:
@@ -575,11 +579,7 @@ def _local_results(jobs: list, task: str | None, base: Base, workers: int | None
     ctx = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
     if ctx is not None:
         # The first job runs here: forked workers then inherit the loaded compiled kernel
-        # instead of each loading it again (a plan makes a pool per step); a grid of more
-        # than a small run's prompts loads it for that first job.
-        from simulator.model.engine import expect_prompts
-
-        expect_prompts(len(jobs) * base.trace.n_prompts)
+        # instead of each loading it again (a plan makes a pool per step).
         _set_base(base)
         yield [run_job(jobs[0], task)], None
         jobs = jobs[1:]
