@@ -283,13 +283,17 @@ def test_the_cli_shows_notices_on_stderr_at_once(capsys):
 
 def test_a_replay_with_an_empty_numba_cache_loads_the_packaged_kernel(tmp_path):
     """The checkout's packaged cache (``make env`` compiles it) seeds an empty numba cache in
-    a fresh process: every kernel function a replay calls is loaded, none compiled."""
+    a fresh process: every kernel function a replay calls is loaded, none compiled. Loading
+    it skips numba's BLAS probe (no scipy.linalg imported), and scipy.linalg imports as
+    usual afterwards."""
     if not precompile.reusable(kernel_cache.COMPILED):
         pytest.skip("simulator/model/_compiled/ is not current: python -m simulator.model.precompile")
     code = ("import simulator as sim\nfrom numba.core.dispatcher import Dispatcher\n"
             "from simulator.model import batch_kernel, kernel_service\n"
             "sim.replay('example', sim.build_scenario(path='design-notes', run={'engine': 'fast'}))\n"
             "fs = [f for m in (batch_kernel, kernel_service) for f in vars(m).values() if isinstance(f, Dispatcher)]\n"
+            "import sys\nassert 'scipy.linalg' not in sys.modules, 'the kernel load probed BLAS'\n"
+            "import scipy.linalg, numpy\nassert scipy.linalg.cython_blas and scipy.linalg.det(numpy.eye(2)) == 1\n"
             "print(sum(sum(f.stats.cache_hits.values()) for f in fs), "
             "sum(sum(f.stats.cache_misses.values()) for f in fs))\n")
     env = {k: v for k, v in os.environ.items() if k != kernel_cache.NO_PACKAGED_CACHE}
@@ -299,3 +303,32 @@ def test_a_replay_with_an_empty_numba_cache_loads_the_packaged_kernel(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     hits, misses = map(int, done.stdout.split())
     assert hits >= 1 and misses == 0
+
+
+def test_the_blas_probe_is_skipped_only_before_numba_runs_it_and_in_a_lone_thread(monkeypatch):
+    """Within the block an import of the probed module fails at once, and imports as usual
+    after it; where numba's array functions are loaded already, or another thread runs
+    (it might import scipy.linalg meanwhile), the block changes nothing."""
+    import importlib
+    import threading
+
+    probe = "tabnanny"  # a standard module no test imports, standing in for scipy's BLAS bindings
+    monkeypatch.setattr(kernel_cache, "BLAS_PROBE", probe)
+    monkeypatch.delitem(sys.modules, probe, raising=False)
+    monkeypatch.delitem(sys.modules, "numba.np.arraymath", raising=False)
+    with kernel_cache.without_blas_probe(), pytest.raises(ImportError):
+        importlib.import_module(probe)
+    assert probe not in sys.modules
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        with kernel_cache.without_blas_probe():
+            assert importlib.import_module(probe).__name__ == probe
+    finally:
+        stop.set()
+        other.join()
+    monkeypatch.delitem(sys.modules, probe)
+    monkeypatch.setitem(sys.modules, "numba.np.arraymath", sys.modules["sys"])
+    with kernel_cache.without_blas_probe():
+        assert importlib.import_module(probe).__name__ == probe

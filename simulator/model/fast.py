@@ -436,9 +436,10 @@ def _run(trace: Trace, scenario: Scenario, profile: Profile, seed: int) -> tuple
         BI_WORKER_ID,
         run_kernel,
     )
+    from simulator.model.kernel_cache import without_blas_probe
 
     draw_factor = FIRST_DRAW_FACTOR
-    with sigint_deferred():
+    with sigint_deferred(), without_blas_probe():
         while True:
             lowered = lower(trace, scenario, profile, seed, draw_factor)
             BI, BF, nb, batch_of, done_at, first_at, status, preemptions, skipped = run_kernel(*lowered.args)

@@ -34,8 +34,11 @@ import os
 import pickle
 import shutil
 import sys
+import threading
 import types
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -246,3 +249,29 @@ class _FirstCompile(event.Listener):
 
 
 event.register("numba:compile", _FirstCompile())
+
+
+#: What numba imports, the first time its array functions load in a process (the kernel's
+#: first call), to see whether BLAS is there: scipy's BLAS bindings, and with them most of
+#: scipy.linalg (about 0.25 CPU-s and 12 MB, a tenth of a replay's fixed part). The answer
+#: only picks BLAS over a plain loop for numba's np.vdot of floats, which the kernel never
+#: calls; numba's BLAS-backed functions import the bindings themselves when compiled.
+BLAS_PROBE = "scipy.linalg.cython_blas"
+
+
+@contextmanager
+def without_blas_probe() -> Iterator[None]:
+    """Within this block, the first load of numba's array functions skips its BLAS probe
+    (:data:`BLAS_PROBE`: an import of it fails at once); nothing changes where they are
+    loaded already, where the bindings are imported already, or where another thread runs
+    (it might import scipy.linalg meanwhile)."""
+    if BLAS_PROBE in sys.modules or "numba.np.arraymath" in sys.modules or threading.active_count() > 1:
+        yield
+        return
+    # None in sys.modules: an import of that name raises ImportError (the import system's rule)
+    sys.modules[BLAS_PROBE] = None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        if BLAS_PROBE in sys.modules and sys.modules[BLAS_PROBE] is None:
+            del sys.modules[BLAS_PROBE]
