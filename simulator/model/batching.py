@@ -193,15 +193,21 @@ class BatchFormer:
         """A batch of ``ids`` that was running before the run began, with ``work`` seconds
         of service left (:mod:`simulator.model.start`): nothing is drawn; its first token
         is taken as already out (its prefill ran before the run)."""
+        return self._record(task, queue, ids, worker, work, self.task_profiles[task].host_fraction, 0.0)
+
+    def _record(self, task: str, queue: str, ids: list[int], worker: int, work: float, host_fraction: float,
+                first_token_work: float) -> Batch:
+        """A new batch of ``ids`` formed now, entered in the run's batch table."""
         table = self.table
         batch = Batch(self.new_batch_id(), task, queue, ids, worker, self.clock(), work)
         batch.priority = self.configs[task].priority
-        batch.host_fraction = self.task_profiles[task].host_fraction
+        batch.host_fraction = host_fraction
         batch.tokens = sum(table.prompt_tokens[i] + table.max_tokens[i] for i in ids)
-        batch.first_token_work = 0.0
+        batch.first_token_work = first_token_work
         self.batches.append(batch)
+        batch_of = table.batch_of
         for i in ids:
-            table.batch_of[i] = batch.id
+            batch_of[i] = batch.id
         return batch
 
     def form(self, task: str, queue: str, ids: list[int], worker: int, device: Device | None = None) -> Batch:
@@ -225,15 +231,8 @@ class BatchFormer:
         else:
             work = float(sum([service.sample(shape, rng) for _ in range(generations)]))
         task_profile = self.task_profiles[task]
-        batch = Batch(self.new_batch_id(), task, queue, ids, worker, self.clock(), work)
-        batch.priority = cfg.priority
         # an engine block computes the batch's own share of host time; else the task's figure
         computed = service.host_fraction(shape)
-        batch.host_fraction = task_profile.host_fraction if computed is None else computed
-        batch.tokens = sum(ptoks[i] + mtoks[i] for i in ids)
-        batch.first_token_work = first_token_seconds(task_profile, service, shape, work)
-        self.batches.append(batch)
-        batch_of = table.batch_of
-        for i in ids:
-            batch_of[i] = batch.id
-        return batch
+        return self._record(task, queue, ids, worker, work,
+                            task_profile.host_fraction if computed is None else computed,
+                            first_token_seconds(task_profile, service, shape, work))

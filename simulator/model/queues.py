@@ -134,8 +134,11 @@ class BatchQueue:
         device = worker.device if worker.device is not None else self.pick_device()  # type: ignore[misc]
         if self.sticky and worker.device is None:
             worker.device = device  # keeps the GPU of its first batch from now on
-        batch = self.run.form_batch(self.task, self.name, ids, worker.id, device)
-        self.in_service += len(ids)
+        self._start(worker, self.run.form_batch(self.task, self.name, ids, worker.id, device), device)
+
+    def _start(self, worker: Worker, batch: Batch, device: Device) -> None:
+        """``worker`` runs ``batch`` on ``device``: its prompts count as in service until it ends."""
+        self.in_service += len(batch.prompts)
         batch.holder = worker
         batch.on_done = self._batch_done
         device.submit(batch)
@@ -148,11 +151,7 @@ class BatchQueue:
             self.idle.remove(worker)
         run = self.run
         self.outstanding_tokens += sum(run.prompt_tokens[i] + run.max_tokens[i] for i in ids)
-        batch = run.former.resumed(self.task, self.name, ids, worker.id, work)
-        self.in_service += len(ids)
-        batch.holder = worker
-        batch.on_done = self._batch_done
-        device.submit(batch)
+        self._start(worker, run.former.resumed(self.task, self.name, ids, worker.id, work), device)
 
     def _on_queue_timeout(self, event: Event) -> None:
         run = self.run
