@@ -75,13 +75,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from simulator import inputs
 from simulator.errors import EventLogError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 EVENT_COLUMNS = [
     "call_id", "call_index", "prompt_index", "task", "resource", "prompt_tokens", "max_tokens",
@@ -174,6 +176,8 @@ def write_event_log(log: pd.DataFrame, path: str | Path, force: bool = False) ->
 def read_event_log(path: str | Path) -> pd.DataFrame:
     """Read an event log written by :func:`write_event_log`; :class:`EventLogError` naming
     the file if it is unreadable or is not an event log (a sweep's results, say)."""
+    import pandas as pd
+
     p = Path(path)
     suffix = Path(path).suffix.lower()
     if suffix not in EVENT_LOG_SUFFIXES:

@@ -46,15 +46,17 @@ import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from simulator.errors import FigureError
 from simulator.events import LogColumns
 from simulator.padding import batch_work, continuous_of, padding_totals
 from simulator.scenario import Compositions
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 STAT_KEYS = ("mean", "p50", "p90", "p95", "p99", "max")
 
@@ -284,6 +286,8 @@ def token_figures(requests: pd.DataFrame, options: TokenOptions | None = None,
     met by a one-token request); ``goodput_per_s = good / span`` and ``goodput_fraction =
     good / requests``.
     """
+    import pandas as pd
+
     itl = None
     if "itl_s" in requests:
         itl = pd.to_numeric(requests["itl_s"], errors="coerce").to_numpy(float)
@@ -350,6 +354,8 @@ def prompt_requests(log: pd.DataFrame, deadline: float | None = None) -> pd.Data
     """The event log as a per-request table for :func:`token_figures`: each prompt a request
     sent when its call arrived (``sent_at = arrived_at``), ``ok`` if served and done by the
     deadline, its ``max_tokens`` its output tokens (the model generates to max tokens)."""
+    import pandas as pd
+
     from simulator.events import SERVED
 
     limit = math.inf if deadline is None else deadline
@@ -368,6 +374,8 @@ def _task_masks(log: pd.DataFrame) -> tuple[pd.Series, list[str]]:
     """Each call's task set as a bit mask (bit i set if any of its prompts has task i of the
     sorted task names), indexed by ``call_index`` in order, and the names. Whole-column
     operations: a per-call Python function costs more than the simulation it summarises."""
+    import pandas as pd
+
     codes, uniques = pd.factorize(log["task"], sort=True)
     names = [str(n) for n in uniques]
     calls, index = pd.factorize(log["call_index"], sort=True)
@@ -387,6 +395,8 @@ def call_table(log: pd.DataFrame, deadline: float | None = None) -> pd.DataFrame
 
 def _call_table(log: pd.DataFrame, deadline: float | None = None) -> tuple[pd.DataFrame, pd.Series, list[str]]:
     """:func:`call_table`, with the calls' task masks and names (:func:`_task_masks`)."""
+    import pandas as pd
+
     from simulator.events import SERVED
 
     log = log.assign(done_at=log["done_at"].where(log["status"].isin(SERVED), np.inf))
@@ -437,6 +447,8 @@ def call_figures(calls: pd.DataFrame, timeout: float | None = None) -> dict[str,
 
 def composition_labels(column: pd.Series) -> list[str]:
     """The classes in a ``composition`` column, in order of appearance, ``other`` last."""
+    import pandas as pd
+
     labels = [c for c in pd.unique(column) if c]
     return [c for c in labels if c != "other"] + (["other"] if "other" in labels else [])
 
@@ -543,6 +555,8 @@ def _codes(column: pd.Series) -> tuple[np.ndarray, list[str]]:
     """Each row's code and the sorted distinct values (``pd.factorize(column, sort=True)``),
     read off a categorical whose sorted categories are exactly the values present (the
     engines' logs) without a hash table per row."""
+    import pandas as pd
+
     if isinstance(column.dtype, pd.CategoricalDtype) and column.cat.categories.is_monotonic_increasing:
         codes = column.cat.codes.to_numpy()
         categories = column.cat.categories
@@ -595,7 +609,7 @@ def _call_codes(call_index: np.ndarray) -> np.ndarray:
     if call_index.size and call_index[0] == 0 and bool(np.all(call_index[1:] >= call_index[:-1])) \
             and int(call_index[-1]) == int(np.count_nonzero(call_index[1:] != call_index[:-1])):
         return call_index
-    return pd.factorize(call_index, sort=True)[0]
+    return np.unique(call_index, return_inverse=True)[1].ravel()
 
 
 def _gpu_figures(gpu_of: np.ndarray, served: np.ndarray, started: np.ndarray, done: np.ndarray,
@@ -1192,6 +1206,8 @@ def replica_timeline(table: dict[str, Any]) -> pd.DataFrame:
     stopped_at`` (started, cold or serving or draining: what is paid for); ``requested`` =
     those not draining yet (``t < drain_at``: the count the autoscaler asked for); ``ready``
     = those serving (``ready_at ≤ t < min(drain_at, stopped_at)``)."""
+    import pandas as pd
+
     requested = np.asarray(table["requested_at"], dtype=float)
     stopped = np.asarray(table["stopped_at"], dtype=float)
     drain = np.fmin(np.asarray(table["drain_at"], dtype=float), stopped)

@@ -28,10 +28,12 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: The keys of the ``padding`` figures of a summary group.
 PADDING_KEYS = ("batches", "padded_tokens", "actual_tokens", "waste", "mean_batch_waste")
@@ -40,6 +42,8 @@ PADDING_KEYS = ("batches", "padded_tokens", "actual_tokens", "waste", "mean_batc
 def continuous_rows(log: pd.DataFrame) -> np.ndarray:
     """Whether each row was admitted by a continuous engine: its queue is ``TASK~g`` for its
     own task (:func:`continuous_of` of the log's label codes)."""
+    import pandas as pd
+
     if not len(log):
         return np.zeros(0, dtype=bool)
     queue = log["queue"].astype("category") if not isinstance(log["queue"].dtype, pd.CategoricalDtype) \
@@ -123,6 +127,8 @@ def batch_padding(log: pd.DataFrame) -> pd.DataFrame:
     ``longest_output`` (the max of its prompt and max tokens), ``padded`` and ``actual``
     tokens and ``waste = (padded − actual) / padded`` (module docstring). ``pads`` is False
     for a continuous engine's admission group (``padded`` = ``actual``, ``waste`` 0)."""
+    import pandas as pd
+
     batch_ids = log["batch_id"].to_numpy()
     b = _per_batch(batch_ids, log["prompt_tokens"].to_numpy(), log["max_tokens"].to_numpy(), continuous_rows(log))
     # each batch's first row (its task and queue)

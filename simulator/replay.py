@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal, overload
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from simulator.cost import PriceTable, cost_summary, load_prices
 from simulator.errors import SnapshotError
@@ -21,13 +19,17 @@ from simulator.scenario import Scenario, build_scenario, check_tasks
 from simulator.snapshot import Snapshot, load_snapshot
 from simulator.trace.model import Trace
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 
 @dataclass(frozen=True)
 class ReplayResult:
-    """What one replay produced: the per-prompt event ``log`` and its ``summary`` (the
-    summary JSON, with the full resolved configuration under ``config``)."""
+    """What one replay produced: the per-prompt event ``log`` (``None`` for a replay asked
+    not to keep it) and its ``summary`` (the summary JSON, with the full resolved
+    configuration under ``config``)."""
 
-    log: pd.DataFrame
+    log: pd.DataFrame | None
     summary: dict[str, Any]
     scenario: Scenario
     profile: Profile
@@ -61,6 +63,7 @@ def replay(
     initial_state: Snapshot | str | Path | None = None,
     start: float | None = None,
     state_task: str | None = None,
+    keep_log: bool = True,
 ) -> ReplayResult:
     """Replay ``trace`` through ``scenario`` with service times from ``profile``.
 
@@ -108,9 +111,7 @@ def replay(
         config["from_state"] = {"snapshot": snapshot.path or snapshot.location, "source": snapshot.source_kind,
                                 "taken_at": snapshot.taken_at, "start": start, "state_task": state_task}
     log, summary = simulate_and_summarize(trace, scenario, profile, seed, config, prices=prices, tokens=tokens,
-                                          initial_state=snapshot, state_task=state_task)
-    # where the run left the grid a composed profile was fitted on (simulator.profile.grid)
-    summary["config"]["profile"]["outside_grid"] = [o.to_dict() for o in outside_grid(profile, log)]
+                                          keep_log=keep_log, initial_state=snapshot, state_task=state_task)
     return ReplayResult(log=log, summary=summary, scenario=scenario, profile=profile, seed=seed)
 
 
@@ -130,6 +131,14 @@ def simulate_and_summarize(trace: Trace, scenario: Scenario, profile: Profile, s
                            state_task: str | None = None) -> tuple[None, dict[str, Any]]: ...
 
 
+@overload
+def simulate_and_summarize(trace: Trace, scenario: Scenario, profile: Profile, seed: int,
+                           config: dict[str, Any] | None = None, prices: PriceTable | None = None,
+                           tokens: TokenOptions | None = None,
+                           *, keep_log: bool, initial_state: Snapshot | None = None,
+                           state_task: str | None = None) -> tuple[pd.DataFrame | None, dict[str, Any]]: ...
+
+
 def simulate_and_summarize(trace: Trace, scenario: Scenario, profile: Profile, seed: int,
                            config: dict[str, Any] | None = None,
                            prices: PriceTable | None = None,
@@ -138,7 +147,11 @@ def simulate_and_summarize(trace: Trace, scenario: Scenario, profile: Profile, s
                            state_task: str | None = None) -> tuple[pd.DataFrame | None, dict[str, Any]]:
     """The one way a run becomes figures (replay, every sweep row): ``trace`` scaled by the
     scenario's ``rate_scale``, simulated, and summarised with the scenario's deadline, GPU
-    count, client timeout and composition classes; ``config`` goes into the summary as is.
+    count, client timeout and composition classes. ``config`` (a replay's resolved
+    configuration) goes into the summary with two facts of the run added: ``engine``, the
+    engine that ran it (the log's ``attrs["engine"]``), and ``profile.outside_grid``, where its
+    batches or contexts left the grid a composed profile was fitted on
+    (:func:`simulator.profile.grid.outside_grid`).
     The summary's ``cost`` is priced by ``prices`` (``None``: the default table); ``tokens``
     chooses the token figures' percentiles and goodput SLO (:func:`simulator.metrics.token_figures`).
     ``keep_log=False`` (a sweep's rows): no event log frame is made where the compiled kernel
@@ -163,6 +176,10 @@ def simulate_and_summarize(trace: Trace, scenario: Scenario, profile: Profile, s
     summary = summarize_columns(columns, config, deadline=scenario.deadline, gpus=gpus,
                                 client_timeout=scenario.client_timeout, compositions=scenario.compositions,
                                 tokens=tokens)
+    if config is not None:
+        summary["config"]["engine"] = columns.attrs.get("engine")
+        if isinstance(summary["config"].get("profile"), dict):
+            summary["config"]["profile"]["outside_grid"] = [o.to_dict() for o in outside_grid(profile, columns)]
     del columns
     config_part = summary.pop("config")
     summary["cost"] = cost_summary(summary, scenario, profile, prices if prices is not None else load_prices())

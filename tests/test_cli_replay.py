@@ -321,3 +321,20 @@ def test_benchmark_flags_refuse_what_contradicts_them():
     assert_one_line_error(invoke(TRACE, "--max-concurrency", "3", "--client", "open"), "--client open")
     assert_one_line_error(invoke(TRACE, "--num-requests", "119"), "--num-requests", "118 calls")
     assert invoke(TRACE, "--num-requests", "0").exit_code == 2
+
+
+def test_a_replay_without_events_or_figures_makes_no_frame_and_loads_no_pandas(tmp_path):
+    """The summary is read from the run's columns: pandas (and the frame) only where the
+    event log or the figures are asked for."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.argv = ['simctl', 'replay', 'example', '-c', 'design-notes', '--json', sys.argv[1]]\n"
+            "from simulator.cli import main\n"
+            "try:\n    main()\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
+            "print(sorted(m for m in ('pandas', 'pyarrow', 'matplotlib') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "s.json")], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["config"]["engine"].startswith("reference") and summary["overall"]["completed"] == summary["overall"]["prompts"] > 0

@@ -185,6 +185,23 @@ def test_a_file_is_read_a_block_of_calls_at_a_time(tmp_path, monkeypatch):
         load_trace(path)
 
 
+def test_prompt_lists_are_told_apart_by_their_bytes_not_their_hash(tmp_path, monkeypatch):
+    from simulator.trace.formats import native
+
+    data = np.frombuffer(b"[1][2][1][22][2]", dtype=np.uint8).copy()
+    offsets = np.array([0, 3, 6, 9, 13, 16])
+    which, firsts = native._distinct(data, offsets)
+    assert which.tolist() == [0, 1, 0, 2, 1] and firsts.tolist() == [0, 1, 3]  # numbered by first appearance
+    # every hash equal (a zero multiplier: a string's hash is its length): the same-length
+    # strings collide, which the byte comparison finds, and the block goes to msgspec
+    monkeypatch.setattr(native, "_HASH_BASE", np.uint64(0))
+    assert native._distinct(data, offsets) is None
+    trace = Trace(tuple(Call(f"c{i}", float(i), (Prompt(task),)) for i, task in enumerate(["ab", "cd", "ab", "ef"])))
+    path = tmp_path / "t.json"
+    save_trace(trace, path)
+    assert load_trace(path).calls == trace.calls
+
+
 def test_operations_on_columns_equal_those_on_calls(pair):
     on_calls, on_columns = pair
     assert on_columns == on_calls

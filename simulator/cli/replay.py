@@ -145,10 +145,12 @@ def replay_cli(
             scenario = build_scenario(path=config, run=run_flags, tasks={t: task_flags for t in gpu_tasks},
                                       overrides=overrides)
         result = replay(loaded, scenario, prof, seed=seed, prices=load_prices(prices), tokens=tokens,
-                        initial_state=snapshot, start=start, state_task=state_task)
+                        initial_state=snapshot, start=start, state_task=state_task,
+                        keep_log=bool(events or plot))  # (the summary alone needs no frame)
         for outside in result.summary["config"]["profile"]["outside_grid"]:
             warn(outside["message"])
         if events:
+            assert result.log is not None
             write_event_log(result.log, events, force=force)
         if csv_out:
             from simulator.outputs import write_csv
@@ -159,6 +161,7 @@ def replay_cli(
         if plot:
             from simulator.cli.plot import write_standard_set
 
+            assert result.log is not None
             written = write_standard_set(result.log, Path(plot), f"{scenario.name}, {Path(trace).name}", force=force)
             warn_paths = ", ".join(str(p) for p in written)
             if json_out != "-":
@@ -240,7 +243,7 @@ def print_summary(result: ReplayResult, source: str | None = None, units: str = 
     run = [f"profile={result.profile.name}", f"scenario={sc.name}", f"gpus={sc.gpus}",
            f"sharing={sc.gpu_sharing}", f"seed={result.seed}", f"rate_scale={sc.rate_scale:g}",
            f"client={sc.client}", f"deadline={'none' if sc.deadline is None else f'{sc.deadline:g} s'}",
-           f"engine={result.log.attrs.get('engine', sc.engine)}"]
+           f"engine={s['config'].get('engine') or sc.engine}"]
     if sc.client_timeout is not None:
         run.append(f"client_timeout={sc.client_timeout:g} s")
     if sc.autoscaler is not None:

@@ -21,16 +21,16 @@ from __future__ import annotations
 
 import sys
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from simulator.errors import ScenarioError
 from simulator.events import SERVED, LogColumns
 from simulator.model.clients import client_for
 from simulator.model.context import RunContext
 from simulator.model.fast import simulate_fast, simulate_fast_columns, unsupported
-from simulator.model.log import STATUS_CODE, Outcome, PromptColumns, build_event_log
+from simulator.model.log import STATUS_CODE, Outcome, PromptColumns, build_event_log, event_columns
 from simulator.model.replicas import ReplicaPool, add_pool_columns, check_pool_settings
 from simulator.model.router import Router
 from simulator.model.rules.prefix_cache import with_system_prompts
@@ -40,6 +40,9 @@ from simulator.model.topologies import TOPOLOGIES
 from simulator.profile import Profile
 from simulator.scenario import Scenario
 from simulator.trace.model import Trace
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class ServiceStreams:
@@ -97,14 +100,8 @@ class System:
 
     def run(self) -> pd.DataFrame:
         """Run to completion and return the per-prompt event log."""
-        if self.start is not None:
-            self.start.place(self.context, self.groups)
-        self.client.start(self.context, self.trace.calls, self.router.send if self.pool is None else self.pool.send)
-        self.context.env.run()
-        if self.pool is not None:
-            self.pool.check_drained()
-        self._check_stalled()
-        log = self._event_log()
+        self._simulate()
+        log = build_event_log(*self._event_parts())
         if self.context.prefix_chains is not None:
             log["cached_tokens"] = np.asarray(self.context.cached_tokens, dtype=np.int32)
         add_topology_columns(log, self.context.topology_columns)
@@ -113,6 +110,28 @@ class System:
         if self.start is not None:
             log["from_state"] = np.arange(len(log)) < self.start.prompts
         return log
+
+    def run_columns(self) -> LogColumns:
+        """:meth:`run`'s event log as columns (:class:`~simulator.events.LogColumns`), with no
+        frame made where the log has only the columns every run has (no prefix cache, no
+        topology's own fields, no replica pool, no start state): what a summary reads."""
+        if (self.context.prefix_chains is not None or self.pool is not None or self.start is not None
+                or self.context.topology_columns):
+            from simulator.metrics import log_columns
+
+            return log_columns(self.run())
+        self._simulate()
+        return event_columns(*self._event_parts())
+
+    def _simulate(self) -> None:
+        """Run to completion (the state the log is read from)."""
+        if self.start is not None:
+            self.start.place(self.context, self.groups)
+        self.client.start(self.context, self.trace.calls, self.router.send if self.pool is None else self.pool.send)
+        self.context.env.run()
+        if self.pool is not None:
+            self.pool.check_drained()
+        self._check_stalled()
 
     def _check_stalled(self) -> None:
         """Nothing left to happen, yet prompts wait: only a batch that can never fill (static
@@ -129,7 +148,8 @@ class System:
                                 f"{self.scenario.client}, {sent.count(False)} call(s) never sent); "
                                 f"give it a timeout with flush > 0")
 
-    def _event_log(self) -> pd.DataFrame:
+    def _event_parts(self) -> tuple[PromptColumns, Outcome]:
+        """What the run knew of each prompt and what it decided: the event log's parts."""
         run = self.context
         batches = run.batches
         names = list(run.configs)
@@ -151,9 +171,8 @@ class System:
             queue=np.array([queue_code[b.queue] for b in batches], dtype=np.int64),
             queue_names=queues,
         )
-        return build_event_log(prompt_columns(self.trace, names, code, run.task_of,
-                                              [run.resource_of(t) for t in names],
-                                              run.prompt_tokens, run.max_tokens, run.arrived_at), outcome)
+        return prompt_columns(self.trace, names, code, run.task_of, [run.resource_of(t) for t in names],
+                              run.prompt_tokens, run.max_tokens, run.arrived_at), outcome
 
 
 def add_topology_columns(log: pd.DataFrame, columns: dict[str, tuple[type, dict[int, float]]]) -> None:
@@ -161,6 +180,8 @@ def add_topology_columns(log: pd.DataFrame, columns: dict[str, tuple[type, dict[
     ``topology_columns``) to ``log``: an integer field is a nullable integer (empty where no
     value was given), a float field NaN there; a field ``log`` has already keeps its values
     where none was given."""
+    import pandas as pd
+
     n = len(log)
     for name, (kind, values) in columns.items():
         rows = np.fromiter(values.keys(), dtype=np.int64, count=len(values))
@@ -236,15 +257,13 @@ def simulate_columns(trace: Trace, scenario: Scenario, profile: Profile, seed: i
     """:func:`simulate`'s event log as numpy columns (:class:`simulator.events.LogColumns`,
     ``attrs["engine"]`` as there): where the compiled kernel runs the scenario, straight
     from its output, with no frame made (a sweep summarises each run and never needs the
-    frame); on the reference engine, the columns of its log."""
+    frame); on the reference engine, its columns (a frame made only for a log with more
+    columns: :meth:`System.run_columns`)."""
     reason = _engine_choice(trace, scenario, profile, engine)
     if reason is None:
         return replace(simulate_fast_columns(trace, scenario, profile, seed), attrs={"engine": "fast"})
-    from simulator.metrics import log_columns
-
-    log = System(trace, scenario, profile, seed).run()
-    log.attrs["engine"] = reason
-    return log_columns(log)
+    columns = System(trace, scenario, profile, seed).run_columns()
+    return replace(columns, attrs={**columns.attrs, "engine": reason})
 
 
 def _engine_choice(trace: Trace, scenario: Scenario, profile: Profile, engine: str | None) -> str | None:

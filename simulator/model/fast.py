@@ -28,10 +28,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
-import pandas as pd
 
 from simulator.events import LogColumns
 from simulator.interrupts import sigint_deferred
@@ -47,6 +46,9 @@ from simulator.profile.kinds.table import AXES as TABLE_AXIS_NAMES, TableService
 from simulator.scenario import Scenario
 from simulator.settings import RUN, TASK, service_overrides
 from simulator.trace.model import Trace
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Batching policies the kernel implements (its integer codes).
 POLICY_CODES = {name: POLICIES.get(name).code for name in ("oldest", "pickup", "adaptive", "static")}

@@ -8,13 +8,16 @@ status, resource) travel as small integer codes into tables of names until this 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
-import pyarrow as pa
 
 from simulator.events import EVENT_COLUMNS, SERVED, STATUSES, LogColumns
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Status codes: the index into :data:`simulator.events.STATUSES`.
 STATUS_CODE = {name: code for code, name in enumerate(STATUSES)}
@@ -54,24 +57,31 @@ class Outcome:
     queue_names: list[str]
 
 
-#: The dtype pandas gives text columns (``astype(str)``): pyarrow-backed from pandas 3 on,
-#: Python objects before.
-TEXT_DTYPE = pd.Series(["x"]).astype(str).dtype
-_ARROW_TEXT = getattr(TEXT_DTYPE, "storage", None) == "pyarrow"
+@functools.cache
+def text_dtype() -> Any:
+    """The dtype pandas gives text columns (``astype(str)``): pyarrow-backed from pandas 3 on,
+    Python objects before (asked of pandas when a frame is first made, not at import)."""
+    import pandas as pd
+
+    return pd.Series(["x"]).astype(str).dtype
 
 
 def text_column(names: np.ndarray | list[str] | tuple[str, ...], codes: np.ndarray) -> pd.Series:
     """The text column ``names[codes]`` in pandas' text dtype, made without a Python
     string per row where pandas holds text in pyarrow (one ``take`` in C)."""
-    if _ARROW_TEXT:
+    import pandas as pd
+
+    if getattr(text_dtype(), "storage", None) == "pyarrow":
+        import pyarrow as pa
+
         text = names if isinstance(names, np.ndarray) and names.dtype.kind == "T" else np.asarray(names, dtype=object)
         array = pa.array(text, pa.large_string())
         n = len(codes)
         if n == len(array) and (n == 0 or (codes[0] == 0 and bool(np.all(np.diff(codes) == 1)))):
             # every name once, in order (a trace of one-prompt calls): the names are the
             # column, with no second copy taken of them
-            return pd.Series(array, dtype=TEXT_DTYPE)
-        return pd.Series(array.take(pa.array(codes, pa.int64())), dtype=TEXT_DTYPE)
+            return pd.Series(array, dtype=text_dtype())
+        return pd.Series(array.take(pa.array(codes, pa.int64())), dtype=text_dtype())
     return pd.Series(np.asarray(names, dtype=object)[codes]).astype(str)
 
 
@@ -79,12 +89,14 @@ def label_column(names: list[str] | tuple[str, ...], codes: np.ndarray) -> pd.Ca
     """The column ``names[codes]`` of a few distinct labels (tasks, queues, statuses) as a
     categorical of the labels present, sorted: a byte per row instead of the text's bytes
     and offsets, and the same column whichever engine (with whatever unused names) made it."""
+    import pandas as pd
+
     labels, label_of = np.unique(np.asarray(names, dtype=object).astype(str), return_inverse=True)
     row_label = label_of.astype(np.int32)[codes]
     present = np.bincount(row_label, minlength=len(labels)) > 0
     renumber = (np.cumsum(present) - 1).astype(np.int8 if present.sum() < 127 else np.int32)
     return pd.Categorical.from_codes(renumber[row_label],
-                                     categories=pd.Index(labels[present].astype(object), dtype=TEXT_DTYPE))
+                                     categories=pd.Index(labels[present].astype(object), dtype=text_dtype()))
 
 
 #: The type of the log's id and count columns (calls, prompts, workers, batches, sizes,
@@ -137,6 +149,8 @@ def _joined(prompts: PromptColumns, outcome: Outcome) -> dict[str, np.ndarray]:
 
 def build_event_log(prompts: PromptColumns, outcome: Outcome) -> pd.DataFrame:
     """The event log DataFrame (columns in :data:`simulator.events.EVENT_COLUMNS` order)."""
+    import pandas as pd
+
     joined = _joined(prompts, outcome)
     n_tasks = len(prompts.task_names)
     task_of = prompts.task_of

@@ -18,10 +18,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import pandas as pd
+import numpy as np
 
+from simulator.events import LogColumns
 from simulator.profile import Profile
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: how far beyond the grid's largest context a prompt's context is "far" outside it
 FAR = 2.0
@@ -73,25 +78,35 @@ def fitted_grids(profile: Profile) -> dict[str, dict[str, tuple[int, ...]]]:
     return out
 
 
-def outside_grid(profile: Profile, log: pd.DataFrame) -> list[OutsideGrid]:
-    """Every task of ``log`` (a run's event log) whose batches or contexts left the profile's
-    fitted grid (module docstring); at most one finding per task and axis."""
+def outside_grid(profile: Profile, log: LogColumns | pd.DataFrame) -> list[OutsideGrid]:
+    """Every task of ``log`` (a run's event log, as columns or as its frame) whose batches or
+    contexts left the profile's fitted grid (module docstring); at most one finding per task
+    and axis. Prompts that were never batched (turned away) count for neither."""
     grids = fitted_grids(profile)
-    if not grids or log.empty:
+    if not grids or not len(log):
         return []
+    if isinstance(log, LogColumns):
+        names, codes = list(log.labels["task"]), log.columns["task"]
+        size, prompt, most = (log.columns[c] for c in ("batch_size", "prompt_tokens", "max_tokens"))
+    else:
+        task = log["task"].astype("category")
+        names, codes = [str(t) for t in task.cat.categories], task.cat.codes.to_numpy()
+        size = log["batch_size"].to_numpy(float, na_value=np.nan)
+        prompt, most = log["prompt_tokens"].to_numpy(), log["max_tokens"].to_numpy()
+    ran = np.asarray(size, dtype=float) > 0  # (a never-batched prompt: size 0 or missing)
     found = []
-    ran = log[log["task"].isin(list(grids)) & log["batch_size"].notna()]
-    if ran.empty:
-        return []
-    rows = ran.groupby("task", observed=True)["batch_size"].max()
-    context = (ran["prompt_tokens"].astype("int64") + ran["max_tokens"].astype("int64")).groupby(
-        ran["task"], observed=True).max()
     for task, axes in grids.items():
-        if "rows" in axes and task in rows.index and int(rows[task]) > max(axes["rows"]):
-            found.append(OutsideGrid(profile.name, task, "rows", int(rows[task]), max(axes["rows"]), axes["rows"]))
-        if "context" in axes and task in context.index and int(context[task]) > FAR * max(axes["context"]):
-            found.append(OutsideGrid(profile.name, task, "context", int(context[task]), max(axes["context"]),
-                                     axes["context"]))
+        if task not in names:
+            continue
+        rows = ran & (codes == names.index(task))
+        if not rows.any():
+            continue
+        largest = int(size[rows].max())
+        context = int((prompt[rows].astype(np.int64) + most[rows].astype(np.int64)).max())
+        if "rows" in axes and largest > max(axes["rows"]):
+            found.append(OutsideGrid(profile.name, task, "rows", largest, max(axes["rows"]), axes["rows"]))
+        if "context" in axes and context > FAR * max(axes["context"]):
+            found.append(OutsideGrid(profile.name, task, "context", context, max(axes["context"]), axes["context"]))
     return found
 
 

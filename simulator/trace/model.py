@@ -21,12 +21,14 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
 from itertools import chain
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from simulator.errors import TraceError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True, slots=True)
@@ -439,6 +441,8 @@ class Trace:
 
     def to_frame(self) -> pd.DataFrame:
         """One row per prompt: call_index, call_id, t, prompt_index, task, tokens."""
+        import pandas as pd
+
         cols = self.columns
         names = np.array(cols.task_names, dtype=object)
         frame = pd.DataFrame({

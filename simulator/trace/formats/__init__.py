@@ -20,8 +20,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from simulator import bundled, inputs
 from simulator.errors import TraceError
 from simulator.outputs import open_output
@@ -104,6 +102,8 @@ def load_trace(path: str | Path, classifier: KeywordClassifier = DEFAULT_CLASSIF
     path = bundled.resolve("traces", path, TraceError)
     kind = format or sniff(path)
     if kind in IMPORTERS:
+        import pandas as pd  # (the production formats' readers are pandas')
+
         try:
             return IMPORTERS[kind](path, options)
         except pd.errors.ParserError as exc:

@@ -13,10 +13,9 @@ import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from simulator import inputs
 from simulator.errors import SimctlWarning, TraceError
@@ -24,11 +23,16 @@ from simulator.registry import Registry
 from simulator.trace.formats._common import EPOCH_THRESHOLD
 from simulator.trace.model import PROMPT_INT, Trace, TraceColumns, take_prefixes
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 
 def read_csv_table(path: Path) -> pd.DataFrame:
     """A CSV file with a header as text columns; :class:`TraceError` naming the first line
     whose field count differs from the header's (pandas would otherwise take a longer first
     row's extra field as an index, shifting every column, or drop it)."""
+    import pandas as pd
+
     with warnings.catch_warnings():
         warnings.simplefilter("error", pd.errors.ParserWarning)
         try:
@@ -160,6 +164,8 @@ def build(path: Path, t: np.ndarray, prompt_tokens: np.ndarray | None, max_token
     the reader has them coded already. A call's id is the file line of its first request.
     ``prefix``: the requests' block hash ids as (offsets, hashes, tokens per block), laid
     out as :class:`TraceColumns` holds them; they travel with their requests."""
+    import pandas as pd
+
     if t.size == 0:
         raise TraceError(path, None, None, "no requests (the trace is empty)")
     t = np.asarray(t, dtype=float)

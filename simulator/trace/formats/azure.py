@@ -9,9 +9,9 @@ by pandas' ISO-8601 parser. The task is ``azure`` unless ``--task`` says otherwi
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from simulator.errors import TraceError
 from simulator.trace.formats._common import MAX_COUNT
@@ -27,6 +27,9 @@ from simulator.trace.formats._requests import (
 )
 from simulator.trace.model import Trace
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
 
@@ -36,6 +39,8 @@ def looks_like(header: str) -> bool:
 
 def tokens(frame: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]:
     """Integer token counts and a mask of rows where the column is not an integer >= 0."""
+    import pandas as pd
+
     values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
     bad = ~np.isfinite(values) | (values < 0) | (values != np.round(values)) | (values > MAX_COUNT)
     return np.where(bad, 0, values).astype(np.int64), bad
@@ -47,6 +52,8 @@ def valid_counts(counts: np.ndarray) -> bool:
 
 
 def read_azure(path: str | Path, options: ImportOptions = DEFAULT_OPTIONS) -> Trace:
+    import pandas as pd
+
     path = Path(path)
     fast = read_csv_columns(path, {"TIMESTAMP": "timestamp", "ContextTokens": "int", "GeneratedTokens": "int"})
     if fast is not None and valid_counts(fast["ContextTokens"]) and valid_counts(fast["GeneratedTokens"]):

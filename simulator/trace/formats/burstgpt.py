@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from simulator.errors import SimctlWarning, TraceError
 from simulator.trace.formats._requests import (
@@ -29,6 +29,9 @@ from simulator.trace.formats._requests import (
 from simulator.trace.formats.azure import tokens, valid_counts
 from simulator.trace.model import Trace
 
+if TYPE_CHECKING:
+    pass
+
 REQUIRED = ("Timestamp", "Model", "Request tokens", "Response tokens")
 
 
@@ -38,6 +41,8 @@ def looks_like(header: str) -> bool:
 
 
 def read_burstgpt(path: str | Path, options: ImportOptions = DEFAULT_OPTIONS) -> Trace:
+    import pandas as pd
+
     path = Path(path)
     fast = read_csv_columns(path, {"Timestamp": "float", "Model": "text", "Request tokens": "int",
                                    "Response tokens": "int"})

@@ -33,11 +33,10 @@ from __future__ import annotations
 import json
 from itertools import chain
 from pathlib import Path
-from typing import IO, Annotated, Any
+from typing import IO, TYPE_CHECKING, Annotated, Any
 
 import msgspec
 import numpy as np
-import pandas as pd
 
 from simulator.errors import TraceError
 from simulator.inputs import control_character
@@ -57,6 +56,9 @@ from simulator.trace.formats._common import (
     type_name,
 )
 from simulator.trace.model import MAX_HASH, PROMPT_INT, Prompt, Trace, TraceColumns, id_column
+
+if TYPE_CHECKING:
+    pass
 
 FORMAT_NAME = "simctl-trace/1"
 TIME_KEYS = ("t", "timestamp", "arrival_time", "time")
@@ -194,8 +196,11 @@ class _ColumnBlocks:
             keys = np.sort(np.concatenate(self.id_keys))
             if (keys[1:] == keys[:-1]).any():
                 return None
-        elif pd.Series(call_ids).duplicated().any():
-            return None
+        else:
+            import pandas as pd  # (a hash table: ids of any text)
+
+            if pd.Series(call_ids).duplicated().any():
+                return None
         meta = {**meta, "format": "native"}
         start = float(call_t.min())
         if start >= EPOCH_THRESHOLD:
@@ -332,8 +337,8 @@ _ID_HEAD = b'    {"id": "'
 _T_HEAD = b'", "t": '
 _PROMPTS_HEAD = b', "prompts": ['
 
-#: A JSON number (the grammar of RFC 8259), which a time must be.
-_NUMBER = r"^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?$"
+#: A block's times, as one JSON list: each a JSON number (RFC 8259), as :data:`_Call` reads a time.
+_TIMES = msgspec.json.Decoder(list[float])
 _PROMPT_LIST = msgspec.json.Decoder(Annotated[list[str | _Prompt], msgspec.Meta(min_length=1)])
 
 
@@ -392,6 +397,34 @@ def _gather(buf: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.nda
     return buf[index], offsets
 
 
+#: The multiplier of :func:`_distinct`'s polynomial hash (odd: every power is odd, none zero).
+_HASH_BASE = np.uint64(0x100000001B3)
+
+
+def _distinct(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """The distinct byte strings among ``data[offsets[i]:offsets[i + 1]]`` (each at least a
+    byte): each string's number, numbered in order of first appearance, and the index of
+    each number's first string; ``None`` if two different strings share a hash (then the
+    caller leaves the block to msgspec). A wrapping 64-bit polynomial hash per string, one
+    sort of the hashes, and every string compared byte for byte with its number's first."""
+    lengths = np.diff(offsets)
+    starts = offsets[:-1]
+    position = np.arange(len(data), dtype=np.int64) - np.repeat(starts, lengths)
+    powers = np.cumprod(np.full(int(lengths.max(initial=1)), _HASH_BASE, dtype=np.uint64))
+    with np.errstate(over="ignore"):
+        hashes = np.add.reduceat(data.astype(np.uint64) * powers[position], starts) ^ lengths.astype(np.uint64)
+    _, first, code = np.unique(hashes, return_index=True, return_inverse=True)
+    appearance = np.argsort(first, kind="stable")  # numbers in order of first appearance
+    number = np.empty_like(appearance)
+    number[appearance] = np.arange(len(appearance))
+    which = number[code.ravel()]
+    firsts = first[appearance]
+    rep = firsts[which]
+    if (lengths[rep] != lengths).any() or (data[np.repeat(starts[rep], lengths) + position] != data).any():
+        return None
+    return which, firsts
+
+
 def _split_lines(lines: bytes, last: bool) -> tuple[Any, ...] | None:
     """The columns of ``lines`` when every one is exactly as :func:`write_native` writes a
     call (``    {"id": "ID", "t": NUMBER, "prompts": [...]},``) with an id of printable ASCII
@@ -401,9 +434,6 @@ def _split_lines(lines: bytes, last: bool) -> tuple[Any, ...] | None:
     The structure around the fields is checked byte for byte, the time against JSON's
     number grammar, and each distinct prompts list is decoded by msgspec as the typed reader
     decodes it: what is accepted here is what :func:`read_native_fast` accepts."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     if _HASH_KEY in lines:
         return None  # (prompts with ids are all distinct: decoding each distinct list would gain nothing)
     buf = np.frombuffer(lines, dtype=np.uint8)
@@ -448,26 +478,29 @@ def _split_lines(lines: bytes, last: bool) -> tuple[Any, ...] | None:
         padded = np.zeros((len(starts), width), dtype=np.uint8)
         padded[np.arange(width)[None, :] < lengths[:, None]] = gathered
         call_ids = padded.view(f"S{width}").ravel().astype(np.dtypes.StringDType())
-    t_bytes, t_offsets = _gather(buf, t_start, t_end)
-    times = pa.Array.from_buffers(pa.large_string(), len(starts), [None, pa.py_buffer(t_offsets),
-                                                                   pa.py_buffer(t_bytes)])
-    if not pc.all(pc.match_substring_regex(times, _NUMBER)).as_py():
+    # the times with the comma after each: one JSON list, read as the typed reader reads a
+    # time (a JSON number, nothing else)
+    t_bytes, _ = _gather(buf, t_start, t_end + 1)
+    t_bytes[-1] = ord("]")
+    try:
+        call_t = np.array(_TIMES.decode(b"[" + t_bytes.tobytes()), dtype=np.float64)
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
         return None
-    call_t = pc.cast(times, pa.float64()).to_numpy()
-    if not (call_t >= 0).all():
+    if len(call_t) != len(starts) or not (call_t >= 0).all():
         return None
     p_bytes, p_offsets = _gather(buf, p_start, closing)
-    lists = pa.Array.from_buffers(pa.large_binary(), len(starts), [None, pa.py_buffer(p_offsets),
-                                                                    pa.py_buffer(p_bytes)])
-    encoded = pc.dictionary_encode(lists)
-    which = encoded.indices.to_numpy()
+    distinct = _distinct(p_bytes, p_offsets)
+    if distinct is None:
+        return None
+    which, firsts = distinct
     names: dict[str, int] = {}
     u_size: list[int] = []
     u_task: list[int] = []
     u_pt: list[int] = []
     u_mt: list[int] = []
     u_text: list[str | None] = []
-    for raw in encoded.dictionary.to_pylist():
+    for f in firsts:
+        raw = p_bytes[p_offsets[f]:p_offsets[f + 1]].tobytes()
         try:
             prompts = _PROMPT_LIST.decode(raw)
         except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):

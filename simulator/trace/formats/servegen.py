@@ -17,15 +17,18 @@ from __future__ import annotations
 import ast
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from simulator import inputs
 from simulator.errors import TraceError
 from simulator.trace.formats._common import MAX_COUNT
 from simulator.trace.formats._requests import DEFAULT_OPTIONS, TRACE_IMPORTERS, Importer, ImportOptions, bad_rows, build
 from simulator.trace.model import Trace
+
+if TYPE_CHECKING:
+    pass
 
 DISTS = ("Gamma", "Weibull", "")
 
@@ -108,6 +111,8 @@ def _dataset(path: Path, options: ImportOptions) -> dict[float, dict[str, tuple[
 
 
 def read_servegen(path: str | Path, options: ImportOptions = DEFAULT_OPTIONS) -> Trace:
+    import pandas as pd
+
     path = Path(path)
     frame = inputs.read_csv(path, TraceError, "ServeGen trace", header=None, dtype=str, keep_default_na=False,
                             names=["start", "rate", "cv", "dist", "p1", "p2"])
