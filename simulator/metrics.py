@@ -645,10 +645,17 @@ class _SortedGroups:
     Percentiles are those of :func:`percentiles` (``np.percentile``, linear, bit for bit: the
     same order statistics, virtual index and interpolation). Means are each group's sum over
     its sorted values divided by its count: they can differ from a mean in log order (what
-    :func:`describe` takes) by floating-point rounding only."""
+    :func:`describe` takes) by floating-point rounding only.
+
+    Every group is sorted at once, when the statistics are resolved: the values added, each
+    with its group's number in the whole layout, sorted by value, then by group (a stable
+    sort of small integers). Equal values are equal floats, so the layout holds what sorting
+    each group alone gives."""
 
     def __init__(self) -> None:
         self.parts: list[np.ndarray] = []
+        self.groups: list[np.ndarray] = []
+        self.n_groups = 0
         self.size = 0
         self.asks: list[tuple[list[int], list[int], tuple[float, ...], float, bool, list[dict[str, Any]]]] = []
 
@@ -656,11 +663,13 @@ class _SortedGroups:
         """Add ``x`` grouped by ``codes`` (0..n_groups-1; ``None``: all in group 0): the
         start and length of each group's sorted run."""
         if codes is None:
-            self.parts.append(np.sort(x))
+            self.groups.append(np.full(x.size, self.n_groups, dtype=np.int64))
             lengths = [x.size]
         else:
-            self.parts.append(x[np.lexsort((x, codes))])
+            self.groups.append(codes + np.int64(self.n_groups))
             lengths = np.bincount(codes, minlength=n_groups).tolist()
+        self.parts.append(x)
+        self.n_groups += len(lengths)
         starts = []
         at = self.size
         for length in lengths:
@@ -679,61 +688,75 @@ class _SortedGroups:
         self.asks.append((list(starts), list(lengths), tuple(qs), scale, late, out))
         return out
 
+    def _sorted(self) -> np.ndarray:
+        """Every group's values sorted, laid end to end, then a slot past the end."""
+        values = np.concatenate([*self.parts, np.zeros(1)])
+        if not self.parts:
+            return values
+        groups = np.concatenate(self.groups)
+        # (16-bit group numbers where they fit: numpy's stable sort of them is a radix sort)
+        by_value = np.argsort(values[:-1])
+        by_group = np.argsort(groups.astype(np.int16, copy=False)[by_value] if self.n_groups <= 2**15
+                              else groups[by_value], kind="stable")
+        values[:-1] = values[by_value[by_group]]
+        return values
+
     def resolve(self) -> None:
-        """Fill every asked dict: the asks of one kind (percentiles, ``late``) in one
-        vectorized evaluation."""
+        """Fill every asked dict, in one vectorized evaluation of every percentile asked."""
         if not self.asks:
             return
-        big = np.concatenate([*self.parts, np.zeros(1)])  # (a slot past the end: reduceat's stop)
+        big = self._sorted()  # (a slot past the end: reduceat's stop)
         # the stand-in for +inf inside the interpolation, as describe's
         finite = np.where(big == math.inf, _UNFINISHED, big)
-        kinds: dict[tuple[tuple[float, ...], bool], list[tuple[list[int], list[int], float, list[dict[str, Any]]]]] = {}
-        for starts, lengths, qs, scale, late, outs in self.asks:
-            kinds.setdefault((qs, late), []).append((starts, lengths, scale, outs))
-        for (qs, late), asks in kinds.items():
-            keys = ["mean", "p50", "p90", "p95", "p99", "max"] if late else ["mean", *(stat_name(p) for p in qs)]
-            empty = dict.fromkeys(keys)
-            s = np.array([x for ask in asks for x in ask[0]], dtype=np.int64)
-            n = np.array([x for ask in asks for x in ask[1]], dtype=np.int64)
-            full = n > 0
-            if not full.all():
-                s, n = s[full], n[full]
-            bounds = np.empty(2 * s.size, dtype=np.int64)
-            bounds[0::2] = s
-            bounds[1::2] = s + n
-            last = s + n - 1
-            means = (np.add.reduceat(big, bounds)[::2] / n).tolist() if s.size else []
-            top = big[last]
-            vi = (n - 1).astype(float)[:, None] * np.array([p / 100 for p in qs])
-            lo = np.floor(vi).astype(np.int64)
-            t = vi - lo
-            lo += s[:, None]
-            a = finite[lo]
-            b = finite[np.minimum(lo + 1, last[:, None])]
-            diff = b - a
-            # (values are finite or NaN here: no floating-point warning to silence)
-            pct = np.where(t >= 0.5, b - diff * (1 - t), a + diff * t)
+        qs_all = sorted({q for ask in self.asks for q in ask[2]})
+        s = np.array([x for ask in self.asks for x in ask[0]], dtype=np.int64)
+        n = np.array([x for ask in self.asks for x in ask[1]], dtype=np.int64)
+        late_rows = np.array([ask[4] for ask in self.asks for _ in ask[0]], dtype=bool)
+        full = n > 0
+        flags = full.tolist()
+        if not full.all():
+            s, n, late_rows = s[full], n[full], late_rows[full]
+        bounds = np.empty(2 * s.size, dtype=np.int64)
+        bounds[0::2] = s
+        bounds[1::2] = s + n
+        last = s + n - 1
+        means = (np.add.reduceat(big, bounds)[::2] / n).tolist() if s.size else []
+        top = big[last]
+        vi = (n - 1).astype(float)[:, None] * np.array([p / 100 for p in qs_all])
+        lo = np.floor(vi).astype(np.int64)
+        t = vi - lo
+        lo += s[:, None]
+        a = finite[lo]
+        b = finite[np.minimum(lo + 1, last[:, None])]
+        diff = b - a
+        # (values are finite or NaN here: no floating-point warning to silence)
+        pct = np.where(t >= 0.5, b - diff * (1 - t), a + diff * t)
+        if late_rows.any():
+            pct[(pct >= _UNFINISHED * 1e-6) & late_rows[:, None]] = math.inf
+        pct[np.isnan(top)] = math.nan  # (NaN sorts last: a group holding one)
+        tops, rows = top.tolist(), pct.tolist()
+        i = j = 0
+        for _, _, qs, scale, late, outs in self.asks:
             if late:
-                pct[pct >= _UNFINISHED * 1e-6] = math.inf
-            pct[np.isnan(top)] = math.nan  # (NaN sorts last: a group holding one)
-            tops, rows = top.tolist(), pct.tolist()
-            i = 0
-            flags = full.tolist()
-            j = 0
-            for _, _, scale, outs in asks:
-                for out in outs:
-                    has = flags[j]
-                    j += 1
-                    if not has:
-                        out.update(empty)
-                        continue
-                    if late:
-                        out.update(zip(keys, (means[i], *rows[i], tops[i]), strict=True))
-                    elif scale == 1.0:
-                        out.update(zip(keys, (means[i], *rows[i]), strict=True))
-                    else:
-                        out.update(zip(keys, (means[i] * scale, *(v * scale for v in rows[i])), strict=True))
-                    i += 1
+                keys = ["mean", "p50", "p90", "p95", "p99", "max"]
+                qs = _DESCRIBED
+            else:
+                keys = ["mean", *(stat_name(p) for p in qs)]
+            columns = None if list(qs) == qs_all else [qs_all.index(q) for q in qs]
+            for out in outs:
+                has = flags[j]
+                j += 1
+                if not has:
+                    out.update(dict.fromkeys(keys))
+                    continue
+                row = rows[i] if columns is None else [rows[i][c] for c in columns]
+                if late:
+                    out.update(zip(keys, (means[i], *row, tops[i]), strict=True))
+                elif scale == 1.0:
+                    out.update(zip(keys, (means[i], *row), strict=True))
+                else:
+                    out.update(zip(keys, (means[i] * scale, *(v * scale for v in row)), strict=True))
+                i += 1
 
 
 def _groups_one_pass(n_tasks: int, task_codes: np.ndarray, served: np.ndarray, done_ok: np.ndarray,
