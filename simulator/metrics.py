@@ -659,10 +659,17 @@ class _SortedGroups:
     Percentiles are those of :func:`percentiles` (``np.percentile``, linear, bit for bit: the
     same order statistics, virtual index and interpolation). Means are each group's sum over
     its sorted values divided by its count: they can differ from a mean in log order (what
-    :func:`describe` takes) by floating-point rounding only."""
+    :func:`describe` takes) by floating-point rounding only.
+
+    Every group is sorted at once, when the statistics are resolved: the values added, each
+    with its group's number in the whole layout, sorted by value, then by group (a stable
+    sort of small integers). Equal values are equal floats, so the layout holds what sorting
+    each group alone gives."""
 
     def __init__(self) -> None:
         self.parts: list[np.ndarray] = []
+        self.groups: list[np.ndarray] = []
+        self.n_groups = 0
         self.size = 0
         self.asks: list[tuple[list[int], list[int], tuple[float, ...], float, bool, list[dict[str, Any]]]] = []
 
@@ -670,11 +677,13 @@ class _SortedGroups:
         """Add ``x`` grouped by ``codes`` (0..n_groups-1; ``None``: all in group 0): the
         start and length of each group's sorted run."""
         if codes is None:
-            self.parts.append(np.sort(x))
+            self.groups.append(np.full(x.size, self.n_groups, dtype=np.int64))
             lengths = [x.size]
         else:
-            self.parts.append(x[np.lexsort((x, codes))])
+            self.groups.append(codes + np.int64(self.n_groups))
             lengths = np.bincount(codes, minlength=n_groups).tolist()
+        self.parts.append(x)
+        self.n_groups += len(lengths)
         starts = []
         at = self.size
         for length in lengths:
@@ -693,74 +702,87 @@ class _SortedGroups:
         self.asks.append((list(starts), list(lengths), tuple(qs), scale, late, out))
         return out
 
+    def _sorted(self) -> np.ndarray:
+        """Every group's values sorted, laid end to end, then a slot past the end."""
+        values = np.concatenate([*self.parts, np.zeros(1)])
+        if not self.parts:
+            return values
+        groups = np.concatenate(self.groups)
+        # (16-bit group numbers where they fit: numpy's stable sort of them is a radix sort)
+        by_value = np.argsort(values[:-1])
+        by_group = np.argsort(groups.astype(np.int16, copy=False)[by_value] if self.n_groups <= 2**15
+                              else groups[by_value], kind="stable")
+        values[:-1] = values[by_value[by_group]]
+        return values
+
     def resolve(self) -> None:
-        """Fill every asked dict: the asks of one kind (percentiles, ``late``) in one
-        vectorized evaluation."""
+        """Fill every asked dict, in one vectorized evaluation of every percentile asked."""
         if not self.asks:
             return
-        big = np.concatenate([*self.parts, np.zeros(1)])  # (a slot past the end: reduceat's stop)
+        big = self._sorted()  # (a slot past the end: reduceat's stop)
         # the stand-in for +inf inside the interpolation, as describe's
         finite = np.where(big == math.inf, _UNFINISHED, big)
-        kinds: dict[tuple[tuple[float, ...], bool], list[tuple[list[int], list[int], float, list[dict[str, Any]]]]] = {}
-        for starts, lengths, qs, scale, late, outs in self.asks:
-            kinds.setdefault((qs, late), []).append((starts, lengths, scale, outs))
-        for (qs, late), asks in kinds.items():
-            keys = ["mean", "p50", "p90", "p95", "p99", "max"] if late else ["mean", *(stat_name(p) for p in qs)]
-            empty = dict.fromkeys(keys)
-            s = np.array([x for ask in asks for x in ask[0]], dtype=np.int64)
-            n = np.array([x for ask in asks for x in ask[1]], dtype=np.int64)
-            full = n > 0
-            if not full.all():
-                s, n = s[full], n[full]
-            bounds = np.empty(2 * s.size, dtype=np.int64)
-            bounds[0::2] = s
-            bounds[1::2] = s + n
-            last = s + n - 1
-            means = (np.add.reduceat(big, bounds)[::2] / n).tolist() if s.size else []
-            top = big[last]
-            vi = (n - 1).astype(float)[:, None] * np.array([p / 100 for p in qs])
-            lo = np.floor(vi).astype(np.int64)
-            t = vi - lo
-            lo += s[:, None]
-            a = finite[lo]
-            b = finite[np.minimum(lo + 1, last[:, None])]
-            diff = b - a
-            # (values are finite or NaN here: no floating-point warning to silence)
-            pct = np.where(t >= 0.5, b - diff * (1 - t), a + diff * t)
+        qs_all = sorted({q for ask in self.asks for q in ask[2]})
+        s = np.array([x for ask in self.asks for x in ask[0]], dtype=np.int64)
+        n = np.array([x for ask in self.asks for x in ask[1]], dtype=np.int64)
+        late_rows = np.array([ask[4] for ask in self.asks for _ in ask[0]], dtype=bool)
+        full = n > 0
+        flags = full.tolist()
+        if not full.all():
+            s, n, late_rows = s[full], n[full], late_rows[full]
+        bounds = np.empty(2 * s.size, dtype=np.int64)
+        bounds[0::2] = s
+        bounds[1::2] = s + n
+        last = s + n - 1
+        means = (np.add.reduceat(big, bounds)[::2] / n).tolist() if s.size else []
+        top = big[last]
+        vi = (n - 1).astype(float)[:, None] * np.array([p / 100 for p in qs_all])
+        lo = np.floor(vi).astype(np.int64)
+        t = vi - lo
+        lo += s[:, None]
+        a = finite[lo]
+        b = finite[np.minimum(lo + 1, last[:, None])]
+        diff = b - a
+        # (values are finite or NaN here: no floating-point warning to silence)
+        pct = np.where(t >= 0.5, b - diff * (1 - t), a + diff * t)
+        if late_rows.any():
+            pct[(pct >= _UNFINISHED * 1e-6) & late_rows[:, None]] = math.inf
+        pct[np.isnan(top)] = math.nan  # (NaN sorts last: a group holding one)
+        tops, rows = top.tolist(), pct.tolist()
+        i = j = 0
+        for _, _, qs, scale, late, outs in self.asks:
             if late:
-                pct[pct >= _UNFINISHED * 1e-6] = math.inf
-            pct[np.isnan(top)] = math.nan  # (NaN sorts last: a group holding one)
-            tops, rows = top.tolist(), pct.tolist()
-            i = 0
-            flags = full.tolist()
-            j = 0
-            for _, _, scale, outs in asks:
-                for out in outs:
-                    has = flags[j]
-                    j += 1
-                    if not has:
-                        out.update(empty)
-                        continue
-                    if late:
-                        out.update(zip(keys, (means[i], *rows[i], tops[i]), strict=True))
-                    elif scale == 1.0:
-                        out.update(zip(keys, (means[i], *rows[i]), strict=True))
-                    else:
-                        out.update(zip(keys, (means[i] * scale, *(v * scale for v in rows[i])), strict=True))
-                    i += 1
+                keys = ["mean", "p50", "p90", "p95", "p99", "max"]
+                qs = _DESCRIBED
+            else:
+                keys = ["mean", *(stat_name(p) for p in qs)]
+            columns = None if list(qs) == qs_all else [qs_all.index(q) for q in qs]
+            for out in outs:
+                has = flags[j]
+                j += 1
+                if not has:
+                    out.update(dict.fromkeys(keys))
+                    continue
+                row = rows[i] if columns is None else [rows[i][c] for c in columns]
+                if late:
+                    out.update(zip(keys, (means[i], *row, tops[i]), strict=True))
+                elif scale == 1.0:
+                    out.update(zip(keys, (means[i], *row), strict=True))
+                else:
+                    out.update(zip(keys, (means[i] * scale, *(v * scale for v in row)), strict=True))
+                i += 1
 
 
 def _groups_one_pass(n_tasks: int, task_codes: np.ndarray, served: np.ndarray, done_ok: np.ndarray,
                      turned: dict[str, np.ndarray], arrived: np.ndarray, started: np.ndarray, first: np.ndarray,
                      done: np.ndarray, max_tokens: np.ndarray, in_tokens: np.ndarray, preemptions: np.ndarray,
                      batch_ids: np.ndarray, sizes: np.ndarray, padded: np.ndarray, actual: np.ndarray,
-                     batch_task: np.ndarray, call_tasks: np.ndarray, call_latency: np.ndarray, call_ok: np.ndarray,
+                     batch_task: np.ndarray, layout: _Layout, call_latency: np.ndarray, call_ok: np.ndarray,
                      makespan: float, options: TokenOptions, sorted_groups: _SortedGroups) -> list[dict[str, Any]]:
     """The figures of every group of prompts, overall first, then task code 0, 1, ...: those
     :func:`_group_summary`, :func:`padding_totals` and :func:`_token_figures` give group by
     group, taken for all groups at once (counts by ``bincount``, statistics by
-    ``sorted_groups``, resolved by the caller). ``call_tasks``: per call, a bit per task it
-    holds. Sums over a group (means, padding's mean waste) are taken in another order than
+    ``sorted_groups``, resolved by the caller). ``layout``: the log's calls and tasks. Sums over a group (means, padding's mean waste) are taken in another order than
     group by group: they can differ by floating-point rounding only."""
     groups = n_tasks + 1
 
@@ -777,8 +799,7 @@ def _groups_one_pass(n_tasks: int, task_codes: np.ndarray, served: np.ndarray, d
     turned_n = {k: per_group(v) for k, v in turned.items()}
     preempted = per_group(weights=preemptions.astype(float))
     # calls holding each task (a call per bit), and how many of them completed
-    bits = ((call_tasks[:, None] >> np.arange(n_tasks, dtype=call_tasks.dtype)) & 1).astype(bool)
-    calls = [call_tasks.size, *bits.sum(axis=0).tolist()]
+    bits, calls, call_of_pair, task_of_pair = layout.pairs()
     calls_ok = [int(call_ok.sum()), *bits[call_ok].sum(axis=0).tolist()]
     # batches: each distinct batch's size and task (every row of a batch has its task)
     batched = batch_ids >= 0
@@ -848,10 +869,8 @@ def _groups_one_pass(n_tasks: int, task_codes: np.ndarray, served: np.ndarray, d
     tpot_s, tpot_n = runs(tpot[has_tpot], task_codes[has_tpot])
     # call latency: every call overall; per task, the calls holding it
     call_values = np.where(call_ok, call_latency, np.inf)
-    call_of_pair, task_of_pair = np.nonzero(bits)
-    order = np.argsort(task_of_pair, kind="stable")
     cs0, cn0 = sg.add(call_values, None, 1)
-    cs1, cn1 = sg.add(call_values[call_of_pair[order]], task_of_pair[order], n_tasks)
+    cs1, cn1 = sg.add(call_values[call_of_pair], task_of_pair, n_tasks)
     call_s, call_n = cs0 + cs1, cn0 + cn1
 
     late = _DESCRIBED
@@ -948,6 +967,74 @@ def log_columns(log: pd.DataFrame) -> LogColumns:
     return LogColumns(columns, labels, dict(log.attrs))
 
 
+class _Layout:
+    """What a summary reads off a log's calls and tasks alone, not off what happened to its
+    prompts: each row's call (codes 0..calls-1) and the reductions to calls, the task codes
+    in sorted order of name, each call's task set as a bit mask, and what the one-pass
+    summary and the composition classes derive from them. The same for every run of a trace
+    (a sweep's thousands): made once (:func:`_layout`)."""
+
+    def __init__(self, call_index: np.ndarray, task: np.ndarray, task_labels: Sequence[str]) -> None:
+        self.call_of = _call_codes(call_index)
+        self.n_calls = int(self.call_of.max()) + 1 if self.call_of.size else 0
+        self.per_call = _PerCall(self.call_of, self.n_calls)
+        self.task_codes, self.task_names = _sorted_labels(task, task_labels)
+        bits = np.uint8 if len(self.task_names) <= 8 else np.int64  # (a byte a prompt where it suffices)
+        self.mask = self.per_call.reduce(np.bitwise_or, np.left_shift(bits(1), self.task_codes.astype(bits)), bits(0))
+        self._pairs: tuple[np.ndarray, list[int], np.ndarray, np.ndarray] | None = None
+        self._classes: dict[int, tuple[Compositions, np.ndarray]] = {}
+
+    def pairs(self) -> tuple[np.ndarray, list[int], np.ndarray, np.ndarray]:
+        """Per call a bit per task it holds (calls × tasks), the calls holding each task
+        (every call first), and the (call, task) pairs of held tasks by task, calls in order."""
+        if self._pairs is None:
+            n_tasks = len(self.task_names)
+            bits = ((self.mask[:, None] >> np.arange(n_tasks, dtype=self.mask.dtype)) & 1).astype(bool)
+            calls = [self.mask.size, *bits.sum(axis=0).tolist()]
+            call_of_pair, task_of_pair = np.nonzero(bits)
+            order = np.argsort(task_of_pair, kind="stable")
+            self._pairs = (bits, calls, call_of_pair[order], task_of_pair[order])
+        return self._pairs
+
+    def classes(self, rules: Compositions) -> np.ndarray:
+        """Each call's composition class by ``rules``: its index in ``rules.labels``, -1 for
+        a call of no class."""
+        known = self._classes.get(id(rules))
+        if known is not None and known[0] is rules:
+            return known[1]
+        labels = list(rules.labels)
+        task_names = self.task_names
+        distinct, mask_of = np.unique(self.mask, return_inverse=True)
+        label_of = np.array([labels.index(c) if (c := rules.classify(frozenset(
+            str(task_names[i]) for i in range(len(task_names)) if m >> i & 1))) in labels else -1
+            for m in distinct.tolist()], dtype=np.int64)
+        call_class = label_of[mask_of] if len(distinct) else np.zeros(0, dtype=np.int64)
+        if len(self._classes) >= 8:
+            self._classes.clear()
+        self._classes[id(rules)] = (rules, call_class)  # (the rules kept: their id is not reused meanwhile)
+        return call_class
+
+
+#: Layouts by their log's call and task columns (see :func:`_layout`).
+_LAYOUTS: dict[tuple, _Layout] = {}
+
+
+def _layout(call_index: np.ndarray, task: np.ndarray, task_labels: Sequence[str]) -> _Layout:
+    """The :class:`_Layout` of a log's ``call_index`` and ``task`` columns (codes into
+    ``task_labels``), kept by their contents for the next log of the same calls and tasks,
+    for logs of up to :data:`_ONE_PASS` prompts."""
+    if call_index.size > _ONE_PASS:
+        return _Layout(call_index, task, task_labels)
+    key = (call_index.dtype.str, call_index.tobytes(), task.dtype.str, task.tobytes(), tuple(map(str, task_labels)))
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        layout = _Layout(call_index, task, task_labels)
+        if len(_LAYOUTS) >= 8:
+            _LAYOUTS.clear()
+        _LAYOUTS[key] = layout
+    return layout
+
+
 def summarize_columns(log: LogColumns, config: dict[str, Any] | None = None,
                       deadline: float | None = None, gpus: int | None = None,
                       client_timeout: float | None = None, compositions: Compositions | None = None,
@@ -980,9 +1067,8 @@ def summarize_columns(log: LogColumns, config: dict[str, Any] | None = None,
     makespan = float(done[served].max() - arrived.min()) if served.any() else 0.0
 
     # calls: latency of the last prompt, completed if every prompt is
-    call_of = _call_codes(cols["call_index"])
-    n_calls = int(call_of.max()) + 1 if call_of.size else 0
-    per_call = _PerCall(call_of, n_calls)
+    layout = _layout(cols["call_index"], cols["task"], log.labels["task"])
+    call_of, n_calls, per_call = layout.call_of, layout.n_calls, layout.per_call
     call_done = per_call.reduce(np.maximum, np.where(served, done, np.inf), -np.inf)
     call_served = per_call.reduce(np.logical_and, served, True)
     call_arrived = per_call.reduce(np.minimum, arrived, np.inf)
@@ -998,7 +1084,7 @@ def summarize_columns(log: LogColumns, config: dict[str, Any] | None = None,
     sizes = cols["batch_size"]
     preemptions = cols["preemptions"]
     # tasks in sorted order of name (the summary's order, whichever order the engine coded them)
-    task_codes, task_names = _sorted_labels(cols["task"], log.labels["task"])
+    task_codes, task_names = layout.task_codes, layout.task_names
     # padding: per batch once (its padded and actual tokens, its task), summed per group
     padded, actual, batch_task = batch_work(batch_ids, cols["prompt_tokens"], max_tokens,
                                             continuous_of(cols["queue"], log.labels["queue"], task_codes, task_names),
@@ -1055,14 +1141,11 @@ def summarize_columns(log: LogColumns, config: dict[str, Any] | None = None,
                                            pick(in_tokens), None, options, makespan)
         return figures
 
-    # A call's task set as a bit mask (compositions, and the calls holding each task).
-    bits = np.uint8 if len(task_names) <= 8 else np.int64  # (a byte a prompt where it suffices)
-    mask = per_call.reduce(np.bitwise_or, np.left_shift(bits(1), task_codes.astype(bits)), bits(0))
     sorted_groups = _SortedGroups() if 0 < task_codes.size <= _ONE_PASS else None
     if sorted_groups is not None:
         every = _groups_one_pass(len(task_names), task_codes, served, done_ok, turned, arrived, started, first, done,
                                  max_tokens, in_tokens, preemptions, batch_ids, sizes, padded, actual, batch_task,
-                                 mask, call_latency, call_ok, makespan, options, sorted_groups)
+                                 layout, call_latency, call_ok, makespan, options, sorted_groups)
         overall = every[0]
         tasks = {str(name): every[i + 1] for i, name in enumerate(task_names)}
     elif len(task_names) == 1:
@@ -1089,15 +1172,10 @@ def summarize_columns(log: LogColumns, config: dict[str, Any] | None = None,
     labels = list(rules.labels)
     by_composition: dict[str, dict[str, Any]] = {}
     if labels:  # (without rules no call is classed: nothing to compute)
-        distinct, mask_of = np.unique(mask, return_inverse=True)
-        label_of = np.array([labels.index(c) if (c := rules.classify(frozenset(
-            str(task_names[i]) for i in range(len(task_names)) if m >> i & 1))) in labels else -1
-            for m in distinct.tolist()], dtype=np.int64)
-        call_class = label_of[mask_of] if len(distinct) else np.zeros(0, dtype=np.int64)
+        call_class = layout.classes(rules)
         # Without a client timeout a failed call is censored at nothing: its latency as it was
         # (calls with a prompt turned away have none and are left out).
         censored = np.where(call_ok, call_latency, client_timeout if client_timeout is not None else call_latency)
-    del mask
     if sorted_groups is not None and labels:
         # every class's statistics in the one pass: calls of no class (code -1) sort first
         classes = call_class + 1

@@ -111,6 +111,31 @@ class Compositions:
         return Compositions(tuple(rules))
 
 
+#: Complete task configurations made by :func:`task_config`, by their defaults and overrides.
+_TASK_CONFIGS: dict[tuple, tuple[TaskConfig, TaskConfig]] = {}
+#: The override values :func:`task_config` keeps its result for, compared by type and value
+#: (floats by their exact bits: an override of 1 and one of 1.0, or 0.0 and -0.0, make
+#: different configurations).
+_PLAIN = frozenset({int, float, str, bool, type(None)})
+
+
+def task_config(defaults: TaskConfig, overrides: Mapping[str, Any]) -> TaskConfig:
+    """``defaults`` with ``overrides`` applied, kept for the next scenario with the same
+    defaults and overrides: a sweep makes a scenario per configuration, and each would
+    otherwise make its tasks' configurations again (a configuration is frozen: sharing it is safe)."""
+    if not all(type(v) in _PLAIN for v in overrides.values()):
+        return replace(defaults, **overrides)
+    key = (id(defaults), *((k, v.hex() if type(v) is float else (type(v), v)) for k, v in overrides.items()))
+    known = _TASK_CONFIGS.get(key)
+    if known is not None and known[0] is defaults:
+        return known[1]
+    config = replace(defaults, **overrides)
+    if len(_TASK_CONFIGS) >= 4096:
+        _TASK_CONFIGS.clear()
+    _TASK_CONFIGS[key] = (defaults, config)  # (the defaults kept: their id is not reused meanwhile)
+    return config
+
+
 @dataclass(frozen=True)
 class Scenario(RunSettings):
     """The whole modeled system for one replay: the run settings (the fields of
@@ -135,7 +160,7 @@ class Scenario(RunSettings):
         config = made.get(task)
         if config is None:
             overrides = self.tasks.get(task)
-            config = made[task] = replace(self.defaults, **overrides) if overrides else self.defaults
+            config = made[task] = task_config(self.defaults, overrides) if overrides else self.defaults
         return config
 
     def to_dict(self) -> dict[str, Any]:

@@ -145,25 +145,9 @@ def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int,
     task_profiles = [profile.task(t) for t in names]  # fails early on a task the profile lacks
     n_tasks = len(names)
     task_of = cols.task_of
-    # Per-prompt token counts: the trace's, else the task's defaults; max tokens capped.
-    default_prompt = np.array([tp.prompt_tokens for tp in task_profiles], dtype=np.int64)
-    default_max = np.array([tp.max_tokens for tp in task_profiles], dtype=np.int64)
-    cap = np.array([c.max_tokens if c.max_tokens is not None else np.iinfo(np.int64).max for c in configs],
-                   dtype=np.int64)
-    ptok = np.where(cols.prompt_tokens < 0, default_prompt[task_of], cols.prompt_tokens) if n_tasks else cols.prompt_tokens
-    mtok = np.where(cols.max_tokens <= 0, default_max[task_of], cols.max_tokens) if n_tasks else cols.max_tokens
-    if n_tasks:
-        mtok = np.minimum(mtok, cap[task_of])
+    ptok, mtok, counts = _token_counts(cols, task_profiles, configs)
     arrived = cols.call_t[cols.call_of]
-
-    # Groups: per call, the prompts of one task, in the scenario's group order, else in the
-    # order the tasks first appear in the call; prompts in call order within a group.
-    from simulator.model.batch_kernel import group_prompts
-
-    rank_of = {t: r for r, t in enumerate(scenario.group_order)}
-    rank = np.array([rank_of.get(t, len(rank_of)) for t in names], dtype=np.int64)
-    call_start = np.concatenate([[0], np.cumsum(np.bincount(cols.call_of, minlength=len(cols.call_t)))])
-    order, g_start, g_front, call_g0 = group_prompts(call_start.astype(np.int64), task_of, rank, n_tasks)
+    order, g_start, g_front, call_g0 = _groups(cols, scenario.group_order)
 
     # Devices: the GPUs, then a CPU pool per CPU task (built as the reference builds them).
     gpus = scenario.gpus
@@ -250,7 +234,6 @@ def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int,
     GLEN = np.zeros((n_tasks, 3), dtype=np.int64)
     GAXIS = np.zeros((n_tasks, 3), dtype=np.int64)
     gvals: list[np.ndarray] = []
-    counts = np.bincount(task_of, minlength=n_tasks) if n_tasks else np.zeros(0, np.int64)
     draws: list[np.ndarray] = []
     SI, SF, SRNG = _lower_services(names, configs, task_profiles, seed)
     for t, (task, cfg, tp) in enumerate(zip(names, configs, task_profiles, strict=True)):
@@ -273,18 +256,16 @@ def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int,
             gvals.append(np.ascontiguousarray(service.seconds, dtype=float).ravel())
         else:
             gvals.append(np.zeros(1))
-            for size in range(1, max_size + 1):
-                TMEAN[t, size] = service.batch_mean(size)
+            TMEAN[t, 1:max_size + 1] = _batch_means(service, max_size)
         TK[t, 0], TK[t, 3] = dist, cfg.priority
         TSCALE[t] = noise.parameters(service.dist, cv)
-        rng = service_stream(seed, task)
         if cfg.topology == "continuous":
             # the uniforms that round a fractional tokens_per_iteration (BatchAverageCost.tokens)
             frac = tp.tokens_per_iteration - math.floor(tp.tokens_per_iteration)
             n_draws = int(draw_factor * int(mtok[task_of == t].sum())) + DRAW_SLACK if frac else 0
-            draws.append(rng.random(n_draws))
+            draws.append(service_stream(seed, task).random(n_draws))
         else:
-            draws.append(noise.standard_draws(service.dist, cv, int(counts[t]), rng))
+            draws.append(_noise_draws(cols, seed, task, service.dist, cv, int(counts[t])))
     NOISE0 = np.concatenate([[0], np.cumsum([len(x) for x in draws])]).astype(np.int64)
     GVAL = np.zeros((n_tasks, max([len(v) for v in gvals] + [1])))
     for t, v in enumerate(gvals):
@@ -320,6 +301,93 @@ def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int,
                             task_names=names, task_of=task_of, resources=resources, prompt_tokens=ptok,
                             max_tokens=mtok, arrived_at=arrived)
     return _Lowered(args, prompts, queue_names, DI[:, 2].copy(), engine_arrays[-1])
+
+
+#: Traces of at most this many prompts have the arrays lowered from their prompt columns
+#: alone kept for the next run of the same columns (:func:`_kept`); a larger replay's are
+#: not held after it.
+KEPT_PROMPTS = 1 << 16
+_KEPT: dict[tuple, tuple[tuple[np.ndarray, ...], object]] = {}
+
+
+def _kept(key: tuple, sources: tuple[np.ndarray, ...], make):
+    """``make()``, kept for the next call with ``key`` on the same ``sources`` arrays (the
+    trace's prompt columns): a sweep lowers thousands of runs of one trace, rate-scaled (new
+    call times, the same prompt columns), and would otherwise redo the same arrays for each.
+    What is kept is never written: the kernel reads these arrays only."""
+    if len(sources[0]) > KEPT_PROMPTS:
+        return make()
+    key = (*key, *(id(s) for s in sources))
+    known = _KEPT.get(key)
+    if known is not None and all(a is b for a, b in zip(known[0], sources, strict=True)):
+        return known[1]
+    value = make()
+    if len(_KEPT) >= 256:
+        _KEPT.clear()
+    _KEPT[key] = (sources, value)  # (the sources kept: their ids are not reused meanwhile)
+    return value
+
+
+def _token_counts(cols, task_profiles: list, configs: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per prompt its prompt and max tokens (the trace's, else the task's defaults; max tokens
+    capped by the task's ``max_tokens``), and the prompts per task."""
+    defaults = tuple((tp.prompt_tokens, tp.max_tokens) for tp in task_profiles)
+    caps = tuple(c.max_tokens for c in configs)
+
+    def make() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        n_tasks, task_of = len(task_profiles), cols.task_of
+        default_prompt = np.array([p for p, _ in defaults], dtype=np.int64)
+        default_max = np.array([m for _, m in defaults], dtype=np.int64)
+        cap = np.array([c if c is not None else np.iinfo(np.int64).max for c in caps], dtype=np.int64)
+        ptok = np.where(cols.prompt_tokens < 0, default_prompt[task_of], cols.prompt_tokens) if n_tasks \
+            else cols.prompt_tokens
+        mtok = np.where(cols.max_tokens <= 0, default_max[task_of], cols.max_tokens) if n_tasks else cols.max_tokens
+        if n_tasks:
+            mtok = np.minimum(mtok, cap[task_of])
+        counts = np.bincount(task_of, minlength=n_tasks) if n_tasks else np.zeros(0, np.int64)
+        return ptok, mtok, counts
+
+    return _kept(("tokens", defaults, caps), (cols.task_of, cols.prompt_tokens, cols.max_tokens), make)
+
+
+def _groups(cols, group_order: tuple[str, ...] | list[str]) -> tuple[np.ndarray, ...]:
+    """Groups: per call, the prompts of one task, in the scenario's group order, else in the
+    order the tasks first appear in the call; prompts in call order within a group
+    (``group_prompts``' arrays)."""
+    names = tuple(cols.task_names)
+    rank_of = {t: r for r, t in enumerate(group_order)}
+    rank = tuple(rank_of.get(t, len(rank_of)) for t in names)
+
+    def make() -> tuple[np.ndarray, ...]:
+        from simulator.model.batch_kernel import group_prompts
+
+        call_start = np.concatenate([[0], np.cumsum(np.bincount(cols.call_of, minlength=len(cols.call_t)))])
+        return group_prompts(call_start.astype(np.int64), cols.task_of, np.array(rank, dtype=np.int64), len(names))
+
+    return _kept(("groups", names, rank, len(cols.call_t)), (cols.task_of, cols.call_of), make)
+
+
+def _noise_draws(cols, seed: int, task: str, dist: str, cv: float, n: int) -> np.ndarray:
+    """The ``n`` standard variates of a task's batch noise, from its service stream."""
+    return _kept(("noise", seed, task, dist, cv, n), (cols.task_of,),
+                 lambda: noise.standard_draws(dist, cv, n, service_stream(seed, task)))
+
+
+#: Mean service seconds by batch size, per service (see :func:`_batch_means`).
+_BATCH_MEANS: dict[int, tuple[object, np.ndarray]] = {}
+
+
+def _batch_means(service: DistributionService, sizes: int) -> np.ndarray:
+    """A distribution service's mean seconds of a batch of 1..``sizes`` prompts, kept per
+    (frozen) service for the next run of it."""
+    known = _BATCH_MEANS.get(id(service))
+    if known is not None and known[0] is service and len(known[1]) >= sizes:
+        return known[1][:sizes]
+    means = np.array([service.batch_mean(size) for size in range(1, sizes + 1)], dtype=float)
+    if len(_BATCH_MEANS) >= 64:
+        _BATCH_MEANS.clear()
+    _BATCH_MEANS[id(service)] = (service, means)  # (the service kept: its id is not reused meanwhile)
+    return means
 
 
 #: Iteration seconds by rows, per task profile (see :func:`_iteration_seconds`).
@@ -402,15 +470,39 @@ def _lower_services(names: list[str], configs: list, task_profiles: list, seed: 
 
     SI = np.zeros((len(names), N_SI), dtype=np.int64)
     SF = np.zeros((len(names), N_SF))
-    generators = []
-    for t, (task, cfg, tp) in enumerate(zip(names, configs, task_profiles, strict=True)):
+    keys = service_overrides()
+    for t, (cfg, tp) in enumerate(zip(configs, task_profiles, strict=True)):
         service = tp.service
-        overrides = {k: getattr(cfg, k) for k in service_overrides() if getattr(cfg, k) is not None}
+        overrides = {k: getattr(cfg, k) for k in keys if getattr(cfg, k) is not None}
         if overrides and isinstance(service, SpecDecodeService):
-            service = service.with_overrides(**overrides)
-        SI[t], SF[t] = lower_service(service)
-        generators.append(service_stream(seed, task))
-    return SI, SF, streams(generators, [draws(SI[t], SF[t]) for t in range(len(names))])
+            SI[t], SF[t] = lower_service(service.with_overrides(**overrides))
+        else:
+            SI[t], SF[t] = _lowered_service(service)
+    drawing = [draws(SI[t], SF[t]) for t in range(len(names))]
+    if sum(drawing) > 1:
+        generators = [service_stream(seed, task) for task in names]
+    else:  # (the kernel gets the lone stream drawn from, or an unused one: no other is made)
+        generators = [service_stream(seed, task) for task, d in zip(names, drawing, strict=True) if d]
+        drawing = [True] * len(generators)
+    return SI, SF, streams(generators, drawing)
+
+
+#: A service's kernel parameter rows, per service (see :func:`_lowered_service`).
+_LOWERED_SERVICES: dict[int, tuple[object, tuple[np.ndarray, np.ndarray]]] = {}
+
+
+def _lowered_service(service) -> tuple[np.ndarray, np.ndarray]:
+    """``lower_service(service)``, kept per (frozen) service for the next run of it."""
+    from simulator.model.kernel_service import lower_service
+
+    known = _LOWERED_SERVICES.get(id(service))
+    if known is not None and known[0] is service:
+        return known[1]
+    rows = lower_service(service)
+    if len(_LOWERED_SERVICES) >= 64:
+        _LOWERED_SERVICES.clear()
+    _LOWERED_SERVICES[id(service)] = (service, rows)  # (the service kept: its id is not reused meanwhile)
+    return rows
 
 
 def _grid_size(service) -> int:
