@@ -488,3 +488,38 @@ def test_a_process_told_of_more_than_a_small_run_takes_the_kernel_at_once(monkey
     assert simulate(TRACE, scenario, profile, 0).attrs["engine"] == engine_module.SMALL_RUN
     engine_module.expect_prompts(engine_module.SMALL_RUN_PROMPTS + 1)
     assert simulate(TRACE, scenario, profile, 0).attrs["engine"] == "fast"
+
+
+# -- what lowering keeps for the next run of the same trace (a sweep's runs) -------------
+
+
+def test_runs_that_reuse_kept_lowering_give_the_logs_of_runs_that_do_not(monkeypatch):
+    from simulator.model import fast
+
+    scenario = build_scenario(path="design-notes", run={"engine": "fast"})
+    profile = load_profile("seed-calibrated")
+    fast._KEPT.clear()
+    runs = [simulate(TRACE.scaled(x), scenario, profile, seed) for x, seed in ((1, 0), (2, 0), (1, 1), (1, 0))]
+    assert fast._KEPT  # the trace's arrays were kept and reused
+    # the log holds copies of what is kept: editing its columns in place changes no later run
+    columns = engine_module.simulate_columns(TRACE, scenario, profile, 0).columns
+    columns["prompt_tokens"][:] = 0
+    columns["max_tokens"][:] = 0
+    again = simulate(TRACE, scenario, profile, 0)
+    for (x, seed), log in zip(((2, 0), (1, 1), (1, 0), (1, 0)), [*runs[1:], again], strict=True):
+        fast._KEPT.clear()
+        pd.testing.assert_frame_equal(log, simulate(TRACE.scaled(x), scenario, profile, seed))
+
+
+def test_what_lowering_keeps_is_bounded_in_bytes(monkeypatch):
+    from simulator.model import fast
+
+    scenario = build_scenario(path="design-notes", run={"engine": "fast"})
+    profile = load_profile("seed-calibrated")
+    fast._KEPT.clear()
+    fast._KEPT_SIZE[0] = 0
+    monkeypatch.setattr(fast, "KEPT_BYTES", 20_000)
+    for seed in range(4):
+        simulate(TRACE, scenario, profile, seed)
+        assert fast._KEPT_SIZE[0] == sum(fast._nbytes(v) + fast._nbytes(s) for s, v in fast._KEPT.values())
+        assert fast._KEPT_SIZE[0] <= 20_000 or len(fast._KEPT) == 1

@@ -356,3 +356,20 @@ def test_the_one_pass_summary_of_a_small_run_is_the_group_by_group_one(monkeypat
     assert one_pass["overall"]["unfinished"] > 0 and one_pass["compositions"]
     monkeypatch.setattr(metrics, "_ONE_PASS", 0)
     _same_figures(one_pass, summarize_columns(columns, **kwargs))
+
+
+def test_a_summary_reads_the_calls_and_tasks_of_its_own_log_not_of_an_earlier_one():
+    """The layout of a log's calls and tasks is kept by their contents: a log whose columns
+    were edited in place, or another log of other calls, gets its own."""
+    from simulator import build_scenario, load_profile, load_trace
+    from simulator.metrics import _LAYOUTS, summarize_columns
+    from simulator.model.engine import simulate_columns
+
+    log = simulate_columns(load_trace("example"), build_scenario(path="design-notes"), load_profile("seed-calibrated"))
+    first = summarize_columns(log)
+    task = log.columns["task"]
+    task[:] = task[0]  # every prompt now of one task, in the same arrays
+    edited = summarize_columns(log)
+    _LAYOUTS.clear()
+    assert edited == summarize_columns(log) != first
+    assert list(edited["tasks"]) == [log.labels["task"][task[0]]]

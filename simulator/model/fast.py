@@ -297,6 +297,8 @@ def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int,
         float(scenario.cold_start), len(workers), dispatch_rng, SI, SF, SRNG, *engine_arrays,
     )
     resources = [c.resource or tp.resource for c, tp in zip(configs, task_profiles, strict=True)]
+    if len(task_of) <= KEPT_PROMPTS:
+        ptok, mtok = ptok.copy(), mtok.copy()  # (kept arrays: a log a notebook edits must not reach them)
     prompts = PromptColumns(call_ids=cols.call_ids, call_of=cols.call_of, prompt_index=cols.prompt_index,
                             task_names=names, task_of=task_of, resources=resources, prompt_tokens=ptok,
                             max_tokens=mtok, arrived_at=arrived)
@@ -307,14 +309,25 @@ def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int,
 #: alone kept for the next run of the same columns (:func:`_kept`); a larger replay's are
 #: not held after it.
 KEPT_PROMPTS = 1 << 16
+#: At most this many bytes of arrays are kept (those made and the trace's columns they were
+#: made from), whatever the number of traces, seeds and tasks a process runs.
+KEPT_BYTES = 64 << 20
 _KEPT: dict[tuple, tuple[tuple[np.ndarray, ...], object]] = {}
+_KEPT_SIZE = [0]  # bytes held in _KEPT
+
+
+def _nbytes(value: object) -> int:
+    """The bytes of the arrays in ``value`` (an array or a tuple of them)."""
+    items = value if isinstance(value, tuple) else (value,)
+    return sum(a.nbytes for a in items if isinstance(a, np.ndarray))
 
 
 def _kept(key: tuple, sources: tuple[np.ndarray, ...], make):
     """``make()``, kept for the next call with ``key`` on the same ``sources`` arrays (the
     trace's prompt columns): a sweep lowers thousands of runs of one trace, rate-scaled (new
     call times, the same prompt columns), and would otherwise redo the same arrays for each.
-    What is kept is never written: the kernel reads these arrays only."""
+    What is kept is never written: the kernel reads these arrays only, and the event log
+    takes copies of those it holds (:func:`lower`)."""
     if len(sources[0]) > KEPT_PROMPTS:
         return make()
     key = (*key, *(id(s) for s in sources))
@@ -322,9 +335,12 @@ def _kept(key: tuple, sources: tuple[np.ndarray, ...], make):
     if known is not None and all(a is b for a, b in zip(known[0], sources, strict=True)):
         return known[1]
     value = make()
-    if len(_KEPT) >= 256:
+    size = _nbytes(value) + _nbytes(sources)
+    if len(_KEPT) >= 256 or _KEPT_SIZE[0] + size > KEPT_BYTES:
         _KEPT.clear()
+        _KEPT_SIZE[0] = 0
     _KEPT[key] = (sources, value)  # (the sources kept: their ids are not reused meanwhile)
+    _KEPT_SIZE[0] += size
     return value
 
 
