@@ -523,3 +523,21 @@ def test_what_lowering_keeps_is_bounded_in_bytes(monkeypatch):
         simulate(TRACE, scenario, profile, seed)
         assert fast._KEPT_SIZE[0] == sum(fast._nbytes(v) + fast._nbytes(s) for s, v in fast._KEPT.values())
         assert fast._KEPT_SIZE[0] <= 20_000 or len(fast._KEPT) == 1
+
+
+def test_more_batches_in_flight_than_the_kernel_first_holds_grow_its_working_slots():
+    """Hundreds of batches at once on one processor-sharing GPU (a worker each), then a CPU
+    task with no worker limit: past the kernel's first working slots, which it then grows;
+    the log is the reference engine's."""
+    from simulator.model.batch_kernel import FIRST_SLOTS
+    from simulator.trace.model import Call, Prompt, Trace
+
+    n = 3 * FIRST_SLOTS
+    trace = Trace(tuple(Call(f"c{i}", i * 1e-3, (Prompt("infobench"), Prompt("graph"))) for i in range(n)))
+    scenario = build_scenario(path="design-notes", run={"gpus": 1, "gpu_sharing": "processor-sharing"},
+                              tasks={"infobench": {"workers": n, "max_batch": 1, "flush": 0.0}})
+    log = assert_same_log(trace, scenario, PROFILES[0], 0)
+    assert log is not None
+    started, done, batch = (log[c].to_numpy() for c in ("started_at", "done_at", "batch_id"))
+    in_flight = max(len(set(batch[(started <= t) & (done > t)].tolist())) for t in started)  # batches at once
+    assert in_flight > FIRST_SLOTS

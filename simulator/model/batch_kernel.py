@@ -83,11 +83,18 @@ FI_KIND, FI_Q0, FI_Q1, FI_RULE, FI_PER_GROUP, FI_DL0, FI_DL1, FI_MAXB, FI_NAME, 
 DI_KIND, DI_SERVERS, DI_GPU, DI_BUSY, DI_OUT, DI_OUT_TOKENS, DI_VERSION, DI_RUN_HEAD, DI_RUN_TAIL, \
     DI_RUN_COUNT = range(10)
 DF_UPDATED = 0
-# Columns of the batch table BI and BF.
-# BI is int32 (ids, offsets and sizes below 2**31: a trace holds fewer prompts); a batch's
-# tokens, which can pass 2**31, are in BTOK (int64).
-BI_TASK, BI_NAME, BI_OFF, BI_SIZE, BI_WORKER_ID, BI_WORKER, BI_DEVICE, BI_QUEUE, BI_NEXT, BI_PREV = range(10)
-BF_FORMED, BF_STARTED, BF_WORK, BF_FIRST, BF_REMAINING = range(5)
+# Columns of the batch table BI (int32: ids and sizes below 2**31, a trace holds fewer
+# prompts) and BF, one row per batch: what the event log reads of it after the run.
+BI_NAME, BI_SIZE, BI_WORKER_ID, BI_DEVICE = range(4)
+BF_FORMED, BF_STARTED = range(2)
+# Columns of the working tables WI (int32), WF and WTOK (int64: a batch's tokens can pass
+# 2**31): one row a slot, which a batch holds from its formation to its end and then frees
+# for the next (SLOT: each batch's slot). At one batch a prompt (batches of one) a row per
+# batch of these would be most of a large replay's memory; the slots in use at once are few.
+WI_TASK, WI_OFF, WI_WORKER, WI_QUEUE, WI_NEXT, WI_PREV = range(6)
+WF_WORK, WF_FIRST, WF_REMAINING = range(3)
+#: Working slots allocated at the start (the tables double when every slot is held).
+FIRST_SLOTS = 64
 
 
 @structref.register
@@ -107,10 +114,10 @@ class Run(structref.StructRefProxy):
 
 
 #: Run's fields: the lowered scenario (see simulator.model.fast), then the run's state.
-RUN_FIELDS = ("heap", "S", "call_t", "call_g0", "g_start", "g_front", "order", "arrived", "ptok", "mtok", "FI",
+RUN_FIELDS = ("heap", "S", "call_t", "call_g0", "g_start", "g_front", "order", "call_of", "ptok", "mtok", "FI",
               "QI", "QF", "WDEV", "WID", "W_NEXT", "DI", "DF", "DEVLIST", "RULES", "TK", "TMEAN", "TSCALE",
               "NOISE", "NOISE0", "noise_used", "TPI", "GRID", "GLEN", "GVAL", "GAXIS", "cold_until", "n_calls",
-              "nxt", "bp", "BI", "BTOK", "BF", "batch_of", "status", "done_at", "first_at", "rng",
+              "nxt", "bp", "BI", "BF", "SLOT", "WI", "WF", "WTOK", "FREE", "batch_of", "status", "done_at", "first_at", "rng",
               # the iteration and spec_decode kinds (simulator.model.kernel_service): per task
               # its parameters and its own service stream
               "SI", "SF", "SRNG",
@@ -170,12 +177,12 @@ def _choose(st, rule, unit, places, n, loads_of_queue):
 
 
 @njit(cache=True)
-def run_kernel(call_t, call_g0, g_start, g_front, order, arrived, ptok, mtok, FI, QI, QF, WDEV, WID,
+def run_kernel(call_t, call_g0, g_start, g_front, order, call_of, ptok, mtok, FI, QI, QF, WDEV, WID,
                DI, DF, DEVLIST, RULES, TK, TMEAN, TSCALE, NOISE, NOISE0, TPI, GRID, GLEN, GVAL, GAXIS,
                cold_until, n_workers0, rng, SI, SF, SRNG, EI, CTI, CTF, CSTEP, R_PID, CS):
     """Run to completion; returns the batch table and per-prompt outcome arrays (then the
     continuous engines': preemptions per prompt, skipped batch ids per row)."""
-    n_prompts = len(arrived)
+    n_prompts = len(call_of)
     n_calls = len(call_t)
     nan = math.nan
     # Per prompt: int32 where the values are prompt or batch ids (memory per prompt is what
@@ -188,15 +195,18 @@ def run_kernel(call_t, call_g0, g_start, g_front, order, arrived, ptok, mtok, FI
     bp = np.empty(n_prompts, dtype=np.int32)          # prompts of batch b: bp[off:off+size]
     # A batch holds at least one prompt: at most n_prompts batches (no growth needed); then
     # one row per continuous engine, its iteration in flight.
-    BI = np.empty((max(n_prompts, 1) + EI.shape[0], 10), dtype=np.int32)
-    BTOK = np.empty(max(n_prompts, 1) + EI.shape[0], dtype=np.int64)
-    BF = np.empty((max(n_prompts, 1) + EI.shape[0], 5))
+    BI = np.empty((max(n_prompts, 1) + EI.shape[0], 4), dtype=np.int32)
+    BF = np.empty((max(n_prompts, 1) + EI.shape[0], 2))
+    SLOT = np.empty(max(n_prompts, 1) + EI.shape[0], dtype=np.int32)
+    slots = FIRST_SLOTS + EI.shape[0]
+    FREE = np.arange(slots - 1, -1, -1).astype(np.int32)  # a stack, slot 0 on top
     W_NEXT = np.full(len(WDEV), -1, dtype=np.int64)   # next idle worker in its queue
     noise_used = np.zeros(TK.shape[0], dtype=np.int64)
     # Events: (instant, priority, order, kind, a, b).
     heap = [(0.0, 0, 0, 0, 0, 0.0)]
     heap.pop()
-    S = np.zeros(6, dtype=np.int64)  # 0 event order, 1 batches, 2 workers, 3 bp used, 4 input closed
+    S = np.zeros(6, dtype=np.int64)  # 0 event order, 1 batches, 2 workers, 3 bp used, 4 input closed,
+    S[5] = slots                     # 5 free working slots (on FREE)
     S[2] = n_workers0
     n_queues = QI.shape[0]
     # The continuous engines' per-prompt state (none without engines: no memory per prompt):
@@ -207,9 +217,10 @@ def run_kernel(call_t, call_g0, g_start, g_front, order, arrived, ptok, mtok, FI
     resumed = np.zeros(n_waiting, dtype=np.int64)
     skipped = np.zeros(n_waiting + 1, dtype=np.int32)
     waiting_next = np.full(n_waiting, -1, dtype=np.int32)
-    st = Run(heap, S, call_t, call_g0, g_start, g_front, order, arrived, ptok, mtok, FI, QI, QF, WDEV, WID, W_NEXT,
+    st = Run(heap, S, call_t, call_g0, g_start, g_front, order, call_of, ptok, mtok, FI, QI, QF, WDEV, WID, W_NEXT,
              DI, DF, DEVLIST, RULES, TK, TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS,
-             cold_until, n_calls, nxt, bp, BI, BTOK, BF, batch_of, status, done_at, first_at, rng, SI, SF, SRNG,
+             cold_until, n_calls, nxt, bp, BI, BF, SLOT, np.empty((slots, 6), dtype=np.int32), np.empty((slots, 3)),
+             np.empty(slots, dtype=np.int64), FREE, batch_of, status, done_at, first_at, rng, SI, SF, SRNG,
              EI, CTI, CTF, CSTEP, resumed, preemptions,
              waiting_next, R_PID, np.zeros(len(R_PID), dtype=np.int64),
              np.zeros(len(R_PID), dtype=np.int64), np.zeros(len(R_PID), dtype=np.int64),
@@ -354,7 +365,7 @@ def _poll(st, q, now):
         maxb = st.QI[q, QI_MAXB]
         flush = st.QF[q, QF_FLUSH]
         policy = st.QI[q, QI_POLICY]
-        oldest = st.arrived[st.QI[q, QI_HEAD]]
+        oldest = st.call_t[st.call_of[st.QI[q, QI_HEAD]]]
         share = 0.0
         if policy == P_ADAPTIVE and st.QI[q, QI_SHARE1] > st.QI[q, QI_SHARE0]:
             # only the adaptive window reads it
@@ -420,11 +431,48 @@ def _idle_share(st, q, chosen):
     return idle / others
 
 
+@njit(cache=True)
+def _grow_slots(st):
+    """Every working slot is held: double the working tables, the new slots on FREE."""
+    n = st.WI.shape[0]
+    WI = np.empty((2 * n, st.WI.shape[1]), dtype=np.int32)
+    WI[:n] = st.WI
+    WF = np.empty((2 * n, st.WF.shape[1]))
+    WF[:n] = st.WF
+    WTOK = np.empty(2 * n, dtype=np.int64)
+    WTOK[:n] = st.WTOK
+    FREE = np.empty(2 * n, dtype=np.int32)
+    for k in range(n):
+        FREE[k] = 2 * n - 1 - k  # (slot n on top)
+    st.WI = WI
+    st.WF = WF
+    st.WTOK = WTOK
+    st.FREE = FREE
+    st.S[5] = n
+
+
+@njit(cache=True, inline="always")
+def _take_slot(st, b):
+    """Give batch ``b`` a working slot: a freed one, else one of the grown tables'."""
+    if st.S[5] == 0:
+        _grow_slots(st)
+    st.S[5] -= 1
+    st.SLOT[b] = st.FREE[st.S[5]]
+
+
+@njit(cache=True, inline="always")
+def _free_slot(st, b):
+    """Batch ``b`` has ended: its working slot goes back on FREE."""
+    st.FREE[st.S[5]] = st.SLOT[b]
+    st.S[5] += 1
+
+
 @njit(cache=True, inline="always")
 def _form(st, task, name, size, worker_id, worker, q, now):
     """Make a batch of ``bp[S[3]:S[3]+size]`` now and draw its service time."""
     b = st.S[1]
     st.S[1] += 1
+    _take_slot(st, b)
     off = st.S[3]
     st.S[3] += size
     # typed int64 from the start, not the literal 0: numba would compile batch_service once
@@ -448,19 +496,19 @@ def _form(st, task, name, size, worker_id, worker, q, now):
         work, first = batch_service(st.SI[task], st.SF[task], task_stream(st.SRNG, task), rows, max_prompt)
     else:
         work, first = _batch_kind_service(st, task, size, max_prompt, max_out)
-    st.BI[b, BI_TASK] = task
+    st.WI[st.SLOT[b], WI_TASK] = task
     st.BI[b, BI_NAME] = name
-    st.BI[b, BI_OFF] = off
+    st.WI[st.SLOT[b], WI_OFF] = off
     st.BI[b, BI_SIZE] = size
     st.BI[b, BI_WORKER_ID] = worker_id
-    st.BI[b, BI_WORKER] = worker
+    st.WI[st.SLOT[b], WI_WORKER] = worker
     st.BI[b, BI_DEVICE] = -1
-    st.BI[b, BI_QUEUE] = q
-    st.BTOK[b] = tokens
+    st.WI[st.SLOT[b], WI_QUEUE] = q
+    st.WTOK[st.SLOT[b]] = tokens
     st.BF[b, BF_FORMED] = now
     st.BF[b, BF_STARTED] = math.nan
-    st.BF[b, BF_WORK] = work
-    st.BF[b, BF_FIRST] = first
+    st.WF[st.SLOT[b], WF_WORK] = work
+    st.WF[st.SLOT[b], WF_FIRST] = first
     return b
 
 
@@ -490,31 +538,31 @@ def _batch_kind_service(st, task, size, max_prompt, max_out):
 def _link_insert(st, d, b, after):
     """Put batch ``b`` after ``after`` (-1: first) in device ``d``'s list (its line, or its
     running batches)."""
-    before = st.DI[d, DI_RUN_HEAD] if after < 0 else st.BI[after, BI_NEXT]
-    st.BI[b, BI_PREV] = after
-    st.BI[b, BI_NEXT] = before
+    before = st.DI[d, DI_RUN_HEAD] if after < 0 else st.WI[st.SLOT[after], WI_NEXT]
+    st.WI[st.SLOT[b], WI_PREV] = after
+    st.WI[st.SLOT[b], WI_NEXT] = before
     if after < 0:
         st.DI[d, DI_RUN_HEAD] = b
     else:
-        st.BI[after, BI_NEXT] = b
+        st.WI[st.SLOT[after], WI_NEXT] = b
     if before < 0:
         st.DI[d, DI_RUN_TAIL] = b
     else:
-        st.BI[before, BI_PREV] = b
+        st.WI[st.SLOT[before], WI_PREV] = b
     st.DI[d, DI_RUN_COUNT] += 1
 
 
 @njit(cache=True, inline="always")
 def _link_remove(st, d, b):
-    prev, nxt = st.BI[b, BI_PREV], st.BI[b, BI_NEXT]
+    prev, nxt = st.WI[st.SLOT[b], WI_PREV], st.WI[st.SLOT[b], WI_NEXT]
     if prev < 0:
         st.DI[d, DI_RUN_HEAD] = nxt
     else:
-        st.BI[prev, BI_NEXT] = nxt
+        st.WI[st.SLOT[prev], WI_NEXT] = nxt
     if nxt < 0:
         st.DI[d, DI_RUN_TAIL] = prev
     else:
-        st.BI[nxt, BI_PREV] = prev
+        st.WI[st.SLOT[nxt], WI_PREV] = prev
     st.DI[d, DI_RUN_COUNT] -= 1
 
 
@@ -523,20 +571,20 @@ def _submit(st, b, d, now):
     """Device ``d`` takes batch ``b`` now (ServerPool.submit / RetimedGpu.submit)."""
     st.BI[b, BI_DEVICE] = d
     st.DI[d, DI_OUT] += st.BI[b, BI_SIZE]
-    st.DI[d, DI_OUT_TOKENS] += st.BTOK[b]
+    st.DI[d, DI_OUT_TOKENS] += st.WTOK[st.SLOT[b]]
     if st.DI[d, DI_KIND] == D_POOL:
         if st.DI[d, DI_SERVERS] < 0 or st.DI[d, DI_BUSY] < st.DI[d, DI_SERVERS]:
             _pool_start(st, b, d, now)
         else:
             # the line: by priority (higher first), FIFO within one
             after = st.DI[d, DI_RUN_TAIL]
-            while after >= 0 and st.TK[st.BI[after, BI_TASK], 3] < st.TK[st.BI[b, BI_TASK], 3]:
-                after = st.BI[after, BI_PREV]
+            while after >= 0 and st.TK[st.WI[st.SLOT[after], WI_TASK], 3] < st.TK[st.WI[st.SLOT[b], WI_TASK], 3]:
+                after = st.WI[st.SLOT[after], WI_PREV]
             _link_insert(st, d, b, after)
         return
     _shared_advance(st, d, now)
     st.BF[b, BF_STARTED] = now
-    st.BF[b, BF_REMAINING] = st.BF[b, BF_WORK]
+    st.WF[st.SLOT[b], WF_REMAINING] = st.WF[st.SLOT[b], WF_WORK]
     _link_insert(st, d, b, st.DI[d, DI_RUN_TAIL])
     _shared_reschedule(st, d, now)
 
@@ -545,7 +593,7 @@ def _submit(st, b, d, now):
 def _pool_start(st, b, d, now):
     st.DI[d, DI_BUSY] += 1
     st.BF[b, BF_STARTED] = now
-    heapq.heappush(st.heap, (now + st.BF[b, BF_WORK], COMPLETION, st.S[0], EV_POOL_DONE, np.int64(b), 0.0))
+    heapq.heappush(st.heap, (now + st.WF[st.SLOT[b], WF_WORK], COMPLETION, st.S[0], EV_POOL_DONE, np.int64(b), 0.0))
     st.S[0] += 1
 
 
@@ -557,20 +605,20 @@ def _shared_advance(st, d, now):
         done = (now - st.DF[d, DF_UPDATED]) * (1.0 / n)
         b = st.DI[d, DI_RUN_HEAD]
         while b >= 0:
-            st.BF[b, BF_REMAINING] -= done
-            b = st.BI[b, BI_NEXT]
+            st.WF[st.SLOT[b], WF_REMAINING] -= done
+            b = st.WI[st.SLOT[b], WI_NEXT]
     st.DF[d, DF_UPDATED] = now
 
 
 @njit(cache=True, inline="always")
 def _shared_least(st, d):
     b = st.DI[d, DI_RUN_HEAD]
-    least = st.BF[b, BF_REMAINING]
-    b = st.BI[b, BI_NEXT]
+    least = st.WF[st.SLOT[b], WF_REMAINING]
+    b = st.WI[st.SLOT[b], WI_NEXT]
     while b >= 0:
-        if st.BF[b, BF_REMAINING] < least:
-            least = st.BF[b, BF_REMAINING]
-        b = st.BI[b, BI_NEXT]
+        if st.WF[st.SLOT[b], WF_REMAINING] < least:
+            least = st.WF[st.SLOT[b], WF_REMAINING]
+        b = st.WI[st.SLOT[b], WI_NEXT]
     return least
 
 
@@ -808,7 +856,7 @@ def _iterate(st, e, now):
     slot = _slot0(st) + e
     st.BI[slot, BI_SIZE] = decoding + admitted
     st.BF[slot, BF_FORMED] = now
-    st.BF[slot, BF_WORK] = work
+    st.WF[st.SLOT[slot], WF_WORK] = work
     st.EI[e, EI_DECODING] = decoding
     st.EI[e, EI_ADMITTED] = admitted
     st.EI[e, EI_ADMITTED_TOKENS] = admitted_tokens
@@ -816,19 +864,20 @@ def _iterate(st, e, now):
         # The admission record: these prompts' batch in the event log.
         b = st.S[1]
         st.S[1] += 1
+        _take_slot(st, b)
         st.S[3] += fresh
-        st.BI[b, BI_TASK] = t
+        st.WI[st.SLOT[b], WI_TASK] = t
         st.BI[b, BI_NAME] = st.EI[e, EI_NAME]
-        st.BI[b, BI_OFF] = off
+        st.WI[st.SLOT[b], WI_OFF] = off
         st.BI[b, BI_SIZE] = fresh
         st.BI[b, BI_WORKER_ID] = -1
-        st.BI[b, BI_WORKER] = -1
+        st.WI[st.SLOT[b], WI_WORKER] = -1
         st.BI[b, BI_DEVICE] = st.EI[e, EI_DEVICE]
-        st.BI[b, BI_QUEUE] = -1
-        st.BTOK[b] = 0
+        st.WI[st.SLOT[b], WI_QUEUE] = -1
+        st.WTOK[st.SLOT[b]] = 0
         st.BF[b, BF_FORMED] = now
         st.BF[b, BF_STARTED] = now
-        st.BF[b, BF_WORK] = work
+        st.WF[st.SLOT[b], WF_WORK] = work
         for k in range(off, off + fresh):
             st.batch_of[st.bp[k]] = b
         st.EI[e, EI_RECORD] = b
@@ -855,9 +904,10 @@ def _iteration_done(st, e, now):
     decoding = st.EI[e, EI_DECODING]
     b = st.EI[e, EI_RECORD]
     if b >= 0:
-        off = st.BI[b, BI_OFF]
+        off = st.WI[st.SLOT[b], WI_OFF]
         for k in range(off, off + st.BI[b, BI_SIZE]):
             st.first_at[st.bp[k]] = now
+        _free_slot(st, b)  # (the admission record: nothing reads its slot after)
     # decoding rows gain their tokens, admitted rows one; rows with all their tokens leave,
     # the others keep their order
     counts = st.EI[e, EI_TOTAL] >= 0
@@ -895,10 +945,11 @@ def _continuous_init(st):
     """The engines' iteration slots in the batch table, before the run."""
     slot0 = _slot0(st)
     for e in range(st.EI.shape[0]):
-        st.BI[slot0 + e, BI_TASK] = st.EI[e, EI_TASK]
-        st.BTOK[slot0 + e] = 0
-        st.BI[slot0 + e, BI_QUEUE] = -1
-        st.BI[slot0 + e, BI_WORKER] = -1
+        _take_slot(st, slot0 + e)
+        st.WI[st.SLOT[slot0 + e], WI_TASK] = st.EI[e, EI_TASK]
+        st.WTOK[st.SLOT[slot0 + e]] = 0
+        st.WI[st.SLOT[slot0 + e], WI_QUEUE] = -1
+        st.WI[st.SLOT[slot0 + e], WI_WORKER] = -1
         st.BI[slot0 + e, BI_WORKER_ID] = -1
 
 
@@ -911,20 +962,24 @@ def _batch_done(st, b, now):
     if b >= st.BI.shape[0] - st.EI.shape[0]:  # a continuous engine's iteration
         _iteration_done(st, b - (st.BI.shape[0] - st.EI.shape[0]), now)
         return
+    s = st.SLOT[b]
     start = st.BF[b, BF_STARTED]
-    work = st.BF[b, BF_WORK]
+    work = st.WF[s, WF_WORK]
     stretch = (now - start) / work if work > 0 else 1.0
-    first = start + st.BF[b, BF_FIRST] * stretch
-    off = st.BI[b, BI_OFF]
+    first = start + st.WF[s, WF_FIRST] * stretch
+    off = st.WI[s, WI_OFF]
     for k in range(off, off + st.BI[b, BI_SIZE]):
         st.done_at[st.bp[k]] = now
         st.first_at[st.bp[k]] = first
-    q = np.int64(st.BI[b, BI_QUEUE])  # (int64 as every queue index _poll gets: one compiled _poll)
+    q = np.int64(st.WI[s, WI_QUEUE])  # (int64 as every queue index _poll gets: one compiled _poll)
+    worker = st.WI[s, WI_WORKER]
+    tokens = st.WTOK[s]
+    _free_slot(st, b)  # (before _poll, which may form batches into it)
     if q < 0:
         return
     st.QI[q, QI_IN_SERVICE] -= st.BI[b, BI_SIZE]
-    st.QI[q, QI_TOKENS] -= st.BTOK[b]
-    _idle_push(st, q, st.BI[b, BI_WORKER])
+    st.QI[q, QI_TOKENS] -= tokens
+    _idle_push(st, q, worker)
     _poll(st, q, now)
 
 
@@ -933,7 +988,7 @@ def _pool_finish(st, b, now):
     d = st.BI[b, BI_DEVICE]
     st.DI[d, DI_BUSY] -= 1
     st.DI[d, DI_OUT] -= st.BI[b, BI_SIZE]
-    st.DI[d, DI_OUT_TOKENS] -= st.BTOK[b]
+    st.DI[d, DI_OUT_TOKENS] -= st.WTOK[st.SLOT[b]]
     # The next waiting batch starts before the finished batch's worker is told.
     head = st.DI[d, DI_RUN_HEAD]
     if head >= 0:
@@ -951,13 +1006,13 @@ def _shared_finish(st, d, now):
     n = 0
     b = st.DI[d, DI_RUN_HEAD]
     while b >= 0:
-        following = st.BI[b, BI_NEXT]
-        if st.BF[b, BF_REMAINING] <= least + tolerance:
+        following = st.WI[st.SLOT[b], WI_NEXT]
+        if st.WF[st.SLOT[b], WF_REMAINING] <= least + tolerance:
             finished[n] = b
             n += 1
             _link_remove(st, d, b)
             st.DI[d, DI_OUT] -= st.BI[b, BI_SIZE]
-            st.DI[d, DI_OUT_TOKENS] -= st.BTOK[b]
+            st.DI[d, DI_OUT_TOKENS] -= st.WTOK[st.SLOT[b]]
         b = following
     _shared_reschedule(st, d, now)
     for k in range(n):

@@ -45,7 +45,7 @@ from simulator.profile.kinds.spec_decode import SpecDecodeService
 from simulator.profile.kinds.table import AXES as TABLE_AXIS_NAMES, TableService
 from simulator.scenario import Scenario
 from simulator.settings import RUN, TASK, service_overrides
-from simulator.trace.model import Trace
+from simulator.trace.model import PROMPT_INT, Trace, TraceColumns
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -114,10 +114,24 @@ class _Lowered:
     """The arrays of one run, in the kernel's argument order."""
 
     args: tuple
-    prompts: PromptColumns
     queue_names: list[str]
     gpu_of_device: np.ndarray
     out_of_draws: np.ndarray  # set by the kernel when a continuous task needs more draws
+    columns: TraceColumns
+    names: list[str]
+    resources: list[str]
+    prompt_tokens: np.ndarray  # (32-bit; kept for the next run of the trace: never written)
+    max_tokens: np.ndarray
+
+    def prompts(self) -> PromptColumns:
+        """What the event log knows of every prompt, made after the run (the kernel's peak
+        then holds none of it: the arrival instants, the 64-bit token counts, which are
+        copies, never the arrays lowering keeps)."""
+        cols = self.columns
+        return PromptColumns(call_ids=cols.call_ids, call_of=cols.call_of, prompt_index=cols.prompt_index,
+                             task_names=self.names, task_of=cols.task_of, resources=self.resources,
+                             prompt_tokens=self.prompt_tokens.astype(np.int64),
+                             max_tokens=self.max_tokens.astype(np.int64), arrived_at=cols.call_t[cols.call_of])
 
 
 def _rule_slot(rules: list[tuple[int, int, int]], name: str) -> int:
@@ -146,7 +160,6 @@ def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int,
     n_tasks = len(names)
     task_of = cols.task_of
     ptok, mtok, counts = _token_counts(cols, task_profiles, configs)
-    arrived = cols.call_t[cols.call_of]
     order, g_start, g_front, call_g0 = _groups(cols, scenario.group_order)
 
     # Devices: the GPUs, then a CPU pool per CPU task (built as the reference builds them).
@@ -289,20 +302,14 @@ def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int,
     engine_arrays = _engines(scenario, configs, task_profiles, names, engines, counts, ptok, mtok, task_of,
                              order)
     args = (
-        cols.call_t, call_g0, g_start, g_front, order, arrived,
-        ptok.astype(np.int64, copy=False), mtok.astype(np.int64, copy=False), int_table(fronts, 10), QI, QF, worker_device,
+        cols.call_t, call_g0, g_start, g_front, order, cols.call_of, ptok, mtok, int_table(fronts, 10), QI, QF, worker_device,
         np.arange(len(worker_device), dtype=np.int64), DI, np.zeros((n_dev, 1)), np.array(devlist, dtype=np.int64),
         int_table(rules, 3), TK, TMEAN, TSCALE,
         np.concatenate(draws) if draws else np.zeros(0), NOISE0, TPI, GRID, GLEN, GVAL, GAXIS,
         float(scenario.cold_start), len(workers), dispatch_rng, SI, SF, SRNG, *engine_arrays,
     )
     resources = [c.resource or tp.resource for c, tp in zip(configs, task_profiles, strict=True)]
-    if len(task_of) <= KEPT_PROMPTS:
-        ptok, mtok = ptok.copy(), mtok.copy()  # (kept arrays: a log a notebook edits must not reach them)
-    prompts = PromptColumns(call_ids=cols.call_ids, call_of=cols.call_of, prompt_index=cols.prompt_index,
-                            task_names=names, task_of=task_of, resources=resources, prompt_tokens=ptok,
-                            max_tokens=mtok, arrived_at=arrived)
-    return _Lowered(args, prompts, queue_names, DI[:, 2].copy(), engine_arrays[-1])
+    return _Lowered(args, queue_names, DI[:, 2].copy(), engine_arrays[-1], cols, names, resources, ptok, mtok)
 
 
 #: Traces of at most this many prompts have the arrays lowered from their prompt columns
@@ -352,9 +359,11 @@ def _token_counts(cols, task_profiles: list, configs: list) -> tuple[np.ndarray,
 
     def make() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         n_tasks, task_of = len(task_profiles), cols.task_of
-        default_prompt = np.array([p for p, _ in defaults], dtype=np.int64)
-        default_max = np.array([m for _, m in defaults], dtype=np.int64)
-        cap = np.array([c if c is not None else np.iinfo(np.int64).max for c in caps], dtype=np.int64)
+        # 32-bit as the trace's columns (a profile's defaults and a cap are below 2**31): half
+        # the memory a prompt of the kernel's inputs, which a large replay's peak holds
+        default_prompt = np.array([p for p, _ in defaults], dtype=PROMPT_INT)
+        default_max = np.array([m for _, m in defaults], dtype=PROMPT_INT)
+        cap = np.array([c if c is not None else np.iinfo(PROMPT_INT).max for c in caps], dtype=PROMPT_INT)
         ptok = np.where(cols.prompt_tokens < 0, default_prompt[task_of], cols.prompt_tokens) if n_tasks \
             else cols.prompt_tokens
         mtok = np.where(cols.max_tokens <= 0, default_max[task_of], cols.max_tokens) if n_tasks else cols.max_tokens
@@ -575,4 +584,4 @@ def _run(trace: Trace, scenario: Scenario, profile: Profile, seed: int) -> tuple
         preemptions=preemptions, batch_id=batch_id, formed_at=formed_at, started_at=started_at, device=device,
         worker=worker, size=size, queue=queue, queue_names=lowered.queue_names,
     )
-    return lowered.prompts, outcome
+    return lowered.prompts(), outcome
