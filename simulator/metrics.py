@@ -52,6 +52,7 @@ import numpy as np
 
 from simulator.errors import FigureError
 from simulator.events import LogColumns
+from simulator.memo import Memo
 from simulator.padding import batch_work, continuous_of, padding_totals
 from simulator.scenario import Compositions
 
@@ -982,7 +983,7 @@ class _Layout:
         bits = np.uint8 if len(self.task_names) <= 8 else np.int64  # (a byte a prompt where it suffices)
         self.mask = self.per_call.reduce(np.bitwise_or, np.left_shift(bits(1), self.task_codes.astype(bits)), bits(0))
         self._pairs: tuple[np.ndarray, list[int], np.ndarray, np.ndarray] | None = None
-        self._classes: dict[int, tuple[Compositions, np.ndarray]] = {}
+        self._classes = Memo(8)
 
     def pairs(self) -> tuple[np.ndarray, list[int], np.ndarray, np.ndarray]:
         """Per call a bit per task it holds (calls × tasks), the calls holding each task
@@ -999,20 +1000,16 @@ class _Layout:
     def classes(self, rules: Compositions) -> np.ndarray:
         """Each call's composition class by ``rules``: its index in ``rules.labels``, -1 for
         a call of no class."""
-        known = self._classes.get(id(rules))
-        if known is not None and known[0] is rules:
-            return known[1]
-        labels = list(rules.labels)
-        task_names = self.task_names
-        distinct, mask_of = np.unique(self.mask, return_inverse=True)
-        label_of = np.array([labels.index(c) if (c := rules.classify(frozenset(
-            str(task_names[i]) for i in range(len(task_names)) if m >> i & 1))) in labels else -1
-            for m in distinct.tolist()], dtype=np.int64)
-        call_class = label_of[mask_of] if len(distinct) else np.zeros(0, dtype=np.int64)
-        if len(self._classes) >= 8:
-            self._classes.clear()
-        self._classes[id(rules)] = (rules, call_class)  # (the rules kept: their id is not reused meanwhile)
-        return call_class
+        def make() -> np.ndarray:
+            labels = list(rules.labels)
+            task_names = self.task_names
+            distinct, mask_of = np.unique(self.mask, return_inverse=True)
+            label_of = np.array([labels.index(c) if (c := rules.classify(frozenset(
+                str(task_names[i]) for i in range(len(task_names)) if m >> i & 1))) in labels else -1
+                for m in distinct.tolist()], dtype=np.int64)
+            return label_of[mask_of] if len(distinct) else np.zeros(0, dtype=np.int64)
+
+        return self._classes.get((rules,), (), make)
 
 
 #: Layouts by their log's call and task columns (see :func:`_layout`).

@@ -49,6 +49,7 @@ from typing import Any
 
 from simulator.errors import ScenarioError, SimctlWarning
 from simulator.inputs import control_character
+from simulator.memo import Memo
 from simulator.settings import ENGINES, RUN, ClosedLoop, RunSettings, TaskConfig, check_values, parse_client
 
 #: The conditions a composition class may set on a call's set of tasks.
@@ -112,7 +113,7 @@ class Compositions:
 
 
 #: Complete task configurations made by :func:`task_config`, by their defaults and overrides.
-_TASK_CONFIGS: dict[tuple, tuple[TaskConfig, TaskConfig]] = {}
+_TASK_CONFIGS = Memo(4096)
 #: The override values :func:`task_config` keeps its result for, compared by type and value
 #: (floats by their exact bits: an override of 1 and one of 1.0, or 0.0 and -0.0, make
 #: different configurations).
@@ -125,15 +126,8 @@ def task_config(defaults: TaskConfig, overrides: Mapping[str, Any]) -> TaskConfi
     otherwise make its tasks' configurations again (a configuration is frozen: sharing it is safe)."""
     if not all(type(v) in _PLAIN for v in overrides.values()):
         return replace(defaults, **overrides)
-    key = (id(defaults), *((k, v.hex() if type(v) is float else (type(v), v)) for k, v in overrides.items()))
-    known = _TASK_CONFIGS.get(key)
-    if known is not None and known[0] is defaults:
-        return known[1]
-    config = replace(defaults, **overrides)
-    if len(_TASK_CONFIGS) >= 4096:
-        _TASK_CONFIGS.clear()
-    _TASK_CONFIGS[key] = (defaults, config)  # (the defaults kept: their id is not reused meanwhile)
-    return config
+    key = tuple((k, v.hex() if type(v) is float else (type(v), v)) for k, v in overrides.items())
+    return _TASK_CONFIGS.get((defaults,), key, lambda: replace(defaults, **overrides))
 
 
 @dataclass(frozen=True)

@@ -516,13 +516,14 @@ def test_what_lowering_keeps_is_bounded_in_bytes(monkeypatch):
 
     scenario = build_scenario(path="design-notes", run={"engine": "fast"})
     profile = load_profile("seed-calibrated")
+    from simulator.memo import array_bytes
+
     fast._KEPT.clear()
-    fast._KEPT_SIZE[0] = 0
-    monkeypatch.setattr(fast, "KEPT_BYTES", 20_000)
+    monkeypatch.setattr(fast._KEPT, "max_bytes", 20_000)
     for seed in range(4):
         simulate(TRACE, scenario, profile, seed)
-        assert fast._KEPT_SIZE[0] == sum(fast._nbytes(v) + fast._nbytes(s) for s, v in fast._KEPT.values())
-        assert fast._KEPT_SIZE[0] <= 20_000 or len(fast._KEPT) == 1
+        assert fast._KEPT.nbytes == sum(array_bytes(v) + array_bytes(s) for s, v in fast._KEPT.items())
+        assert fast._KEPT.nbytes <= 20_000 or len(fast._KEPT) == 1
 
 
 def test_more_batches_in_flight_than_the_kernel_first_holds_grow_its_working_slots():

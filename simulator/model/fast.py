@@ -34,6 +34,7 @@ import numpy as np
 
 from simulator.events import LogColumns
 from simulator.interrupts import sigint_deferred
+from simulator.memo import Memo
 from simulator.model.dispatch import DISPATCH_RULES
 from simulator.model.log import Outcome, PromptColumns, build_event_log, event_columns
 from simulator.model.policies import POLICIES
@@ -316,17 +317,9 @@ def lower(trace: Trace, scenario: Scenario, profile: Profile, seed: int,
 #: alone kept for the next run of the same columns (:func:`_kept`); a larger replay's are
 #: not held after it.
 KEPT_PROMPTS = 1 << 16
-#: At most this many bytes of arrays are kept (those made and the trace's columns they were
-#: made from), whatever the number of traces, seeds and tasks a process runs.
-KEPT_BYTES = 64 << 20
-_KEPT: dict[tuple, tuple[tuple[np.ndarray, ...], object]] = {}
-_KEPT_SIZE = [0]  # bytes held in _KEPT
-
-
-def _nbytes(value: object) -> int:
-    """The bytes of the arrays in ``value`` (an array or a tuple of them)."""
-    items = value if isinstance(value, tuple) else (value,)
-    return sum(a.nbytes for a in items if isinstance(a, np.ndarray))
+#: What :func:`_kept` keeps: at most 64 MiB of arrays (those made and the trace's columns
+#: they were made from), whatever the number of traces, seeds and tasks a process runs.
+_KEPT = Memo(256, max_bytes=64 << 20)
 
 
 def _kept(key: tuple, sources: tuple[np.ndarray, ...], make):
@@ -337,18 +330,7 @@ def _kept(key: tuple, sources: tuple[np.ndarray, ...], make):
     takes copies of those it holds (:func:`lower`)."""
     if len(sources[0]) > KEPT_PROMPTS:
         return make()
-    key = (*key, *(id(s) for s in sources))
-    known = _KEPT.get(key)
-    if known is not None and all(a is b for a, b in zip(known[0], sources, strict=True)):
-        return known[1]
-    value = make()
-    size = _nbytes(value) + _nbytes(sources)
-    if len(_KEPT) >= 256 or _KEPT_SIZE[0] + size > KEPT_BYTES:
-        _KEPT.clear()
-        _KEPT_SIZE[0] = 0
-    _KEPT[key] = (sources, value)  # (the sources kept: their ids are not reused meanwhile)
-    _KEPT_SIZE[0] += size
-    return value
+    return _KEPT.get(sources, key, make)
 
 
 def _token_counts(cols, task_profiles: list, configs: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -399,24 +381,18 @@ def _noise_draws(cols, seed: int, task: str, dist: str, cv: float, n: int) -> np
 
 
 #: Mean service seconds by batch size, per service (see :func:`_batch_means`).
-_BATCH_MEANS: dict[int, tuple[object, np.ndarray]] = {}
+_BATCH_MEANS = Memo(64)
 
 
 def _batch_means(service: DistributionService, sizes: int) -> np.ndarray:
     """A distribution service's mean seconds of a batch of 1..``sizes`` prompts, kept per
     (frozen) service for the next run of it."""
-    known = _BATCH_MEANS.get(id(service))
-    if known is not None and known[0] is service and len(known[1]) >= sizes:
-        return known[1][:sizes]
-    means = np.array([service.batch_mean(size) for size in range(1, sizes + 1)], dtype=float)
-    if len(_BATCH_MEANS) >= 64:
-        _BATCH_MEANS.clear()
-    _BATCH_MEANS[id(service)] = (service, means)  # (the service kept: its id is not reused meanwhile)
-    return means
+    return _BATCH_MEANS.get((service,), (sizes,), lambda: np.array(
+        [service.batch_mean(size) for size in range(1, sizes + 1)], dtype=float))
 
 
 #: Iteration seconds by rows, per task profile (see :func:`_iteration_seconds`).
-_ITERATION_SECONDS: dict[tuple, tuple[object, np.ndarray]] = {}
+_ITERATION_SECONDS = Memo(64)
 
 
 def _iteration_seconds(tp, rows: int) -> np.ndarray:
@@ -424,16 +400,12 @@ def _iteration_seconds(tp, rows: int) -> np.ndarray:
     admits no overrides), as the reference engine's step cost gives them; the batch-average
     kinds' iteration costs draw nothing. Kept per (frozen) service for the next run of it."""
     service = tp.service
-    key = (id(service), tp.prompt_tokens, tp.max_tokens, tp.tokens_per_iteration)
-    known = _ITERATION_SECONDS.get(key)
-    if known is not None and known[0] is service and len(known[1]) > rows:
-        return known[1][:rows + 1]
-    cost = step_cost(tp, service)
-    seconds = np.array([0.0] + [cost.step(r, [], 0, cast(np.random.Generator, None)) for r in range(1, rows + 1)])
-    if len(_ITERATION_SECONDS) >= 64:
-        _ITERATION_SECONDS.clear()
-    _ITERATION_SECONDS[key] = (service, seconds)  # (the service kept: its id is not reused meanwhile)
-    return seconds
+
+    def make() -> np.ndarray:
+        cost = step_cost(tp, service)
+        return np.array([0.0] + [cost.step(r, [], 0, cast(np.random.Generator, None)) for r in range(1, rows + 1)])
+
+    return _ITERATION_SECONDS.get((service,), (tp.prompt_tokens, tp.max_tokens, tp.tokens_per_iteration, rows), make)
 
 
 def _engines(scenario: Scenario, configs: list, task_profiles: list, names: list[str],
@@ -513,21 +485,14 @@ def _lower_services(names: list[str], configs: list, task_profiles: list, seed: 
 
 
 #: A service's kernel parameter rows, per service (see :func:`_lowered_service`).
-_LOWERED_SERVICES: dict[int, tuple[object, tuple[np.ndarray, np.ndarray]]] = {}
+_LOWERED_SERVICES = Memo(64)
 
 
 def _lowered_service(service) -> tuple[np.ndarray, np.ndarray]:
     """``lower_service(service)``, kept per (frozen) service for the next run of it."""
     from simulator.model.kernel_service import lower_service
 
-    known = _LOWERED_SERVICES.get(id(service))
-    if known is not None and known[0] is service:
-        return known[1]
-    rows = lower_service(service)
-    if len(_LOWERED_SERVICES) >= 64:
-        _LOWERED_SERVICES.clear()
-    _LOWERED_SERVICES[id(service)] = (service, rows)  # (the service kept: its id is not reused meanwhile)
-    return rows
+    return _LOWERED_SERVICES.get((service,), (), lambda: lower_service(service))
 
 
 def _grid_size(service) -> int:
