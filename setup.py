@@ -6,9 +6,12 @@ users of the checkout find them; at build time they are copied into the package 
 (:mod:`simulator.bundled`).
 
 The wheel also carries the fast engine compiled for the building machine
-(``simulator/model/_compiled/``, numba's cache files, written by ``python -m
-simulator.model.precompile``), so the first replay after ``pip install`` loads the kernel
-instead of compiling it for about a minute; that is why ``pyproject.toml``'s build-system
+(``simulator/model/_compiled/``, written by ``python -m simulator.model.precompile``): an
+extension module of the kernel that runs without numba, and numba's cache files of it, so
+the first replay after ``pip install`` neither compiles the kernel for about a minute nor
+loads numba; the extension makes the wheel one for this platform and Python. The build
+compiles with numba's ahead-of-time compiler, which needs a C compiler (without one the
+wheel carries numba's cache alone); that is why ``pyproject.toml``'s build-system
 requires the libraries the precompile imports. A checkout's own ``simulator/model/_compiled/``
 (``make env`` writes it) is copied instead of compiling again where its stamp matches the
 sources built and the building interpreter. ``SIMCTL_NO_PRECOMPILE=1`` builds a wheel
@@ -22,7 +25,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Distribution, setup
 from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
@@ -57,4 +60,12 @@ class BuildWithBundledData(build_py):
                            env=env, check=True, cwd=self.build_lib)
 
 
-setup(cmdclass={"build_py": BuildWithBundledData})
+class WithCompiledKernel(Distribution):
+    """A distribution holding a compiled extension (the kernel's): its wheel is tagged for
+    this platform and Python, not as pure Python."""
+
+    def has_ext_modules(self) -> bool:
+        return not os.environ.get("SIMCTL_NO_PRECOMPILE")
+
+
+setup(cmdclass={"build_py": BuildWithBundledData}, distclass=WithCompiledKernel)

@@ -6,14 +6,14 @@ installs it into a fresh virtualenv in a temporary folder and runs ``simctl repl
 design-notes`` from another folder, measuring each command's CPU time (user + system of the
 child processes, so other work on the machine does not count):
 
-* the first replay, as a user types it, with an empty ``NUMBA_CACHE_DIR``: the bundled trace is
-  a small run, which ``run.engine = auto`` gives to the reference engine (loading the kernel
-  would cost more than the run: ``simulator.model.engine.SMALL_RUN_PROMPTS``);
-* the first replay on the kernel (``--engine fast``), with an empty ``NUMBA_CACHE_DIR``: the
-  kernel comes from the packaged cache;
-* the second replay on the kernel, with the cache the first left;
-* for reference, a replay on the kernel that compiles it: an empty ``NUMBA_CACHE_DIR`` and the
-  packaged cache left unread (``SIMCTL_NO_PACKAGED_CACHE=1``), as on a machine whose CPU,
+* the first replay, as a user types it, with an empty ``NUMBA_CACHE_DIR``: ``run.engine =
+  auto`` runs it on the kernel's extension, compiled into the wheel, without loading numba
+  (``simulator.model.compiled``);
+* the same replay on numba's kernel (``SIMCTL_NO_EXTENSION=1``: as where the extension is
+  unusable), with an empty ``NUMBA_CACHE_DIR``: the kernel comes from the packaged cache;
+  then a second time, with the cache the first left;
+* for reference, a replay on numba's kernel that compiles it: an empty ``NUMBA_CACHE_DIR`` and
+  the packaged cache left unread (``SIMCTL_NO_PACKAGED_CACHE=1``), as on a machine whose CPU,
   numba or Python differs from the build's.
 
 To download nothing, the virtualenv reads its dependencies from this interpreter's
@@ -116,15 +116,19 @@ def measure(root: Path) -> dict:
         return seconds, done.stderr, ran.group(1) if ran else "?"
 
     plain, plain_err, plain_engine = replay(root / "plain-cache")
-    first, first_err, first_engine = replay(root / "cache", *ON_KERNEL)
-    second, second_err, _ = replay(root / "cache", *ON_KERNEL)
-    cold, cold_err, _ = replay(root / "cold-cache", *ON_KERNEL, SIMCTL_NO_PACKAGED_CACHE="1")
+    on_numba = {"SIMCTL_NO_EXTENSION": "1"}
+    first, first_err, first_engine = replay(root / "cache", *ON_KERNEL, **on_numba)
+    second, second_err, _ = replay(root / "cache", *ON_KERNEL, **on_numba)
+    cold, cold_err, _ = replay(root / "cold-cache", *ON_KERNEL, SIMCTL_NO_PACKAGED_CACHE="1", **on_numba)
     if first_engine != "fast":
         raise SystemExit(f"simctl {' '.join(COMMAND + ON_KERNEL)} ran on engine={first_engine}, not the kernel")
+    extension = subprocess.run([str(python), "-c", "from simulator.model.compiled import extension; "
+                                "print(extension() is not None)"], cwd=work, env=env, capture_output=True,
+                               text=True, check=True).stdout.strip() == "True"
     return {
         "command": "simctl " + " ".join(COMMAND),
         "plain_replay_cpu_s": round(plain, 2), "plain_replay_engine": plain_engine,
-        "plain_replay_compiled": COMPILING in plain_err,
+        "plain_replay_compiled": COMPILING in plain_err, "extension": extension,
         "first_replay_cpu_s": round(first, 2), "first_replay_compiled": COMPILING in first_err,
         "second_replay_cpu_s": round(second, 2), "second_replay_compiled": COMPILING in second_err,
         "compiling_replay_cpu_s": round(cold, 2), "compiling_replay_said_so": COMPILING in cold_err,
@@ -133,26 +137,29 @@ def measure(root: Path) -> dict:
     }
 
 
-def _engine_words(engine: str) -> str:
+def _engine_words(r: dict) -> str:
+    engine = r["plain_replay_engine"]
+    if engine == "fast":
+        return "the kernel's extension, numba never loaded" if r["extension"] else "numba's kernel"
     return "the reference engine: a small run" if engine.startswith("reference (a small run") else f"engine {engine}"
 
 
 def text_of(r: dict) -> str:
     return (f"First replay after `pip install` (`{r['command']}`, whole command, empty `NUMBA_CACHE_DIR`; "
-            f"{_engine_words(r['plain_replay_engine'])}): **{r['plain_replay_cpu_s']:.1f} CPU-s**. The same "
-            f"command on the compiled kernel (`--engine fast`, the kernel loaded from the wheel's packaged cache): "
-            f"{r['first_replay_cpu_s']:.1f} CPU-s the first time, {r['second_replay_cpu_s']:.1f} CPU-s the "
-            f"second; a replay that compiles the kernel (no usable cache: "
-            f"another CPU, numba or Python than the build's) {r['compiling_replay_cpu_s']:.1f} CPU-s. Building the "
-            f"wheel, which compiles the kernel once, {r['wheel_build_cpu_s']:.0f} CPU-s. CPU time of the child "
-            f"processes (user + system), Python {r['python']} on {r['machine']}.")
+            f"{_engine_words(r)}): **{r['plain_replay_cpu_s']:.1f} CPU-s**. The same command on numba's kernel "
+            f"(`--engine fast` with `SIMCTL_NO_EXTENSION=1`, as where the extension is unusable; the kernel "
+            f"loaded from the wheel's packaged cache): {r['first_replay_cpu_s']:.1f} CPU-s the first time, "
+            f"{r['second_replay_cpu_s']:.1f} CPU-s the second; a replay that compiles the kernel (no usable "
+            f"cache: another CPU, numba or Python than the build's) {r['compiling_replay_cpu_s']:.1f} CPU-s. "
+            f"Building the wheel, which compiles the kernel into numba's cache and into the extension, "
+            f"{r['wheel_build_cpu_s']:.0f} CPU-s. CPU time of the child processes (user + system), Python "
+            f"{r['python']} on {r['machine']}.")
 
 
 def readme_row(r: dict) -> str:
     return (f"{README_ROW} (`{r['command']}`, empty numba cache, whole command) | **{r['plain_replay_cpu_s']:.1f} "
-            f"CPU-s** ({_engine_words(r['plain_replay_engine'])}); on the compiled kernel (`--engine fast`) "
-            f"{r['first_replay_cpu_s']:.1f} CPU-s, loaded from the wheel's packaged cache; compiling instead (no "
-            f"usable cache) "
+            f"CPU-s** ({_engine_words(r)}); on numba's kernel {r['first_replay_cpu_s']:.1f} CPU-s, loaded from the "
+            f"wheel's packaged cache; compiling instead (no usable cache) "
             f"{r['compiling_replay_cpu_s']:.0f} CPU-s | `benchmarks/first_run.py`, "
             f"[docs/benchmarks.md](docs/benchmarks.md#the-first-run) |")
 

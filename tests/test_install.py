@@ -201,6 +201,18 @@ for name, args in commands.items():
     found[name] = {"status": result.exit_code, "stdout": result.stdout, "stderr": result.stderr,
                    "exception": repr(result.exception)}
     if name == "first":
+        import os
+
+        from simulator.model import compiled
+
+        found["extension"] = compiled.extension() is not None
+        found["numba_loaded"] = "numba" in sys.modules
+        # the same replay on numba's kernel: the packaged cache, loaded, not compiled
+        os.environ[compiled.NO_EXTENSION] = "1"
+        compiled.extension.cache_clear()
+        found["on_numba"] = CliRunner().invoke(app, args).exit_code
+        del os.environ[compiled.NO_EXTENSION]
+        compiled.extension.cache_clear()
         from simulator.model import batch_kernel
 
         stats = batch_kernel.run_kernel.stats
@@ -227,7 +239,7 @@ print(json.dumps(found))
 def test_wheel_installs_and_runs_from_a_temporary_folder(tmp_path):
     import tomllib
 
-    from simulator.model import kernel_cache, precompile
+    from simulator.model import compiled, kernel_cache, precompile
 
     # Nothing of the checkout on the path: pip would take its simctl_llm.egg-info for an installed simctl-llm.
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
@@ -254,7 +266,9 @@ def test_wheel_installs_and_runs_from_a_temporary_folder(tmp_path):
     with zipfile.ZipFile(wheel) as packed:  # the fast engine compiled at build time (setup.py)
         assert any(n.startswith("simulator/model/_compiled/model/batch_kernel.run_kernel-") and n.endswith(".nbi")
                    for n in packed.namelist())
+        assert f"simulator/model/_compiled/{compiled.extension_stamp()['file']}" in packed.namelist()
         packed_stamp = json.loads(packed.read(f"simulator/model/_compiled/{kernel_cache.STAMP}"))
+    assert not wheel.name.endswith("-none-any.whl")  # (a wheel with an extension is for its platform)
     # A checkout whose compiled folder is current (make env) is not compiled again, where the
     # build's numba is the one it was compiled with.
     if precompile.reusable(kernel_cache.COMPILED) and packed_stamp == precompile.build_key():
@@ -284,8 +298,10 @@ def test_wheel_installs_and_runs_from_a_temporary_folder(tmp_path):
     found = json.loads(done.stdout.splitlines()[-1])
     for name in ("first", "replay", "json", "sweep", "plan"):
         assert found[name]["status"] == 0, (name, found[name])
-    # The first replay with an empty numba cache loads the packaged kernel: cache hits, no compile.
-    assert found["hits"] >= 1 and found["misses"] == 0
+    # The first replay runs the wheel's extension of the kernel, without loading numba; on
+    # numba's kernel, with an empty numba cache, it loads the packaged cache: hits, no compile.
+    assert found["extension"] and not found["numba_loaded"]
+    assert found["on_numba"] == 0 and found["hits"] >= 1 and found["misses"] == 0
     assert "engine=fast" in found["first"]["stdout"]
     assert "compiling the fast engine" not in found["first"]["stderr"]
     assert found["library_prompts"] == 347

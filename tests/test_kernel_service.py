@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from simulator.model.kernel_service import batch_service, lower_service, pairwise_sum
+from simulator.model.kernel_layout import lower_service
+from simulator.model.kernel_service import batch_service, pairwise_sum
 from simulator.profile import profile_from_dict
 from simulator.profile.iteration import first_token_seconds
 from simulator.profile.kinds import BatchShape

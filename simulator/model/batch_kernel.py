@@ -40,7 +40,39 @@ from simulator.model import (
     kernel_cache,  # noqa: F401  (the cache keyed on every kernel source)
 )
 from simulator.model.kernel import ARRIVAL, COMPLETION, TIMER
-from simulator.model.kernel_service import SI_KIND, SK_BATCH, batch_service, task_stream
+from simulator.model.kernel_layout import (
+    BF_FORMED,
+    BF_STARTED,
+    BI_DEVICE,
+    BI_NAME,
+    BI_SIZE,
+    BI_WORKER_ID,
+    EI_ADMITTED,
+    EI_ADMITTED_TOKENS,
+    EI_BS,
+    EI_BUDGET,
+    EI_BUSY,
+    EI_DECODING,
+    EI_DEVICE,
+    EI_FREE,
+    EI_MAXQ,
+    EI_MAXROWS,
+    EI_NAME,
+    EI_OUT_TOKENS,
+    EI_R0,
+    EI_RECORD,
+    EI_ROWS,
+    EI_RUNNING,
+    EI_SEQ,
+    EI_TASK,
+    EI_TOTAL,
+    EI_WAITING,
+    EI_WHEAD,
+    EI_WTAIL,
+    SI_KIND,
+    SK_BATCH,
+)
+from simulator.model.kernel_service import batch_service, task_stream
 from simulator.model.rules import continuous as rules_continuous, queue as rules_queue
 from simulator.profile.kinds.table import grid_mean as _grid_mean_py
 
@@ -83,10 +115,7 @@ FI_KIND, FI_Q0, FI_Q1, FI_RULE, FI_PER_GROUP, FI_DL0, FI_DL1, FI_MAXB, FI_NAME, 
 DI_KIND, DI_SERVERS, DI_GPU, DI_BUSY, DI_OUT, DI_OUT_TOKENS, DI_VERSION, DI_RUN_HEAD, DI_RUN_TAIL, \
     DI_RUN_COUNT = range(10)
 DF_UPDATED = 0
-# Columns of the batch table BI (int32: ids and sizes below 2**31, a trace holds fewer
-# prompts) and BF, one row per batch: what the event log reads of it after the run.
-BI_NAME, BI_SIZE, BI_WORKER_ID, BI_DEVICE = range(4)
-BF_FORMED, BF_STARTED = range(2)
+# Columns of the batch table BI and BF: simulator.model.kernel_layout.
 # Columns of the working tables WI (int32), WF and WTOK (int64: a batch's tokens can pass
 # 2**31): one row a slot, which a batch holds from its formation to its end and then frees
 # for the next (SLOT: each batch's slot). At one batch a prompt (batches of one) a row per
@@ -660,11 +689,7 @@ def _shared_reschedule(st, d, now):
 #   ``CS[0] = 1`` and the caller runs it again with more.
 
 
-# Columns of the engine state EI.
-EI_TASK, EI_DEVICE, EI_NAME, EI_MAXROWS, EI_BUDGET, EI_BS, EI_TOTAL, EI_FREE, EI_MAXQ, EI_BUSY, EI_OUT_TOKENS, \
-    EI_RUNNING, EI_WHEAD, EI_WTAIL, EI_WAITING, EI_R0, EI_ROWS, EI_DECODING, EI_ADMITTED, EI_ADMITTED_TOKENS, \
-    EI_RECORD, EI_SEQ = range(22)
-EI_WIDTH = 22
+# Columns of the engine state EI: simulator.model.kernel_layout.
 # Columns of the per-task state CTI (ints) and CTF (floats).
 CT_WHOLE = 0   # CTI: the whole tokens a decoding row commits per iteration
 CT_FRAC = 0    # CTF: the fraction of one more token (0: none drawn)

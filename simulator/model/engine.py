@@ -19,7 +19,6 @@ not reshuffle another task's service times.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -293,8 +292,9 @@ def _engine_choice(trace: Trace, scenario: Scenario, profile: Profile, engine: s
 
 
 #: Prompts a process replays on the reference engine before ``auto`` loads the compiled
-#: kernel. Loading it (numba and its type registries, then the cached machine code) costs
-#: about 1.1 CPU-seconds in a fresh process (``benchmarks/first_run.py``), the time the
+#: kernel through numba, where the kernel's extension is unusable (:mod:`simulator.model.compiled`;
+#: with it, ``auto`` takes the kernel at once). Loading it (numba and its type registries, then
+#: the cached machine code) costs about 1.1 CPU-seconds in a fresh process (``benchmarks/first_run.py``), the time the
 #: reference engine takes for 25,000-45,000 prompts (``benchmarks/engine_speed.py``'s
 #: library table); both engines give the same event log, so the choice changes the speed
 #: alone. Counting the prompts already run keeps a process of many small runs (a sweep, a
@@ -328,11 +328,11 @@ def auto_takes_kernel(prompts: int, small_run_prompts: int, loaded: bool) -> boo
 
 
 def kernel_loaded() -> bool:
-    """Whether this process has the compiled kernel loaded (a run on it already made)."""
-    kernel = sys.modules.get("simulator.model.batch_kernel")
-    # (the module may be half imported: another thread of this process loading it now)
-    run_kernel = getattr(kernel, "run_kernel", None)
-    return run_kernel is not None and len(run_kernel.overloads) > 0
+    """Whether a run on the compiled kernel costs this process no more than the run: the
+    extension is usable (no numba to load), or numba's kernel is loaded already."""
+    from simulator.model.compiled import ready
+
+    return ready()
 
 
 def expect_prompts(prompts: int) -> None:

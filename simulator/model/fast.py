@@ -366,7 +366,7 @@ def _groups(cols, group_order: tuple[str, ...] | list[str]) -> tuple[np.ndarray,
     rank = tuple(rank_of.get(t, len(rank_of)) for t in names)
 
     def make() -> tuple[np.ndarray, ...]:
-        from simulator.model.batch_kernel import group_prompts
+        from simulator.model.compiled import group_prompts
 
         call_start = np.concatenate([[0], np.cumsum(np.bincount(cols.call_of, minlength=len(cols.call_t)))])
         return group_prompts(call_start.astype(np.int64), cols.task_of, np.array(rank, dtype=np.int64), len(names))
@@ -414,7 +414,7 @@ def _engines(scenario: Scenario, configs: list, task_profiles: list, names: list
     """The continuous engines' arrays (see batch_kernel's continuous engines): EI, CTI, CTF,
     CSTEP, R_PID (their rows' room) and CS."""
     from simulator.errors import ScenarioError
-    from simulator.model.batch_kernel import EI_R0, EI_RECORD, EI_TASK, EI_WIDTH
+    from simulator.model.kernel_layout import EI_R0, EI_RECORD, EI_TASK, EI_WIDTH
 
     n_tasks = len(names)
     cap = np.zeros(n_tasks, dtype=np.int64)  # rows an engine of the task can hold
@@ -463,7 +463,7 @@ def _lower_services(names: list[str], configs: list, task_profiles: list, seed: 
     :mod:`simulator.model.kernel_service`) and its service stream, in the state the reference
     engine's starts in (``service_rng``); the service with the scenario's overrides applied
     as the reference engine applies them (``service_of``)."""
-    from simulator.model.kernel_service import N_SF, N_SI, draws, lower_service, streams
+    from simulator.model.kernel_layout import N_SF, N_SI, draws, lower_service
 
     SI = np.zeros((len(names), N_SI), dtype=np.int64)
     SF = np.zeros((len(names), N_SF))
@@ -476,12 +476,11 @@ def _lower_services(names: list[str], configs: list, task_profiles: list, seed: 
         else:
             SI[t], SF[t] = _lowered_service(service)
     drawing = [draws(SI[t], SF[t]) for t in range(len(names))]
+    # The streams as simulator.model.compiled hands them to the kernel: every task's where
+    # several draw, else the lone one drawn from (or none: no other is made).
     if sum(drawing) > 1:
-        generators = [service_stream(seed, task) for task in names]
-    else:  # (the kernel gets the lone stream drawn from, or an unused one: no other is made)
-        generators = [service_stream(seed, task) for task, d in zip(names, drawing, strict=True) if d]
-        drawing = [True] * len(generators)
-    return SI, SF, streams(generators, drawing)
+        return SI, SF, [service_stream(seed, task) for task in names]
+    return SI, SF, [service_stream(seed, task) for task, d in zip(names, drawing, strict=True) if d]
 
 
 #: A service's kernel parameter rows, per service (see :func:`_lowered_service`).
@@ -490,7 +489,7 @@ _LOWERED_SERVICES = Memo(64)
 
 def _lowered_service(service) -> tuple[np.ndarray, np.ndarray]:
     """``lower_service(service)``, kept per (frozen) service for the next run of it."""
-    from simulator.model.kernel_service import lower_service
+    from simulator.model.kernel_layout import lower_service
 
     return _LOWERED_SERVICES.get((service,), (), lambda: lower_service(service))
 
@@ -511,22 +510,14 @@ def simulate_fast_columns(trace: Trace, scenario: Scenario, profile: Profile, se
 
 def _run(trace: Trace, scenario: Scenario, profile: Profile, seed: int) -> tuple[PromptColumns, Outcome]:
     """The kernel's run of a supported scenario: the prompts' columns and what it decided."""
-    from simulator.model.batch_kernel import (
-        BF_FORMED,
-        BF_STARTED,
-        BI_DEVICE,
-        BI_NAME,
-        BI_SIZE,
-        BI_WORKER_ID,
-        run_kernel,
-    )
-    from simulator.model.kernel_cache import without_blas_probe
+    from simulator.model.compiled import run_kernel
+    from simulator.model.kernel_layout import BF_FORMED, BF_STARTED, BI_DEVICE, BI_NAME, BI_SIZE, BI_WORKER_ID
 
     draw_factor = FIRST_DRAW_FACTOR
-    with sigint_deferred(), without_blas_probe():
+    with sigint_deferred():
         while True:
             lowered = lower(trace, scenario, profile, seed, draw_factor)
-            BI, BF, nb, batch_of, done_at, first_at, status, preemptions, skipped = run_kernel(*lowered.args)
+            BI, BF, nb, batch_of, done_at, first_at, status, preemptions, skipped = run_kernel(lowered.args)
             if not lowered.out_of_draws[0]:
                 break
             draw_factor *= 4  # preemptions took more token draws than were drawn: again, with more

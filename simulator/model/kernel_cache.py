@@ -46,29 +46,12 @@ from typing import Any
 from numba.core import caching, event
 
 from simulator import notices
+from simulator.model.kernel_sources import COMPILED, PACKAGE, STAMP, python_tag, sources_digest
 
-PACKAGE = Path(__file__).resolve().parent.parent
-#: The files whose code a compiled function of the package may include.
-KERNEL_SOURCES = ("model/*.py", "model/rules/continuous.py", "model/rules/queue.py", "profile/*.py", "profile/kinds/*.py")
-#: The packaged cache: numba's index and data files of every kernel function, compiled when
-#: the wheel was built, in a folder per source folder (``model/``, ``profile/kinds/``).
-COMPILED = PACKAGE / "model" / "_compiled"
-#: The packaged cache's stamp: what it was compiled from and for (written by the precompile).
-STAMP = "stamp.json"
 #: Set (to anything), the packaged cache is left unread.
 NO_PACKAGED_CACHE = "SIMCTL_NO_PACKAGED_CACHE"
 #: The line said before numba compiles a kernel function (no usable cache).
 COMPILING = "simctl: compiling the fast engine for this machine (once, about a minute)..."
-
-
-@cache
-def sources_digest() -> str:
-    """The digest of every kernel source file's name and content."""
-    digest = hashlib.sha256()
-    for pattern in KERNEL_SOURCES:
-        for path in sorted(PACKAGE.glob(pattern)):
-            digest.update(path.relative_to(PACKAGE).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
 
 
 def _ours(py_file: str) -> bool:
@@ -101,11 +84,6 @@ def _keyed_on_sources(base: Any) -> Any:
 _BASES = (caching.UserProvidedCacheLocator, caching.InTreeCacheLocator, caching.UserWideCacheLocator)
 if not any(getattr(c, "__name__", "").startswith("KernelSources") for c in caching.CacheImpl._locator_classes):
     caching.CacheImpl._locator_classes[:0] = [_keyed_on_sources(base) for base in _BASES]
-
-
-def python_tag() -> str:
-    """The Python a cache file is for, as numba names it in the file (``3.11``, with ABI flags)."""
-    return f"{sys.version_info[0]}.{sys.version_info[1]}{getattr(sys, 'abiflags', '')}"
 
 
 def stamp_fields() -> dict[str, str]:

@@ -34,6 +34,36 @@ from numba import njit, types
 from numba.extending import overload
 
 from simulator.model import kernel_cache  # noqa: F401  (the cache keyed on every kernel source)
+from simulator.model.kernel_layout import (
+    D_DETERMINISTIC,
+    D_EXPONENTIAL,
+    SF_ACCEPTANCE,
+    SF_BASE,
+    SF_DRAFT_STEP,
+    SF_GAMMA_K,
+    SF_HOST_DRAFT,
+    SF_HOST_PREFILL,
+    SF_HOST_STEP,
+    SF_HOST_VERIFY,
+    SF_ITERATION,
+    SF_PER_CONTEXT,
+    SF_PER_PREFILL,
+    SF_PER_ROW,
+    SF_PREFILL_DRAFT,
+    SF_PREFILL_TARGET,
+    SF_ROW_S,
+    SF_VERIFY,
+    SI_DIST,
+    SI_ENGINE,
+    SI_KIND,
+    SI_KV_CACHE,
+    SI_LOCKSTEP,
+    SI_LOOKAHEAD,
+    SI_OVERLAP,
+    SI_STAY,
+    SI_VIEW_STEP,
+    SK_ITERATION,
+)
 from simulator.profile.kinds.spec_decode import (
     iteration_form as _iteration_form_py,
     prefill_form as _prefill_form_py,
@@ -45,90 +75,9 @@ prefill_form = njit(cache=True)(_prefill_form_py)
 step_form = njit(cache=True)(_step_form_py)
 iteration_form = njit(cache=True)(_iteration_form_py)
 
-# Kind codes (SI_KIND).
-SK_BATCH, SK_ITERATION, SK_SPEC_DECODE = 0, 1, 2
-# Integer parameters of a task's service.
-SI_KIND, SI_DIST, SI_STAY, SI_ENGINE, SI_OVERLAP, SI_LOOKAHEAD, SI_LOCKSTEP, SI_VIEW_STEP, \
-    SI_KV_CACHE = range(9)
-N_SI = 9
-# Float parameters: the iteration kind's step, the gamma shape, the engine's host seconds
-# per pass (its step_s + launch_s × kernels of that pass) and per row, the acceptance rate,
-# then the spec_decode costs' coefficients.
-SF_BASE, SF_PER_ROW, SF_PER_PREFILL, SF_PER_CONTEXT, SF_GAMMA_K, SF_ROW_S, SF_HOST_STEP, SF_HOST_PREFILL, \
-    SF_HOST_DRAFT, SF_HOST_VERIFY, SF_ACCEPTANCE = range(11)
-SF_PREFILL_TARGET, SF_PREFILL_DRAFT, SF_DRAFT_STEP, SF_VERIFY, SF_ITERATION = 11, 14, 17, 20, 23
-N_SF = 25
-# The iteration kind's dist (SI_DIST).
-D_DETERMINISTIC, D_EXPONENTIAL, D_GAMMA = 0, 1, 2
-ITERATION_DISTS = {"deterministic": D_DETERMINISTIC, "exponential": D_EXPONENTIAL, "gamma": D_GAMMA}
-HOST_COLUMNS = {"step": SF_HOST_STEP, "prefill": SF_HOST_PREFILL, "draft": SF_HOST_DRAFT, "verify": SF_HOST_VERIFY}
-COST_COLUMNS = {"prefill_target": SF_PREFILL_TARGET, "prefill_draft": SF_PREFILL_DRAFT,
-                "draft_step": SF_DRAFT_STEP, "verify": SF_VERIFY, "iteration": SF_ITERATION}
-
-
-def lower_service(service) -> tuple[np.ndarray, np.ndarray]:
-    """A task's service model (its scenario overrides applied) as the kernel's parameter rows
-    ``(SI, SF)``; ``SK_BATCH`` for the kinds the kernel prices itself."""
-    from simulator.profile.kinds.iteration import IterationService
-    from simulator.profile.kinds.spec_decode import SpecDecodeService
-
-    si = np.zeros(N_SI, dtype=np.int64)
-    sf = np.zeros(N_SF)
-    engine = getattr(service, "engine", None)
-    if engine is not None:
-        si[SI_ENGINE], si[SI_OVERLAP] = 1, int(engine.overlap)
-        sf[SF_ROW_S] = engine.row_s
-        for name, column in HOST_COLUMNS.items():
-            # EngineOverhead.host(name, 0) less its row term, as the engine computes it
-            sf[column] = engine.step_s + engine.launch_s * engine.kernels.get(name, engine.kernels.get("step", 0.0))
-    if isinstance(service, IterationService):
-        si[SI_KIND], si[SI_DIST] = SK_ITERATION, ITERATION_DISTS[service.dist]
-        si[SI_STAY] = int(service.finished_rows == "stay")
-        sf[SF_BASE], sf[SF_PER_ROW] = service.base, service.per_row
-        sf[SF_PER_PREFILL], sf[SF_PER_CONTEXT] = service.per_prefill_token, service.per_context_token
-        if service.dist == "gamma":
-            sf[SF_GAMMA_K] = 1.0 / service._cv ** 2
-    elif isinstance(service, SpecDecodeService):
-        si[SI_KIND], si[SI_LOOKAHEAD] = SK_SPEC_DECODE, service.lookahead
-        si[SI_LOCKSTEP] = int(service.discipline == "lockstep")
-        si[SI_VIEW_STEP], si[SI_KV_CACHE] = service.view_step, int(service.kv_cache)
-        sf[SF_ACCEPTANCE] = service.acceptance
-        for op, column in COST_COLUMNS.items():
-            coef = service.costs[op].coef
-            sf[column:column + len(coef)] = coef
-    elif getattr(service, "kind", "") in ("distribution", "table"):
-        si[SI_KIND] = SK_BATCH
-    else:
-        raise TypeError(f"the compiled kernel has no {getattr(service, 'kind', service)!r} service kind")
-    return si, sf
-
-
-def draws(si: np.ndarray, sf: np.ndarray) -> bool:
-    """Whether a task of these kinds draws from its service stream (a deterministic iteration
-    kind, or an acceptance of 0 or 1, draws nothing)."""
-    if si[SI_KIND] == SK_ITERATION:
-        return bool(si[SI_DIST] != D_DETERMINISTIC)
-    return bool(si[SI_KIND] == SK_SPEC_DECODE and 0 < sf[SF_ACCEPTANCE] < 1)
-
-
-def streams(generators: list[np.random.Generator], drawing: list[bool]):
-    """The kernel's ``SRNG``: the one generator of the only task that draws (or an unused one
-    when none does), else a numba typed list of every task's. A typed list costs a
-    compilation in each process (about a second), so it is built only where needed."""
-    used = [g for g, d in zip(generators, drawing, strict=True) if d]
-    if len(used) <= 1:
-        return used[0] if used else np.random.default_rng(0)
-    from numba import typed, typeof
-
-    out = typed.List.empty_list(typeof(generators[0]))
-    for g in generators:
-        out.append(g)
-    return out
-
-
 def task_stream(srng, task):
     """Task ``task``'s service stream in the kernel: ``srng[task]`` of a typed list, or the
-    one generator (see :func:`streams`)."""
+    one generator (see :func:`simulator.model.compiled.run_kernel`)."""
     raise NotImplementedError("compiled only")
 
 

@@ -15,6 +15,11 @@ each, and the compile checks that ``run_kernel`` ends with :data:`RUN_KERNEL_SIG
 specialisations, so that a change adding one fails here instead of compiling on every
 user's first run.
 
+The same child then compiles the kernel once more, ahead of time, into an extension module
+beside the cache files (:mod:`simulator.model.extension`): runs call it without loading numba
+(:mod:`simulator.model.compiled`). It needs a C compiler; without one the folder holds
+numba's cache alone, and runs load that.
+
 The compile runs in a child process with an empty ``NUMBA_CACHE_DIR`` of its own, so what
 is packaged is exactly what it compiled, whatever caches this machine already holds. It
 writes a stamp beside the files (:data:`~simulator.model.kernel_cache.STAMP`, see
@@ -41,6 +46,9 @@ PROFILES = ("seed-calibrated", "a100-sxm-qwen3-4b-qwen3-0.6b-hf-eager", "h100-sx
 #: The specialisations of ``run_kernel`` that replaying :data:`PROFILES` compiles: one service
 #: stream, a typed list of them.
 RUN_KERNEL_SIGNATURES = 2
+#: The folder of the child's compile where the extension is built (copied into the packaged
+#: folder's top: :data:`~simulator.model.compiled.EXTENSION_STAMP` and the library).
+EXTENSION_FOLDER = "extension"
 
 
 def build_key() -> dict:
@@ -78,6 +86,15 @@ def _compile(stamp: str) -> None:
                            "compile every one a replay can need, and RUN_KERNEL_SIGNATURES their number")
     Path(stamp).write_text(json.dumps(build_key(), indent=1) + "\n")
     print(f"{compiled} specialisations of run_kernel compiled", file=sys.stderr)
+    from simulator.model.extension import build
+
+    try:
+        library = build(Path(stamp).parent / EXTENSION_FOLDER)
+    except Exception as exc:  # noqa: BLE001  (no C compiler, a numba without pycc: runs load numba's cache)
+        print(f"the kernel's extension was not built ({type(exc).__name__}: {str(exc).strip().splitlines()[-1:]}); "
+              "runs will load the kernel through numba", file=sys.stderr)
+    else:
+        print(f"the kernel's extension compiled: {library.name}", file=sys.stderr)
 
 
 def reusable(folder: Path) -> bool:
@@ -114,7 +131,8 @@ def precompile(out: Path, reuse: Path | None = None) -> tuple[int, bool]:
         return sum(1 for f in out.rglob("*") if f.suffix in (".nbi", ".nbc")), True
     try:
         with tempfile.TemporaryDirectory(prefix="simctl-precompile-") as tmp:
-            env = {**os.environ, "NUMBA_CACHE_DIR": tmp, "SIMCTL_NO_PACKAGED_CACHE": "1"}
+            # (numba's kernel compiled, not an extension of these sources already in the package)
+            env = {**os.environ, "NUMBA_CACHE_DIR": tmp, "SIMCTL_NO_PACKAGED_CACHE": "1", "SIMCTL_NO_EXTENSION": "1"}
             stamp = Path(tmp) / STAMP
             code = f"from simulator.model.precompile import _compile; _compile({str(stamp)!r})"
             # the package compiled is the one imported here (a wheel's build folder, a checkout)
@@ -134,6 +152,10 @@ def precompile(out: Path, reuse: Path | None = None) -> tuple[int, bool]:
                         shutil.copy2(f, staged / rel / f.name)
                         written += 1
             shutil.copy2(stamp, staged / STAMP)
+            for f in sorted((Path(tmp) / EXTENSION_FOLDER).glob("*")) if (Path(tmp) / EXTENSION_FOLDER).is_dir() else ():
+                if f.is_file():
+                    shutil.copy2(f, staged / f.name)
+                    written += 1
     except BaseException:
         shutil.rmtree(staged, ignore_errors=True)
         raise
