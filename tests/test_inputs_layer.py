@@ -35,8 +35,11 @@ ALLOWED = {
     # The data shipped inside the package (simulator/hardware/data).
     ("simulator/hardware/tables.py", "read_text"): "package data",
     ("simulator/hardware/tables.py", "read_parquet"): "package data",
-    # Hashes simctl's own source files to key the compiled-kernel cache.
-    ("simulator/model/kernel_cache.py", "read_bytes"): "the package's own source",
+    # Reads the packaged numba cache's stamp (kernel_cache), hashes simctl's own source files
+    # to key the compiled kernel (kernel_sources) and reads the extension's stamp (compiled).
+    ("simulator/model/kernel_cache.py", "read_bytes"): "simctl's own compiled-kernel stamp",
+    ("simulator/model/kernel_sources.py", "read_bytes"): "the package's own source",
+    ("simulator/model/compiled.py", "read_text"): "simctl's own compiled-kernel stamp",
     # The stamp the precompile wrote beside the compiled kernel it packages.
     ("simulator/model/precompile.py", "read_text"): "simctl's own compiled-kernel stamp",
     # The sweep journal is simctl's own output, appended to (and its last byte checked).
