@@ -250,15 +250,16 @@ def parse_goodput(text: str, option: str = "--goodput") -> tuple[tuple[str, floa
     return tuple(out.items())
 
 
-def _stats(values: np.ndarray, qs: Sequence[float], scale: float) -> dict[str, float | None]:
+def _stats(values: np.ndarray, qs: Sequence[float], scale: float, scratch: bool = False) -> dict[str, float | None]:
     """``{mean, pX...}`` of finite ``values`` times ``scale`` (linear interpolation at the
-    percentiles ``qs``); all ``None`` without values."""
+    percentiles ``qs``); all ``None`` without values. ``scratch``: ``values`` may be
+    reordered (no copy of them is made)."""
     keys = ["mean", *(stat_name(p) for p in qs)]
     if values.size == 0:
         return {k: None for k in keys}
-    pct = percentiles(values, qs) if qs else []
-    return {"mean": _mean(values) * scale,
-            **{stat_name(p): float(v) * scale for p, v in zip(qs, pct, strict=True)}}
+    mean = _mean(values) * scale  # (before the percentiles may reorder them: the same sum)
+    pct = percentiles(values, qs, scratch=scratch) if qs else []
+    return {"mean": mean, **{stat_name(p): float(v) * scale for p, v in zip(qs, pct, strict=True)}}
 
 
 def token_figures(requests: pd.DataFrame, options: TokenOptions | None = None,
@@ -303,17 +304,22 @@ def _token_figures(ok: np.ndarray, sent: np.ndarray, first: np.ndarray, done: np
                    in_tokens: np.ndarray, measured_itl: np.ndarray | None, options: TokenOptions,
                    span: float | None) -> dict[str, Any]:
     """:func:`token_figures` of a table given as its columns (``measured_itl``: ``itl_s``,
-    ``None`` where the table has none)."""
+    ``None`` where the table has none). The token counts may be integers (an event log's
+    own columns, uncopied) or floats with NaN (a table's)."""
     pcts = options.percentiles
 
     def timing(name: str) -> np.ndarray:
-        """One request timing, made when asked (one column-long array at a time)."""
+        """One request timing, made when asked (one column-long array at a time, and at
+        most one more temporary beside it)."""
         with np.errstate(invalid="ignore", divide="ignore"):
             if name == "ttft":
                 return first - sent
             if name == "e2e":
                 return done - sent
-            tpot = np.where(out_tokens > 1, (done - first) / (out_tokens - 1), np.nan)
+            # (done - first) / (out_tokens - 1) where out_tokens > 1, else NaN; in place
+            tpot = done - first
+            tpot /= out_tokens - 1.0
+            tpot[~(out_tokens > 1)] = np.nan
             if name == "tpot" or measured_itl is None:
                 return tpot  # (without measured gaps a request's ITL is its TPOT)
             return np.where(np.isfinite(measured_itl), measured_itl, tpot)
@@ -327,8 +333,12 @@ def _token_figures(ok: np.ndarray, sent: np.ndarray, first: np.ndarray, done: np
         if name == "itl" and measured_itl is None:
             stats[name] = dict(stats["tpot"])  # the same values: one set of statistics
             continue
-        x = timing(name)[ok]
-        stats[name] = _stats(x[np.isfinite(x)], pcts, 1000.0)
+        values = timing(name)
+        kept = np.isfinite(values)
+        kept &= ok
+        x = values[kept]
+        del values, kept
+        stats[name] = _stats(x, pcts, 1000.0, scratch=True)  # (x is this loop's own copy)
         del x
     for name in TOKEN_TIMINGS:
         figures[f"{name}_{TOKEN_UNIT}"] = stats[name]
@@ -1082,85 +1092,91 @@ def summarize_columns(log: LogColumns, config: dict[str, Any] | None = None,
     preemptions = cols["preemptions"]
     # tasks in sorted order of name (the summary's order, whichever order the engine coded them)
     task_codes, task_names = layout.task_codes, layout.task_names
-    # padding: per batch once (its padded and actual tokens, its task), summed per group
-    padded, actual, batch_task = batch_work(batch_ids, cols["prompt_tokens"], max_tokens,
-                                            continuous_of(cols["queue"], log.labels["queue"], task_codes, task_names),
-                                            task_codes)
-    # the token figures' columns (prompt_requests' table, as columns: no frame per group)
-    ok_tokens = served & (done <= limit)
-    out_tokens = max_tokens.astype(float)
-    in_tokens = cols["prompt_tokens"].astype(float)
-    options = tokens or TokenOptions()
-
-    def group(rows: np.ndarray | None, task: int | None = None) -> dict[str, Any]:
-        """The figures of the prompts at ``rows`` (increasing indices; ``None``: every
-        prompt, uncopied), those of task code ``task`` (``None``: every task)."""
-        def pick(x: np.ndarray) -> np.ndarray:
-            return x if rows is None else x[rows]
-
-        def tpot() -> np.ndarray:
-            """The TPOT of the completed prompts that have one (more than one token)."""
-            m, d, f, ok = pick(max_tokens), pick(done), pick(first), pick(done_ok)
-            out = np.empty(len(m))
-            kept = 0
-            # In blocks, each block's values packed after the previous block's (never past
-            # its own start): temporaries a block long, not a column long.
-            for lo in range(0, len(m), _BLOCK):
-                hi = lo + _BLOCK
-                mm = m[lo:hi]
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    values = (d[lo:hi] - f[lo:hi]) / (mm - 1)
-                values = values[ok[lo:hi] & (mm > 1) & np.isfinite(values)]
-                out[kept:kept + len(values)] = values
-                kept += len(values)
-            return out[:kept]
-
-        columns = {
-            "served": lambda: pick(served), "preemptions": lambda: pick(preemptions),
-            "latency": lambda: pick(done) - pick(arrived), "wait": lambda: pick(started) - pick(arrived),
-            "service": lambda: pick(done) - pick(started), "ttft": lambda: pick(first) - pick(arrived),
-            "tpot": tpot,
-        }
-        in_call: slice | np.ndarray = slice(None)
-        if rows is not None:
-            in_call = np.zeros(n_calls, dtype=bool)
-            in_call[call_of[rows]] = True
-        group_batches = pick(batch_ids)
-        batched = group_batches >= 0
-        figures = _group_summary(columns, pick(done_ok), {k: pick(t) for k, t in turned.items()},
-                                 batch_sizes_of(group_batches if batched.all() else group_batches[batched],
-                                                pick(sizes) if batched.all() else pick(sizes)[batched]),
-                                 call_latency[in_call], call_ok[in_call], makespan)
-        del group_batches, batched
-        mine = slice(None) if task is None else batch_task == task
-        figures["padding"] = padding_totals(padded[mine], actual[mine])
-        figures["tokens"] = _token_figures(pick(ok_tokens), pick(arrived), pick(first), pick(done), pick(out_tokens),
-                                           pick(in_tokens), None, options, makespan)
-        return figures
-
     sorted_groups = _SortedGroups() if 0 < task_codes.size <= _ONE_PASS else None
-    if sorted_groups is not None:
-        every = _groups_one_pass(len(task_names), task_codes, served, done_ok, turned, arrived, started, first, done,
-                                 max_tokens, in_tokens, preemptions, batch_ids, sizes, padded, actual, batch_task,
-                                 layout, call_latency, call_ok, makespan, options, sorted_groups)
-        overall = every[0]
-        tasks = {str(name): every[i + 1] for i, name in enumerate(task_names)}
-    elif len(task_names) == 1:
-        overall = group(None)
-        # one task: its prompts are every prompt, in the same order, so its figures are
-        # overall's (computed once)
-        tasks = {str(task_names[0]): copy.deepcopy(overall)}
-    else:
-        overall = group(None)
-        # The rows of each task, found with one stable sort of the task codes (not a pass over
-        # the log per task): each task's rows in log order, so its figures are those a mask
-        # would pick.
-        order = np.argsort(task_codes, kind="stable").astype(np.int64 if len(task_codes) >= 2**31 else np.int32)
-        bounds = np.concatenate([[0], np.cumsum(np.bincount(task_codes, minlength=len(task_names)))])
-        tasks = {str(name): group(order[bounds[i]:bounds[i + 1]], i) for i, name in enumerate(task_names)}
-        del order
-        tasks = {name: tasks[name] for name in (str(n) for n in task_names)}
 
+    def groups() -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+        """Overall's figures and each task's. (A function of its own: what only the groups read
+        is freed when it returns, before the GPU figures' temporaries.)"""
+        # padding: per batch once (its padded and actual tokens, its task), summed per group
+        padded, actual, batch_task = batch_work(batch_ids, cols["prompt_tokens"], max_tokens,
+                                                continuous_of(cols["queue"], log.labels["queue"], task_codes, task_names),
+                                                task_codes)
+        # the token figures' columns (prompt_requests' table, as columns: no frame per group)
+        ok_tokens = served & (done <= limit)
+        # (the log's integer columns, uncopied: the token figures take them as they are)
+        out_tokens, in_tokens = max_tokens, cols["prompt_tokens"]
+        options = tokens or TokenOptions()
+
+        def group(rows: np.ndarray | None, task: int | None = None) -> dict[str, Any]:
+            """The figures of the prompts at ``rows`` (increasing indices; ``None``: every
+            prompt, uncopied), those of task code ``task`` (``None``: every task)."""
+            def pick(x: np.ndarray) -> np.ndarray:
+                return x if rows is None else x[rows]
+
+            def tpot() -> np.ndarray:
+                """The TPOT of the completed prompts that have one (more than one token)."""
+                m, d, f, ok = pick(max_tokens), pick(done), pick(first), pick(done_ok)
+                out = np.empty(len(m))
+                kept = 0
+                # In blocks, each block's values packed after the previous block's (never past
+                # its own start): temporaries a block long, not a column long.
+                for lo in range(0, len(m), _BLOCK):
+                    hi = lo + _BLOCK
+                    mm = m[lo:hi]
+                    with np.errstate(invalid="ignore", divide="ignore"):
+                        values = (d[lo:hi] - f[lo:hi]) / (mm - 1)
+                    values = values[ok[lo:hi] & (mm > 1) & np.isfinite(values)]
+                    out[kept:kept + len(values)] = values
+                    kept += len(values)
+                return out[:kept]
+
+            columns = {
+                "served": lambda: pick(served), "preemptions": lambda: pick(preemptions),
+                "latency": lambda: pick(done) - pick(arrived), "wait": lambda: pick(started) - pick(arrived),
+                "service": lambda: pick(done) - pick(started), "ttft": lambda: pick(first) - pick(arrived),
+                "tpot": tpot,
+            }
+            in_call: slice | np.ndarray = slice(None)
+            if rows is not None:
+                in_call = np.zeros(n_calls, dtype=bool)
+                in_call[call_of[rows]] = True
+            group_batches = pick(batch_ids)
+            batched = group_batches >= 0
+            figures = _group_summary(columns, pick(done_ok), {k: pick(t) for k, t in turned.items()},
+                                     batch_sizes_of(group_batches if batched.all() else group_batches[batched],
+                                                    pick(sizes) if batched.all() else pick(sizes)[batched]),
+                                     call_latency[in_call], call_ok[in_call], makespan)
+            del group_batches, batched
+            mine = slice(None) if task is None else batch_task == task
+            figures["padding"] = padding_totals(padded[mine], actual[mine])
+            figures["tokens"] = _token_figures(pick(ok_tokens), pick(arrived), pick(first), pick(done), pick(out_tokens),
+                                               pick(in_tokens), None, options, makespan)
+            return figures
+
+        if sorted_groups is not None:
+            every = _groups_one_pass(len(task_names), task_codes, served, done_ok, turned, arrived, started, first, done,
+                                     max_tokens, in_tokens, preemptions, batch_ids, sizes, padded, actual, batch_task,
+                                     layout, call_latency, call_ok, makespan, options, sorted_groups)
+            overall = every[0]
+            tasks = {str(name): every[i + 1] for i, name in enumerate(task_names)}
+        elif len(task_names) == 1:
+            overall = group(None)
+            # one task: its prompts are every prompt, in the same order, so its figures are
+            # overall's (computed once)
+            tasks = {str(task_names[0]): copy.deepcopy(overall)}
+        else:
+            overall = group(None)
+            # The rows of each task, found with one stable sort of the task codes (not a pass over
+            # the log per task): each task's rows in log order, so its figures are those a mask
+            # would pick.
+            order = np.argsort(task_codes, kind="stable").astype(np.int64 if len(task_codes) >= 2**31 else np.int32)
+            bounds = np.concatenate([[0], np.cumsum(np.bincount(task_codes, minlength=len(task_names)))])
+            tasks = {str(name): group(order[bounds[i]:bounds[i + 1]], i) for i, name in enumerate(task_names)}
+            del order
+            tasks = {name: tasks[name] for name in (str(n) for n in task_names)}
+        return overall, tasks
+
+    overall, tasks = groups()
     gpu_rows, total_busy = _gpu_figures(cols["gpu"], served, started, done, batch_ids, sizes, gpus, makespan)
     # compositions: the figures call_figures(client_calls(log)) gives (a test holds them equal),
     # computed here with numpy because sweeps summarise thousands of runs. A call's task set

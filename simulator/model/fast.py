@@ -127,12 +127,20 @@ class _Lowered:
     def prompts(self) -> PromptColumns:
         """What the event log knows of every prompt, made after the run (the kernel's peak
         then holds none of it: the arrival instants, the 64-bit token counts, which are
-        copies, never the arrays lowering keeps)."""
+        copies, never the arrays lowering keeps; the call instants themselves, read-only,
+        where each call is one prompt)."""
         cols = self.columns
+        if len(cols.call_of) == len(cols.call_t) and np.array_equal(cols.call_of, np.arange(len(cols.call_t))):
+            # one prompt a call: its arrival is its call's instant, read through a read-only view
+            # (no column a prompt long made)
+            arrived_at = cols.call_t.view()
+            arrived_at.flags.writeable = False
+        else:
+            arrived_at = cols.call_t[cols.call_of]
         return PromptColumns(call_ids=cols.call_ids, call_of=cols.call_of, prompt_index=cols.prompt_index,
                              task_names=self.names, task_of=cols.task_of, resources=self.resources,
                              prompt_tokens=self.prompt_tokens.astype(np.int64),
-                             max_tokens=self.max_tokens.astype(np.int64), arrived_at=cols.call_t[cols.call_of])
+                             max_tokens=self.max_tokens.astype(np.int64), arrived_at=arrived_at)
 
 
 def _rule_slot(rules: list[tuple[int, int, int]], name: str) -> int:

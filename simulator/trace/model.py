@@ -183,10 +183,13 @@ class TraceColumns:
                  prefix_hashes: np.ndarray | None = None, prefix_block_tokens: int = 0) -> TraceColumns:
         """The columns of calls of ``sizes`` prompts each (the per-prompt columns in trace order)."""
         n = len(task_of)
-        starts = np.cumsum(sizes) - sizes
-        return cls(call_t=call_t, call_ids=call_ids,
-                   call_of=np.repeat(np.arange(len(call_t), dtype=PROMPT_INT), sizes),
-                   prompt_index=(np.arange(n, dtype=PROMPT_INT) - np.repeat(starts.astype(PROMPT_INT), sizes)),
+        if n == len(call_t):  # one prompt a call (production traces): no temporaries a prompt long
+            call_of, prompt_index = np.arange(n, dtype=PROMPT_INT), np.zeros(n, dtype=PROMPT_INT)
+        else:
+            call_of = np.repeat(np.arange(len(call_t), dtype=PROMPT_INT), sizes)
+            prompt_index = np.arange(n, dtype=PROMPT_INT)
+            prompt_index -= np.repeat((np.cumsum(sizes) - sizes).astype(PROMPT_INT), sizes)
+        return cls(call_t=call_t, call_ids=call_ids, call_of=call_of, prompt_index=prompt_index,
                    task_names=task_names, task_of=task_of, prompt_tokens=prompt_tokens, max_tokens=max_tokens,
                    texts=texts, prefix_offsets=prefix_offsets, prefix_hashes=prefix_hashes,
                    prefix_block_tokens=prefix_block_tokens)
