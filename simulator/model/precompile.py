@@ -91,7 +91,7 @@ def _compile(stamp: str) -> None:
     try:
         library = build(Path(stamp).parent / EXTENSION_FOLDER)
     except Exception as exc:  # noqa: BLE001  (no C compiler, a numba without pycc: runs load numba's cache)
-        print(f"the kernel's extension was not built ({type(exc).__name__}: {str(exc).strip().splitlines()[-1:]}); "
+        print(f"the kernel's extension was not built ({type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[-1]}); "
               "runs will load the kernel through numba", file=sys.stderr)
     else:
         print(f"the kernel's extension compiled: {library.name}", file=sys.stderr)
@@ -152,10 +152,9 @@ def precompile(out: Path, reuse: Path | None = None) -> tuple[int, bool]:
                         shutil.copy2(f, staged / rel / f.name)
                         written += 1
             shutil.copy2(stamp, staged / STAMP)
-            for f in sorted((Path(tmp) / EXTENSION_FOLDER).glob("*")) if (Path(tmp) / EXTENSION_FOLDER).is_dir() else ():
-                if f.is_file():
-                    shutil.copy2(f, staged / f.name)
-                    written += 1
+            for f in sorted((Path(tmp) / EXTENSION_FOLDER).glob("*")):  # (none where it was not built)
+                shutil.copy2(f, staged / f.name)
+                written += 1
     except BaseException:
         shutil.rmtree(staged, ignore_errors=True)
         raise

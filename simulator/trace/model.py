@@ -183,7 +183,7 @@ class TraceColumns:
                  prefix_hashes: np.ndarray | None = None, prefix_block_tokens: int = 0) -> TraceColumns:
         """The columns of calls of ``sizes`` prompts each (the per-prompt columns in trace order)."""
         n = len(task_of)
-        if n == len(call_t):  # one prompt a call (production traces): no temporaries a prompt long
+        if n == len(call_t) and bool((sizes == 1).all()):  # one prompt a call (production traces): no prompt-long temporaries
             call_of, prompt_index = np.arange(n, dtype=PROMPT_INT), np.zeros(n, dtype=PROMPT_INT)
         else:
             call_of = np.repeat(np.arange(len(call_t), dtype=PROMPT_INT), sizes)
