@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -343,3 +346,17 @@ def test_a_replay_without_events_or_figures_makes_no_frame_and_loads_no_pandas(t
     engine = summary["config"]["engine"]
     assert (engine == "fast") if extension() is not None else engine.startswith("reference")
     assert summary["overall"]["completed"] == summary["overall"]["prompts"] > 0
+
+
+def test_the_command_starts_one_blas_thread_unless_the_user_chose(monkeypatch):
+    from simulator.cli import _one_blas_thread
+
+    # numpy (and its OpenBLAS) is not loaded before main() sets the default
+    code = "import sys, simulator.cli; sys.exit('numpy' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    _one_blas_thread()
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "1"
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "6")
+    _one_blas_thread()
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "6"

@@ -12,6 +12,7 @@ command's module is imported only when that command runs or shows its own help.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from typing import Any
 
@@ -186,6 +187,16 @@ def _map_large_allocations(threshold: int = 256 * 1024) -> None:
         process.mallopt(_M_MMAP_THRESHOLD, threshold)
 
 
+def _one_blas_thread() -> None:
+    """Have numpy's OpenBLAS start one thread, not one a core, unless the user said how many.
+    A command's array work is elementwise or small linear algebra, which BLAS threads do not
+    speed up; started at numpy's import, they cost about 0.1 CPU-second each time and then
+    spin waiting for work (CPU time a replay, and each sweep worker beside another, pays).
+    Set before numpy is imported (no command module is imported yet); child processes
+    (sweep workers) inherit it."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
 def _say_interrupted() -> None:
     """A Ctrl-C outside the part of a command that reports it (while loading, or once its
     work was done): every file written is whole (:mod:`simulator.outputs`)."""
@@ -211,6 +222,7 @@ def main() -> None:
         from simulator.interrupts import carry_lost_interrupts
 
         carry_lost_interrupts()
+        _one_blas_thread()
         _map_large_allocations()
         _file_size_limit_as_error()
         app()
