@@ -1,8 +1,9 @@
 """The import graph of simulator/model: no cycles, no import from a lower layer to a higher
 one, and only the entry points import the builder (engine.py); and no cycle in the package.
 
-Every import counts, wherever it is written: at the top, inside a function, or under
-``TYPE_CHECKING`` (an import cycle hidden from the interpreter is still one)."""
+Every import counts, wherever it is written: at the top, inside a function, under
+``TYPE_CHECKING`` (an import cycle hidden from the interpreter is still one), or as a module
+of a package's ``_EXPORTS`` (its names imported on first use)."""
 
 from __future__ import annotations
 
@@ -79,6 +80,12 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
                 # ``from package import module`` imports the module; else the names of ``module``
                 sub = f"{module}.{alias.name}"
                 add(sub if sub[len(PACKAGE) + 1:] in known else module)
+        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_EXPORTS" for t in node.targets) \
+                and isinstance(node.value, ast.Dict):
+            # a package's names imported on first use (PEP 562): its map of modules to names
+            for key in node.value.keys:
+                if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                    add(key.value)
     return out
 
 

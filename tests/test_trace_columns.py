@@ -250,3 +250,80 @@ def test_head_keeps_the_first_calls_and_only_their_tasks_from_calls_or_columns()
         assert head.meta == {"format": "x", "first_calls": 2}
         assert trace.head(3) is trace and trace.head(9) is trace and len(trace.head(0)) == 0
     assert of_columns.head(1).columns.task_names == ("mmlu",)
+
+
+# -- the pass over a block of call lines: compiled, interpreted and by array operations ----
+
+def _block_of(document) -> bytes:
+    """The call lines of ``document`` as the writer lays them out (the file's last call last)."""
+    text = laid_out({"format": "simctl-trace/1", "meta": {}, "calls": document}, "a call a line")
+    body = text[text.index('"calls": [\n') + len('"calls": [\n'):text.rindex("\n  ]")]
+    return body.encode() + b"\n"
+
+
+@st.composite
+def call_blocks(draw):
+    """A block of call lines as the writer writes them, then perhaps one byte changed,
+    inserted or removed (what the pass must refuse or read exactly as JSON reads it)."""
+    calls = draw(valid_calls)
+    for i, call in enumerate(calls):
+        call.setdefault("id", str(i))
+    data = bytearray(_block_of(calls))
+    edit = draw(st.sampled_from(["none", "change", "insert", "remove"]))
+    at = draw(st.integers(0, len(data) - 1))
+    byte = draw(st.sampled_from(b' \t\r\n",:[]{}\\0123456789.eE-+xq\x7f\xc3'))
+    if edit == "change":
+        data[at] = byte
+    elif edit == "insert":
+        data.insert(at, byte)
+    elif edit == "remove":
+        del data[at]
+    return bytes(data), draw(st.booleans())
+
+
+def _as_json(block: bytes, last: bool) -> list | None:
+    """The block's calls as JSON reads them, or ``None`` where it is not a list of them."""
+    body = block.rstrip()
+    if last == body.endswith(b","):
+        return None
+    try:
+        return json.loads(b"[" + (body if last else body[:-1]) + b"]")
+    except ValueError:
+        return None
+
+
+@settings(max_examples=300, deadline=None)
+@given(call_blocks())
+def test_the_pass_over_call_lines_finds_what_json_reads_or_refuses(drawn):
+    from simulator.model.compiled import extension
+    from simulator.trace.formats import native
+    from simulator.trace.formats.native_scan import scan_call_lines
+
+    block, last = drawn
+    buf = np.frombuffer(block, dtype=np.uint8)
+    ok, id_start, id_end, times, prompts, offsets, same = scan_call_lines(buf, last)
+    module = extension()
+    if module is not None:  # the compiled pass is the same function
+        compiled = module.scan_call_lines(buf, last)
+        assert compiled[0] == ok and compiled[6] == same
+        assert all(a.tolist() == b.tolist() for a, b in zip(compiled[1:6], (id_start, id_end, times, prompts, offsets), strict=True))
+    by_arrays = native._line_fields_by_arrays(block, last)
+    if not ok:
+        return
+    # the fields: JSON values in the writer's places (the reader then decodes the times and
+    # each list, refusing the block where one is not valid)
+    pieces = [times.tobytes()] + [prompts[offsets[i]:offsets[i + 1]].tobytes() for i in range(len(id_start))]
+    try:
+        decoded = [json.loads(piece) for piece in pieces]
+    except ValueError:
+        return
+    calls = _as_json(block, last)
+    assert calls is not None and len(calls) == len(id_start) == len(offsets) - 1
+    assert [block[a:b].decode() for a, b in zip(id_start, id_end, strict=True)] == [c["id"] for c in calls]
+    assert decoded[0] == [c["t"] for c in calls]
+    assert decoded[1:] == [c["prompts"] for c in calls]
+    assert same == all(piece == pieces[1] for piece in pieces[1:])
+    if by_arrays is not None:  # (it may refuse more: it reads a field 8 bytes at a time)
+        a_start, a_end, a_times, a_prompts, a_offsets, _ = by_arrays
+        assert (a_start.tolist(), a_end.tolist(), a_times, a_prompts.tolist(), a_offsets.tolist()) == \
+            (id_start.tolist(), id_end.tolist(), times.tobytes(), prompts.tolist(), offsets.tolist())

@@ -2,7 +2,9 @@
 
 :func:`build` compiles ``run_kernel`` (with the functions it calls) and ``group_prompts`` of
 :mod:`simulator.model.batch_kernel` — the same Python functions numba's just-in-time
-compiler compiles — for the argument types a replay passes, into one shared library with its
+compiler compiles — for the argument types a replay passes, and the native trace reader's
+pass over call lines (:func:`simulator.trace.formats.native_scan.scan_call_lines`, compiled
+only here), into one shared library with its
 stamp (:data:`~simulator.model.compiled.EXTENSION_STAMP`). Loading it needs numpy only, not
 numba (:mod:`simulator.model.compiled`).
 
@@ -57,6 +59,7 @@ def build(folder: Path) -> Path:
         from numba.pycc import CC
 
     from simulator.model.batch_kernel import group_prompts, run_kernel
+    from simulator.trace.formats.native_scan import scan_call_lines
 
     kernels: dict[tuple, Any] = run_kernel.overloads  # (argument types: their compiled results)
     groupings: dict[tuple, Any] = group_prompts.overloads
@@ -76,6 +79,11 @@ def build(folder: Path) -> Path:
                                             *one[SRNG_ARG + 1:]))(_streams_entry(run_kernel))
     cc.export("group_prompts", groupings[grouping].signature.return_type(*grouping))(
         group_prompts.py_func)
+    # the native trace reader's pass over a block of call lines (plain Python: numba types it here)
+    lines = types.Array(types.uint8, 1, "C", readonly=True)
+    ints, chars = types.Array(types.int64, 1, "A"), types.Array(types.uint8, 1, "A")
+    fields = types.Tuple((types.boolean, ints, ints, chars, chars, ints, types.boolean))
+    cc.export("scan_call_lines", fields(lines, types.boolean))(scan_call_lines)
     cc.compile()
     stamp = extension_stamp()
     library = folder / stamp["file"]

@@ -1,7 +1,8 @@
 """What the compiled kernel is made of, and where a build puts it compiled.
 
 The kernel compiles functions of several files into itself (service times from
-``kernel_service.py``, the table kind's interpolation, the spec_decode cost forms...), so
+``kernel_service.py``, the table kind's interpolation, the spec_decode cost forms...; the
+extension also carries the native trace reader's pass over call lines), so
 whatever was compiled from them — numba's cache (:mod:`simulator.model.kernel_cache`), the
 extension (:mod:`simulator.model.compiled`) — is valid only for the same content of all of
 :data:`KERNEL_SOURCES`: :func:`sources_digest` is that content's digest. This module imports
@@ -17,7 +18,8 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent
 #: The files whose code a compiled function of the package may include.
-KERNEL_SOURCES = ("model/*.py", "model/rules/continuous.py", "model/rules/queue.py", "profile/*.py", "profile/kinds/*.py")
+KERNEL_SOURCES = ("model/*.py", "model/rules/continuous.py", "model/rules/queue.py", "profile/*.py", "profile/kinds/*.py",
+                  "trace/formats/native_scan.py")
 #: What a build compiled (``python -m simulator.model.precompile``): numba's index and data
 #: files of every kernel function, in a folder per source folder (``model/``,
 #: ``profile/kinds/``), and the extension with its own stamp.

@@ -55,6 +55,7 @@ from simulator.trace.formats._common import (
     show,
     type_name,
 )
+from simulator.trace.formats.native_scan import AFTER_ID, AFTER_TIME, ID_HEAD, PROMPTS_HEAD, SHORT_FIELD, T_HEAD
 from simulator.trace.model import MAX_HASH, PROMPT_INT, Prompt, Trace, TraceColumns, id_column
 
 if TYPE_CHECKING:
@@ -267,9 +268,10 @@ def read_native_lines(handle: IO[bytes], path: str | Path) -> Trace | None:
     neither the file nor its decoded calls are held whole; ``None`` for any other layout or
     content (then :func:`read_native_fast` or :func:`read_native` reads it).
 
-    Each block's lines are taken apart by array operations (:func:`_split_lines`): the
-    ids and times are cut out of the bytes and converted as columns, and each distinct
-    ``prompts`` list is decoded once, so no Python object is made per call. A block whose
+    Each block's lines are taken apart at once (:func:`_split_lines`): their fields are found
+    in one compiled pass over the bytes where the extension is usable, else by array
+    operations (:func:`_line_fields`); the ids and times are converted as columns, and each
+    distinct ``prompts`` list is decoded once, so no Python object is made per call. A block whose
     lines are not exactly the writer's is decoded whole by msgspec instead."""
     if handle.readline().rstrip() != b"{":
         return None
@@ -341,9 +343,6 @@ def _add_block(blocks: _ColumnBlocks, lines: bytes, last: bool) -> bool:
     return True
 
 
-_ID_HEAD = b'    {"id": "'
-_T_HEAD = b'", "t": '
-_PROMPTS_HEAD = b', "prompts": ['
 
 #: A block's times, as one JSON list: each a JSON number (RFC 8259), as :data:`_Call` reads a time.
 _TIMES = msgspec.json.Decoder(list[float])
@@ -373,11 +372,11 @@ def _find(words: np.ndarray, start: np.ndarray, byte: int) -> np.ndarray | None:
     """The offset of the first ``byte`` at or after each of ``start``, looked for 8 bytes at
     a time (a byte equal to ``byte`` is a zero byte of ``word ^ pattern``; the lowest set
     bit of the classic zero-byte test marks the first); ``None`` when one is not within
-    :data:`_SHORT_FIELD` bytes or the block's end."""
+    :data:`SHORT_FIELD` bytes or the block's end."""
     pattern = _ONES * np.uint64(byte)
     found = np.full(len(start), -1, dtype=np.int64)
     pending = np.arange(len(start))
-    for k in range(0, _SHORT_FIELD, 8):
+    for k in range(0, SHORT_FIELD, 8):
         at = start[pending] + k
         if at.size and at.max() >= len(words):
             return None
@@ -392,8 +391,6 @@ def _find(words: np.ndarray, start: np.ndarray, byte: int) -> np.ndarray | None:
     return None
 
 
-#: The longest id or time looked for (a longer one leaves the block to msgspec).
-_SHORT_FIELD = 64
 
 
 def _gather(buf: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -437,6 +434,56 @@ def _distinct(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.nda
     return which, firsts
 
 
+def _line_fields(lines: bytes, last: bool) -> tuple[Any, ...] | None:
+    """The fields of the call lines in ``lines`` as :func:`~simulator.trace.formats.native_scan.scan_call_lines`
+    gives them (``(id_start, id_end, times, prompts, prompt_offsets, same)``, ``times`` as
+    bytes), or ``None`` where a line is not as the writer writes a call: by the extension's
+    compiled pass where it is usable, else by array operations over the whole block."""
+    from simulator.model.compiled import extension
+
+    module = extension()
+    if module is not None:
+        ok, id_start, id_end, times, p_bytes, p_offsets, same = module.scan_call_lines(
+            np.frombuffer(lines, dtype=np.uint8), last)
+        return (id_start, id_end, times.tobytes(), p_bytes, p_offsets, same) if ok else None
+    return _line_fields_by_arrays(lines, last)
+
+
+def _line_fields_by_arrays(lines: bytes, last: bool) -> tuple[Any, ...] | None:
+    """:func:`_line_fields` by array operations (the same checks, in several passes)."""
+    buf = np.frombuffer(lines, dtype=np.uint8)
+    ends = np.flatnonzero(buf == 10)
+    if not ends.size or (buf < 32).sum() != ends.size or (buf == 127).any():
+        return None  # (a tab, a carriage return or a control character is not the writer's)
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    words = _words(lines)
+    if ((ends - starts) < AFTER_ID).any() or not _matches(words, starts, ID_HEAD):
+        return None
+    id_start = starts + len(ID_HEAD)
+    id_end = _find(words, id_start, ord('"'))
+    if id_end is None or (id_end <= id_start).any() or (id_end + AFTER_ID > ends).any() \
+            or not _matches(words, id_end, T_HEAD):
+        return None
+    t_start = id_end + len(T_HEAD)
+    t_end = _find(words, t_start, ord(","))
+    if t_end is None or (t_end + AFTER_TIME > ends).any() or not _matches(words, t_end, PROMPTS_HEAD):
+        return None
+    closing = ends - 2  # the call's "}": each line ends "},", the file's last call's "}" alone
+    if last:
+        closing[-1] += 1
+    commas_after = closing[:-1] if last else closing
+    if (buf[closing] != ord("}")).any() or (buf[commas_after + 1] != ord(",")).any():
+        return None
+    gathered, _ = _gather(buf, id_start, id_end)
+    if ((gathered == ord("\\")) | (gathered > 127)).any():
+        return None
+    # the times with the comma after each, the last comma made the list's end
+    t_bytes, _ = _gather(buf, t_start, t_end + 1)
+    t_bytes[-1] = ord("]")
+    p_bytes, p_offsets = _gather(buf, t_end + len(PROMPTS_HEAD) - 1, closing)  # (from each list's "[")
+    return id_start, id_end, b"[" + t_bytes.tobytes(), p_bytes, p_offsets, False
+
+
 def _split_lines(lines: bytes, last: bool) -> tuple[Any, ...] | None:
     """The columns of ``lines`` when every one is exactly as :func:`write_native` writes a
     call (``    {"id": "ID", "t": NUMBER, "prompts": [...]},``) with an id of printable ASCII
@@ -448,60 +495,34 @@ def _split_lines(lines: bytes, last: bool) -> tuple[Any, ...] | None:
     decodes it: what is accepted here is what :func:`read_native_fast` accepts."""
     if _HASH_KEY in lines:
         return None  # (prompts with ids are all distinct: decoding each distinct list would gain nothing)
-    buf = np.frombuffer(lines, dtype=np.uint8)
-    ends = np.flatnonzero(buf == 10)
-    if not ends.size or (buf < 32).sum() != ends.size or (buf == 127).any():
-        return None  # (a tab, a carriage return or a control character is not the writer's)
-    starts = np.concatenate(([0], ends[:-1] + 1))
-    words = _words(lines)
-    if ((ends - starts) < 40).any() or not _matches(words, starts, _ID_HEAD):
+    fields = _line_fields(lines, last)
+    if fields is None:
         return None
-    id_start = starts + len(_ID_HEAD)
-    id_end = _find(words, id_start, ord('"'))
-    if id_end is None or (id_end <= id_start).any() or (id_end + 40 > ends).any() or not _matches(words, id_end, _T_HEAD):
-        return None
-    t_start = id_end + len(_T_HEAD)
-    t_end = _find(words, t_start, ord(","))
-    if t_end is None or (t_end + 20 > ends).any() or not _matches(words, t_end, _PROMPTS_HEAD):
-        return None
-    closing = ends - 2  # the call's "}": each line ends "},", the file's last call's "}" alone
-    if last:
-        closing[-1] += 1
-    commas_after = closing[:-1] if last else closing
-    if (buf[closing] != ord("}")).any() or (buf[commas_after + 1] != ord(",")).any():
-        return None
-    p_start = t_end + len(_PROMPTS_HEAD) - 1  # the list's "["
-    # ids: printable ASCII without a backslash (an escape): their bytes are the id itself
+    id_start, id_end, times, p_bytes, p_offsets, same = fields
+    # ids: printable ASCII without a backslash (an escape: both passes reject one), so their
+    # bytes are the id itself
     lengths = id_end - id_start
     width = int(lengths.max())
     if width <= 8:  # (one word each: the id's bytes, the rest zeroed)
         keep = np.where(lengths == 8, ~np.uint64(0), (np.uint64(1) << (8 * lengths).astype(np.uint64)) - np.uint64(1))
-        id_words = words[id_start] & keep
-        id_bytes = id_words.view(np.uint8).reshape(-1, 8)
-        if ((id_bytes == ord("\\")) | (id_bytes > 127)).any():
-            return None
+        id_words = _words(lines)[id_start] & keep
         call_ids = id_words.view("S8").astype(np.dtypes.StringDType())
         id_keys = id_words
     else:
         id_keys = None
-        gathered, _ = _gather(buf, id_start, id_end)
-        if ((gathered == ord("\\")) | (gathered > 127)).any():
-            return None
-        padded = np.zeros((len(starts), width), dtype=np.uint8)
+        gathered, _ = _gather(np.frombuffer(lines, dtype=np.uint8), id_start, id_end)
+        padded = np.zeros((len(id_start), width), dtype=np.uint8)
         padded[np.arange(width)[None, :] < lengths[:, None]] = gathered
         call_ids = padded.view(f"S{width}").ravel().astype(np.dtypes.StringDType())
-    # the times with the comma after each: one JSON list, read as the typed reader reads a
-    # time (a JSON number, nothing else)
-    t_bytes, _ = _gather(buf, t_start, t_end + 1)
-    t_bytes[-1] = ord("]")
+    # the times: one JSON list, read as the typed reader reads a time (a JSON number, nothing else)
     try:
-        call_t = np.array(_TIMES.decode(b"[" + t_bytes.tobytes()), dtype=np.float64)
+        call_t = np.array(_TIMES.decode(times), dtype=np.float64)
     except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
         return None
-    if len(call_t) != len(starts) or not (call_t >= 0).all():
+    if len(call_t) != len(id_start) or not (call_t >= 0).all():
         return None
-    p_bytes, p_offsets = _gather(buf, p_start, closing)
-    distinct = _distinct(p_bytes, p_offsets)
+    distinct = (np.zeros(len(id_start), dtype=np.int64), np.zeros(1, dtype=np.int64)) if same \
+        else _distinct(p_bytes, p_offsets)
     if distinct is None:
         return None
     which, firsts = distinct
