@@ -77,6 +77,34 @@ def test_the_extension_gives_numba_kernels_event_log(profile, overrides, numba_k
     pd.testing.assert_frame_equal(on_extension, on_numba)
 
 
+@pytest.mark.parametrize(("profile", "overrides"), [
+    ("seed-calibrated", CONTINUOUS),
+    ("h100-sxm-qwen3-8b-qwen3-0.6b-cuda-graph", {"tasks.infobench.policy": "pickup", "run.gpus": 2}),
+])
+def test_the_extension_frees_what_each_run_allocates(profile, overrides):
+    """Its reference counts are plain increments (extension._plain_reference_counts): a
+    count that never reached zero would keep every run's arrays (some 10 MiB a run here)."""
+    _require_extension()
+    trace = load_trace("example").scaled(2.0)
+    from simulator.trace.model import Call, Trace
+
+    calls = [Call(f"{k}-{c.id}", c.t + 700.0 * k, c.prompts) for k in range(40) for c in trace.calls]
+    trace = Trace(tuple(calls))
+    scenario = build_scenario(path="design-notes", overrides=overrides)
+    loaded = load_profile(profile)
+
+    def resident_mib() -> float:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+    for seed in range(3):
+        simulate(trace, scenario, loaded, seed, engine="fast")
+    before = resident_mib()
+    for seed in range(3, 13):
+        simulate(trace, scenario, loaded, seed, engine="fast")
+    assert resident_mib() - before < 8
+
+
 def test_a_replay_on_the_extension_never_imports_numba():
     _require_extension()
     code = ("import sys, simulator as sim\n"
