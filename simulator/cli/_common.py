@@ -22,7 +22,7 @@ from rich.text import Text
 
 from simulator import settings
 from simulator.cli._tables import print_table_fast
-from simulator.errors import ScenarioError, SimctlError, SimctlWarning, shown
+from simulator.errors import ScenarioError, SimctlError, SimctlWarning, TraceError, shown
 
 #: Tables and progress go to stdout; errors and warnings to stderr.
 console = Console()
@@ -402,3 +402,16 @@ def load_flags(trace: Any, *, request_rate: float | None, max_concurrency: int |
                                 "it has no arrival rate to scale")
         out["rate_scale"] = request_rate / rate
     return trace, out
+
+
+def parse_task_map(text: str | None) -> dict[str, str]:
+    """``"ChatGPT=mmlu,GPT-4=infobench"`` -> ``{"ChatGPT": "mmlu", "GPT-4": "infobench"}``."""
+    if not text:
+        return {}
+    out = {}
+    for item in text.split(","):
+        source, sep, task = item.partition("=")
+        if not sep or not source.strip() or not task.strip():
+            raise TraceError(None, None, None, f"--task-map: expected SOURCE=TASK,..., got {item!r}")
+        out[source.strip()] = task.strip()
+    return out

@@ -7,24 +7,11 @@ from pathlib import Path
 import typer
 
 from simulator.cli import app
-from simulator.cli._common import console, user_errors
+from simulator.cli._common import console, parse_task_map, user_errors
 from simulator.errors import TraceError
 from simulator.outputs import check_writable
 from simulator.settings import LARGEST_COUNT, LARGEST_SEED
 from simulator.trace.formats import FORMATS, IMPORTERS, ImportOptions, load_trace, save_trace
-
-
-def parse_task_map(text: str | None) -> dict[str, str]:
-    """``"ChatGPT=mmlu,GPT-4=infobench"`` -> ``{"ChatGPT": "mmlu", "GPT-4": "infobench"}``."""
-    if not text:
-        return {}
-    out = {}
-    for item in text.split(","):
-        source, sep, task = item.partition("=")
-        if not sep or not source.strip() or not task.strip():
-            raise TraceError(None, None, None, f"--task-map: expected SOURCE=TASK,..., got {item!r}")
-        out[source.strip()] = task.strip()
-    return out
 
 
 @app.command("import")

@@ -23,6 +23,7 @@ from simulator.cli._common import (
     load_flags,
     max_concurrency_option,
     num_requests_option,
+    parse_task_map,
     print_table,
     print_token_figures,
     request_rate_option,
@@ -89,7 +90,6 @@ def replay_cli(
     `--set` overrides one field anywhere.
     """
     with user_errors():
-        from simulator.cli.importer import parse_task_map
         from simulator.trace.formats import ImportOptions, load_trace
 
         if from_state is None and (start is not None or state_task is not None):
