@@ -40,6 +40,8 @@ ALLOWED = {
     ("simulator/model/kernel_cache.py", "read_bytes"): "simctl's own compiled-kernel stamp",
     ("simulator/model/kernel_sources.py", "read_bytes"): "the package's own source",
     ("simulator/model/compiled.py", "read_text"): "simctl's own compiled-kernel stamp",
+    # An LLVM IR builder's load instruction (the extension's reference counts), not a file.
+    ("simulator/model/extension.py", "load"): "llvmlite's IR builder, no file",
     # The stamp the precompile wrote beside the compiled kernel it packages.
     ("simulator/model/precompile.py", "read_text"): "simctl's own compiled-kernel stamp",
     # The sweep journal is simctl's own output, appended to (and its last byte checked).
