@@ -65,7 +65,9 @@ class _LazyGroup(TyperGroup):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
         from simulator.cli import _common
+        from simulator.cli._coercion import plain_values
 
+        plain_values(self)  # (this group's own options: typer builds the group at each run)
         _adopt_registered()  # (a command module the last run imported late)
         _common.interrupt_reported = False
         try:
@@ -125,14 +127,18 @@ def _adopt_registered() -> None:
     since registered) once, to be served from _LOADED by the group: left registered, typer
     would build it again (every option, every help text) each time the app is turned into a
     click group, which typer's CliRunner does on every invocation (milliseconds a command)."""
+    from simulator.cli._coercion import plain_values
+
     for info in app.registered_commands:
         if info.name is not None and info.name not in _LOADED:
             _LOADED[info.name] = typer.main.get_command_from_info(
                 info, pretty_exceptions_short=True, rich_markup_mode="markdown")
+            plain_values(_LOADED[info.name])
     for group in app.registered_groups:
         if group.name is not None and group.name not in _LOADED:
             _LOADED[group.name] = typer.main.get_group_from_info(
                 group, pretty_exceptions_short=True, suggest_commands=True, rich_markup_mode="markdown")
+            plain_values(_LOADED[group.name])
     app.registered_commands[:] = [i for i in app.registered_commands if i.name not in _LOADED]
     app.registered_groups[:] = [g for g in app.registered_groups if g.name not in _LOADED]
 
@@ -167,26 +173,6 @@ def _main(version: bool = typer.Option(False, "--version", callback=_version, is
     """Discrete-event simulator and capacity planner for batched LLM inference serving."""
 
 
-#: glibc's mallopt parameter: allocations from this size up are mapped pages of their own.
-_M_MMAP_THRESHOLD = -3
-
-
-def _map_large_allocations(threshold: int = 256 * 1024) -> None:
-    """Have glibc map every allocation of ``threshold`` bytes or more on its own pages, so a
-    freed column goes back to the system at once. By default glibc raises that threshold
-    after the first large free (up to 32 MiB), after which a replay's column-sized arrays
-    come from the heap and stay part of the process after they are freed (a third more at
-    the peak of a large replay). Setting it fixes it; where there is no glibc, nothing."""
-    import ctypes
-
-    try:
-        process = ctypes.CDLL(None)  # the symbols already loaded, the C library's among them
-    except OSError:
-        return
-    if hasattr(process, "mallopt") and hasattr(process, "gnu_get_libc_version"):
-        process.mallopt(_M_MMAP_THRESHOLD, threshold)
-
-
 def _one_blas_thread() -> None:
     """Have numpy's OpenBLAS start one thread, not one a core, unless the user said how many.
     A command's array work is elementwise or small linear algebra, which BLAS threads do not
@@ -219,11 +205,12 @@ def main() -> None:
     """Console-script entry point. A Ctrl-C after the command line has ended (as the process
     exits) is said in one line and exit status 130, as one during the command."""
     try:
+        from simulator.heap import map_large_allocations
         from simulator.interrupts import carry_lost_interrupts
 
         carry_lost_interrupts()
         _one_blas_thread()
-        _map_large_allocations()
+        map_large_allocations()
         _file_size_limit_as_error()
         app()
     except KeyboardInterrupt:

@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from simulator import bundled, inputs
+from simulator import bundled, heap, inputs
 from simulator.errors import TraceError
 from simulator.outputs import open_output
 from simulator.trace.classify import DEFAULT_CLASSIFIER, KeywordClassifier
@@ -99,6 +99,14 @@ def load_trace(path: str | Path, classifier: KeywordClassifier = DEFAULT_CLASSIF
     :class:`~simulator.errors.SimctlWarning` for what it repaired (unsorted calls) or
     could not classify.
     """
+    trace = _load(path, classifier, options, format)
+    if trace.n_prompts >= heap.TRIM_FROM_PROMPTS:
+        heap.give_back_freed_memory()
+    return trace
+
+
+def _load(path: str | Path, classifier: KeywordClassifier, options: ImportOptions, format: str | None) -> Trace:
+    """:func:`load_trace`'s reading."""
     path = bundled.resolve("traces", path, TraceError)
     kind = format or sniff(path)
     if kind in IMPORTERS:
