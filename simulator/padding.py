@@ -76,11 +76,15 @@ def _engine_of(queue_names: tuple[str, ...], tasks: tuple[str, ...]) -> np.ndarr
 
 
 def _per_batch(batch_ids: np.ndarray, prompt_tokens: np.ndarray, max_tokens: np.ndarray,
-               continuous: np.ndarray) -> dict[str, np.ndarray]:
+               continuous: np.ndarray, detail: bool = True) -> dict[str, Any]:
     """Per distinct batch (id order) of rows with ``batch_ids >= 0``: its id, size, longest
     prompt and output, actual and padded tokens, whether it pads. Batch ids are dense (an
     engine numbers its batches 0, 1, ...), so each batch is a slot of arrays as long as the
-    largest id: one pass over the rows, no sort."""
+    largest id: one pass over the rows, no sort.
+
+    ``detail=False``: ``padded`` and ``actual`` alone (with ``batch_id`` ``None`` where every
+    id up to the largest has a batch), with a third of the temporaries: a large replay's
+    summary holds an array a batch for each of them at its peak."""
     keep = batch_ids >= 0
     if keep.all():  # (nothing turned away: the columns themselves, uncopied)
         ids, p, m, cont = batch_ids, prompt_tokens, max_tokens, continuous
@@ -101,6 +105,16 @@ def _per_batch(batch_ids: np.ndarray, prompt_tokens: np.ndarray, max_tokens: np.
     np.add.at(actual, ids, m)
     pads = np.ones(top, dtype=bool)
     pads[ids] = ~cont  # (a batch's rows share one queue)
+    if not detail:
+        # padded = size × (longest prompt + longest output) in the longest prompts' array
+        padded = np.add(longest_prompt, longest_output, out=longest_prompt)
+        del longest_output
+        padded *= size
+        np.copyto(padded, actual, where=~pads)
+        if size.all():
+            return {"batch_id": None, "padded": padded, "actual": actual}
+        kept = np.flatnonzero(size)
+        return {"batch_id": kept, "padded": padded[kept], "actual": actual[kept]}
     if size.all():  # (every id has a batch: the engines' logs)
         present: np.ndarray | slice = slice(None)
         batch_id = np.arange(top)
@@ -150,14 +164,16 @@ def batch_work(batch_ids: np.ndarray, prompt_tokens: np.ndarray, max_tokens: np.
     """Per batch (id order) of the rows with ``batch_ids >= 0``: its padded and actual tokens
     (module docstring) and the ``label`` of its rows (a task code: every row of a batch has
     its batch's task)."""
-    b = _per_batch(batch_ids, prompt_tokens, max_tokens, continuous)
-    label_of = np.zeros(len(b["padded"]) and int(b["batch_id"][-1]) + 1, dtype=label.dtype)
+    b = _per_batch(batch_ids, prompt_tokens, max_tokens, continuous, detail=False)
+    present = b["batch_id"]  # (None: every id has a batch, and label_of is in their order)
+    top = len(b["padded"]) if present is None else (len(present) and int(present[-1]) + 1)
+    label_of = np.zeros(top, dtype=label.dtype)
     served = batch_ids >= 0
     if served.all():
         label_of[batch_ids] = label
     else:
         label_of[batch_ids[served]] = label[served]
-    return b["padded"], b["actual"], label_of[b["batch_id"]]
+    return b["padded"], b["actual"], label_of if present is None else label_of[present]
 
 
 def padding_totals(padded: np.ndarray, actual: np.ndarray) -> dict[str, Any]:
@@ -182,7 +198,7 @@ def padding_figures(batch_ids: np.ndarray, prompt_tokens: np.ndarray, max_tokens
     """The ``padding`` figures (:func:`padding_totals`) of one group of rows. Rows with
     ``batch_ids < 0`` (turned away) are left out; ``continuous`` marks a continuous engine's
     rows (:func:`continuous_rows`)."""
-    b = _per_batch(batch_ids, prompt_tokens, max_tokens, continuous)
+    b = _per_batch(batch_ids, prompt_tokens, max_tokens, continuous, detail=False)
     return padding_totals(b["padded"], b["actual"])
 
 
