@@ -557,9 +557,10 @@ def batch_sizes_of(ids: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     top = int(ids.max()) + 1
     present = np.zeros(top, dtype=bool)
     present[ids] = True
-    size_of = np.zeros(top, dtype=np.int64)
+    # (in the sizes' own integer type: a large run has about as many batches as rows)
+    size_of = np.zeros(top, dtype=sizes.dtype if sizes.dtype.kind in "iu" else np.int64)
     size_of[ids] = sizes  # every row of a batch has the batch's size
-    return size_of[present]
+    return size_of if present.all() else size_of[present]
 
 
 def _codes(column: pd.Series) -> tuple[np.ndarray, list[str]]:
@@ -599,15 +600,19 @@ class _PerCall:
     def __init__(self, call_of: np.ndarray, n_calls: int) -> None:
         self.call_of, self.n_calls = call_of, n_calls
         self.starts: np.ndarray | None = None
+        self.one_each = False  # (a prompt per call, in call order: each call's values are its prompt's)
         if call_of.size and bool(np.all(call_of[1:] >= call_of[:-1])) and int(call_of[-1]) == n_calls - 1 \
                 and int(call_of[0]) == 0:
-            self.starts = np.flatnonzero(np.concatenate([[True], call_of[1:] != call_of[:-1]]))
+            # (sorted from 0 to the last call with as many rows as calls: no segments to find)
+            self.one_each = call_of.size == n_calls
+            if not self.one_each:
+                self.starts = np.flatnonzero(np.concatenate([[True], call_of[1:] != call_of[:-1]]))
 
     def reduce(self, ufunc: np.ufunc, values: np.ndarray, initial: Any) -> np.ndarray:
         """``ufunc`` of each call's ``values`` (``initial`` for a call without prompts)."""
+        if self.one_each:
+            return np.array(values, copy=True)
         if self.starts is not None and len(self.starts) == self.n_calls:
-            if self.n_calls == len(values):  # (a prompt per call: the values are the calls')
-                return np.array(values, copy=True)
             return ufunc.reduceat(values, self.starts)
         out = np.full(self.n_calls, initial, dtype=np.result_type(values, np.asarray(initial)))
         ufunc.at(out, self.call_of, values)
@@ -1147,12 +1152,20 @@ def summarize_columns(log: LogColumns, config: dict[str, Any] | None = None,
                                                     pick(sizes) if batched.all() else pick(sizes)[batched]),
                                      call_latency[in_call], call_ok[in_call], makespan)
             del group_batches, batched
-            mine = slice(None) if task is None else batch_task == task
-            figures["padding"] = padding_totals(padded[mine], actual[mine])
+            figures["padding"] = paddings[task]
             figures["tokens"] = _token_figures(pick(ok_tokens), pick(arrived), pick(first), pick(done), pick(out_tokens),
                                                pick(in_tokens), None, options, makespan)
             return figures
 
+        # Large logs: each group's padding figures now, and the per-batch arrays freed before
+        # the groups' per-prompt columns are made (a large run's summary peaks there).
+        paddings: dict[int | None, dict[str, Any]] = {}
+        if sorted_groups is None:
+            paddings[None] = padding_totals(padded, actual)
+            for code in range(len(task_names) if len(task_names) > 1 else 0):
+                mine = batch_task == code
+                paddings[code] = padding_totals(padded[mine], actual[mine])
+            del padded, actual, batch_task
         if sorted_groups is not None:
             every = _groups_one_pass(len(task_names), task_codes, served, done_ok, turned, arrived, started, first, done,
                                      max_tokens, in_tokens, preemptions, batch_ids, sizes, padded, actual, batch_task,

@@ -96,6 +96,17 @@ def _per_batch(batch_ids: np.ndarray, prompt_tokens: np.ndarray, max_tokens: np.
                 "padded": empty, "actual": empty, "pads": np.zeros(0, dtype=bool)}
     top = int(ids.max()) + 1
     size = np.bincount(ids, minlength=top)
+    if not detail and size.max() == 1:
+        # batches of one prompt (a queue that never waits to fill one): a batch's padded
+        # tokens are its actual ones (one array for both), its prompt's, and nothing pads
+        actual = np.zeros(top, dtype=np.int64)
+        actual[ids] = p
+        actual[ids] += m  # (each id once: no update lost)
+        kept = None if size.all() else np.flatnonzero(size)
+        del size
+        if kept is not None:
+            actual = actual[kept]
+        return {"batch_id": kept, "padded": actual, "actual": actual}
     longest_prompt = np.zeros(top, dtype=np.int64)
     longest_output = np.zeros(top, dtype=np.int64)
     np.maximum.at(longest_prompt, ids, p)

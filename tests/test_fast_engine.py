@@ -501,10 +501,14 @@ def test_runs_that_reuse_kept_lowering_give_the_logs_of_runs_that_do_not(monkeyp
     fast._KEPT.clear()
     runs = [simulate(TRACE.scaled(x), scenario, profile, seed) for x, seed in ((1, 0), (2, 0), (1, 1), (1, 0))]
     assert fast._KEPT  # the trace's arrays were kept and reused
-    # the log holds copies of what is kept: editing its columns in place changes no later run
+    # the log's token columns are what is kept, read-only (editing them in place is refused),
+    # its other columns copies: editing those changes no later run
     columns = engine_module.simulate_columns(TRACE, scenario, profile, 0).columns
-    columns["prompt_tokens"][:] = 0
-    columns["max_tokens"][:] = 0
+    for name in ("prompt_tokens", "max_tokens"):
+        with pytest.raises(ValueError, match="read-only"):
+            columns[name][:] = 0
+    for name in ("started_at", "done_at", "batch_size", "queue"):
+        columns[name][:] = 0
     again = simulate(TRACE, scenario, profile, 0)
     for (x, seed), log in zip(((2, 0), (1, 1), (1, 0), (1, 0)), [*runs[1:], again], strict=True):
         fast._KEPT.clear()

@@ -137,10 +137,13 @@ class _Lowered:
             arrived_at.flags.writeable = False
         else:
             arrived_at = cols.call_t[cols.call_of]
+        # the token counts lowering keeps, 32-bit, through read-only views (a 64-bit copy of
+        # each was 16 bytes a prompt of a large replay's peak; the frame widens them)
+        prompt_tokens, max_tokens = self.prompt_tokens.view(), self.max_tokens.view()
+        prompt_tokens.flags.writeable = max_tokens.flags.writeable = False
         return PromptColumns(call_ids=cols.call_ids, call_of=cols.call_of, prompt_index=cols.prompt_index,
                              task_names=self.names, task_of=cols.task_of, resources=self.resources,
-                             prompt_tokens=self.prompt_tokens.astype(np.int64),
-                             max_tokens=self.max_tokens.astype(np.int64), arrived_at=arrived_at)
+                             prompt_tokens=prompt_tokens, max_tokens=max_tokens, arrived_at=arrived_at)
 
 
 def _rule_slot(rules: list[tuple[int, int, int]], name: str) -> int:

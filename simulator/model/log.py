@@ -33,8 +33,8 @@ class PromptColumns:
     task_names: list[str]      # the tasks, by code
     task_of: np.ndarray        # int: each prompt's task code
     resources: list[str]       # per task code: gpu or cpu
-    prompt_tokens: np.ndarray  # int64
-    max_tokens: np.ndarray     # int64 (after the scenario's cap)
+    prompt_tokens: np.ndarray  # int32 (the fast engine's, read-only) or int64
+    max_tokens: np.ndarray     # the same (after the scenario's cap)
     arrived_at: np.ndarray     # float64
 
 
@@ -106,11 +106,16 @@ def label_column(names: list[str] | tuple[str, ...], codes: np.ndarray) -> pd.Ca
 ID_INT = np.int32
 
 
-def _joined(prompts: PromptColumns, outcome: Outcome) -> dict[str, np.ndarray]:
+#: The columns :func:`_joined` makes.
+JOINED = ("queue", "batched_at", "started_at", "gpu", "worker", "batch_size", "preemptions")
+
+
+def _joined(prompts: PromptColumns, outcome: Outcome, names: tuple[str, ...] = JOINED) -> dict[str, np.ndarray]:
     """The log's columns that come from each prompt's batch (its row of the batch table) and
     its status, as numpy arrays: ``batched_at``, ``started_at``, ``gpu`` (-1: none),
     ``worker``, ``batch_size``, ``preemptions``, and ``queue`` as codes into the queue names
-    followed by the task names (a prompt never served is named by its task)."""
+    followed by the task names (a prompt never served is named by its task); ``names``: those
+    of them to make."""
     bid = outcome.batch_of
     served = outcome.status < len(SERVED)
     if len(bid) and (bid[served] < 0).any():
@@ -127,24 +132,30 @@ def _joined(prompts: PromptColumns, outcome: Outcome) -> dict[str, np.ndarray]:
     def column(values: np.ndarray, missing, dtype) -> np.ndarray:
         return np.append(np.asarray(values, dtype=dtype), np.asarray([missing], dtype=dtype))[row]
 
+    def queue() -> np.ndarray:
+        # Queues by code; a prompt never served is named by its task (codes past the queues').
+        queue_code = column(outcome.queue, len(outcome.queue_names), np.int32)
+        if len(queue_code) and not served.all():
+            queue_code = queue_code.copy()
+            queue_code[~served] = len(outcome.queue_names) + prompts.task_of[~served]
+        return queue_code
+
+    def preemptions() -> np.ndarray:
+        n_prompts = len(bid)
+        counts = outcome.preemptions if len(outcome.preemptions) == n_prompts else np.zeros(n_prompts, ID_INT)
+        return counts.astype(ID_INT, copy=False)
+
     nan = float("nan")
-    task_of = prompts.task_of
-    # Queues by code; a prompt never served is named by its task (codes past the queues').
-    queue_code = column(outcome.queue, len(outcome.queue_names), np.int32)
-    if len(queue_code) and not served.all():
-        queue_code = queue_code.copy()
-        queue_code[~served] = len(outcome.queue_names) + task_of[~served]
-    n_prompts = len(bid)
-    preemptions = outcome.preemptions if len(outcome.preemptions) == n_prompts else np.zeros(n_prompts, ID_INT)
-    return {
-        "queue": queue_code,
-        "batched_at": column(outcome.formed_at, nan, float),
-        "started_at": column(outcome.started_at, nan, float),
-        "gpu": column(outcome.device, -1, ID_INT),
-        "worker": column(outcome.worker, -1, ID_INT),
-        "batch_size": column(outcome.size, 0, ID_INT),
-        "preemptions": preemptions.astype(ID_INT, copy=False),
+    make = {
+        "queue": queue,
+        "batched_at": lambda: column(outcome.formed_at, nan, float),
+        "started_at": lambda: column(outcome.started_at, nan, float),
+        "gpu": lambda: column(outcome.device, -1, ID_INT),
+        "worker": lambda: column(outcome.worker, -1, ID_INT),
+        "batch_size": lambda: column(outcome.size, 0, ID_INT),
+        "preemptions": preemptions,
     }
+    return {name: make[name]() for name in names}
 
 
 def build_event_log(prompts: PromptColumns, outcome: Outcome) -> pd.DataFrame:
@@ -180,18 +191,24 @@ def build_event_log(prompts: PromptColumns, outcome: Outcome) -> pd.DataFrame:
     return log
 
 
+#: The columns of :func:`event_columns`: what a summary reads (not ``prompt_index``,
+#: ``resource``, ``batched_at`` or ``worker``: 12 bytes a prompt of a large run's peak).
+SUMMARY_JOINED = ("queue", "started_at", "gpu", "batch_size", "preemptions")
+
+
 def event_columns(prompts: PromptColumns, outcome: Outcome) -> LogColumns:
-    """The event log :func:`build_event_log` makes, as numpy columns without the frame (no
-    text column of call ids, no categoricals): what a summary reads
-    (:func:`simulator.metrics.summarize_columns`), the same values the frame holds."""
-    joined = _joined(prompts, outcome)
+    """The columns of the event log :func:`build_event_log` makes that a summary reads
+    (:func:`simulator.metrics.summarize_columns`: those :func:`simulator.metrics.log_columns`
+    takes from a frame), as numpy columns without the frame (no text column of call ids, no
+    categoricals), the same values the frame holds."""
+    joined = _joined(prompts, outcome, SUMMARY_JOINED)
     columns = {
         "call_index": prompts.call_of.astype(ID_INT, copy=False),
-        "prompt_index": prompts.prompt_index.astype(ID_INT, copy=False),
         "task": prompts.task_of,
-        "resource": prompts.task_of,
-        "prompt_tokens": prompts.prompt_tokens.astype(np.int64, copy=False),
-        "max_tokens": prompts.max_tokens.astype(np.int64, copy=False),
+        # the token counts as the engine holds them (the fast engine's 32-bit ones, uncopied:
+        # a summary sums them in 64 bits); build_event_log's frame widens them to int64
+        "prompt_tokens": prompts.prompt_tokens,
+        "max_tokens": prompts.max_tokens,
         "status": outcome.status,
         "arrived_at": prompts.arrived_at.astype(float, copy=False),
         "first_token_at": outcome.first_token_at.astype(float, copy=False),
@@ -199,6 +216,6 @@ def event_columns(prompts: PromptColumns, outcome: Outcome) -> LogColumns:
         "batch_id": outcome.batch_of.astype(ID_INT, copy=False),
         **joined,
     }
-    labels = {"task": list(prompts.task_names), "resource": list(prompts.resources),
-              "queue": [*outcome.queue_names, *prompts.task_names], "status": list(STATUSES)}
+    labels = {"task": list(prompts.task_names), "queue": [*outcome.queue_names, *prompts.task_names],
+              "status": list(STATUSES)}
     return LogColumns(columns, labels)
