@@ -238,6 +238,11 @@ def command_figures(mm4_calls: int, calls: int, seed: int, repeat: int, warm: bo
 
     simpy_script = str(Path(__file__).resolve().parent / "simpy_baseline.py")
     simpy_code = f"import sys, runpy; sys.argv = [{simpy_script!r}] + sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+    import compileall
+
+    # every module's bytecode written first, as pip writes it at install: a child never
+    # compiles a source (where PYTHONDONTWRITEBYTECODE is set, it would in every child)
+    compileall.compile_dir(str(ROOT / "simulator"), quiet=1)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         small, compared, large = (write_mm4(folder, n, seed) for n in (SMALL_CALLS, mm4_calls, calls))

@@ -516,10 +516,14 @@ def batch_table(log: pd.DataFrame) -> pd.DataFrame:
 
 def _group_summary(v: dict[str, Callable[[], np.ndarray]], done_ok: np.ndarray, turned: dict[str, np.ndarray],
                    batch_sizes: np.ndarray, call_latency: np.ndarray, call_ok: np.ndarray,
-                   makespan: float) -> dict[str, Any]:
+                   makespan: float, ttft_is_latency: bool = False,
+                   call_latency_is_latency: bool = False) -> dict[str, Any]:
     """The figures of one group of prompts (a task, or all) and of the calls containing them.
     ``v`` makes the group's per-prompt columns on demand (one at a time, so a large run never
-    holds them all), ``done_ok`` marks completed prompts."""
+    holds them all), ``done_ok`` marks completed prompts. ``ttft_is_latency``: every prompt's
+    first token came as it finished (no token timing); ``call_latency_is_latency``: each call
+    is one prompt, complete where its prompt is. Either way the two columns are equal value
+    for value, and their figures are the latency's, not computed again."""
     completed = int(done_ok.sum())
 
     def unless_done(x: np.ndarray) -> np.ndarray:
@@ -538,11 +542,12 @@ def _group_summary(v: dict[str, Callable[[], np.ndarray]], done_ok: np.ndarray, 
         "calls": int(call_ok.size),
         "calls_completed": int(call_ok.sum()),
         "latency": describe(unless_done(v["latency"]()), scratch=True),
-        "call_latency": describe(np.where(call_ok, call_latency, np.inf), scratch=True),
-        "wait": describe(v["wait"]()[done_ok], scratch=True),
-        "service": describe(v["service"]()[done_ok], scratch=True),
-        "ttft": describe(unless_done(v["ttft"]()), scratch=True),
     }
+    figures["call_latency"] = dict(figures["latency"]) if call_latency_is_latency \
+        else describe(np.where(call_ok, call_latency, np.inf), scratch=True)
+    figures["wait"] = describe(v["wait"]()[done_ok], scratch=True)
+    figures["service"] = describe(v["service"]()[done_ok], scratch=True)
+    figures["ttft"] = dict(figures["latency"]) if ttft_is_latency else describe(unless_done(v["ttft"]()), scratch=True)
     figures["tpot"] = describe(v["tpot"](), scratch=True)
     figures["mean_batch_size"] = float(batch_sizes.mean()) if batch_sizes.size else None
     figures["throughput_prompts_per_s"] = float(completed / makespan) if makespan > 0 else None
@@ -1147,10 +1152,14 @@ def summarize_columns(log: LogColumns, config: dict[str, Any] | None = None,
                 in_call[call_of[rows]] = True
             group_batches = pick(batch_ids)
             batched = group_batches >= 0
-            figures = _group_summary(columns, pick(done_ok), {k: pick(t) for k, t in turned.items()},
+            group_ok = pick(done_ok)
+            figures = _group_summary(columns, group_ok, {k: pick(t) for k, t in turned.items()},
                                      batch_sizes_of(group_batches if batched.all() else group_batches[batched],
                                                     pick(sizes) if batched.all() else pick(sizes)[batched]),
-                                     call_latency[in_call], call_ok[in_call], makespan)
+                                     call_latency[in_call], call_ok[in_call], makespan,
+                                     ttft_is_latency=np.array_equal(pick(first), pick(done), equal_nan=True),
+                                     call_latency_is_latency=rows is None and layout.per_call.one_each
+                                     and np.array_equal(call_ok, group_ok))
             del group_batches, batched
             figures["padding"] = paddings[task]
             figures["tokens"] = _token_figures(pick(ok_tokens), pick(arrived), pick(first), pick(done), pick(out_tokens),

@@ -18,7 +18,7 @@ LAYERS: list[set[str]] = [
     {"rules", "rules.prefix_cache", "rules.queue", "rules.continuous", "rules.service"},  # the serving rules
     # foundations: the event kernel, decision rules, the log, per-prompt columns, the
     # compiled kernel and its service times
-    {"kernel", "policies", "length", "dispatch", "log", "prompts", "streams", "kernel_cache", "kernel_service", "batch_kernel",
+    {"kernel", "event_order", "policies", "length", "dispatch", "log", "prompts", "streams", "kernel_cache", "kernel_service", "batch_kernel",
      "kernel_layout", "kernel_sources"},
     {"resources"},                       # devices
     {"batching"},                        # batch forming and service draws

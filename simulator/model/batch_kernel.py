@@ -39,7 +39,7 @@ from simulator.model import (
     dispatch,
     kernel_cache,  # noqa: F401  (the cache keyed on every kernel source)
 )
-from simulator.model.kernel import ARRIVAL, COMPLETION, TIMER
+from simulator.model.event_order import ARRIVAL, COMPLETION, TIMER
 from simulator.model.kernel_layout import (
     BF_FORMED,
     BF_STARTED,

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import numpy as np
 
 from simulator.model.context import RunContext
-from simulator.model.kernel import ARRIVAL
+from simulator.model.event_order import ARRIVAL
 from simulator.settings import parse_client
 from simulator.trace.model import Call
 

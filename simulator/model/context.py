@@ -17,19 +17,22 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from simulator.errors import ScenarioError
 from simulator.model.batching import BatchFormer
 from simulator.model.dispatch import DISPATCH_RULES, PREFIX_RULES, DispatchGroups, DispatchRule
-from simulator.model.kernel import SimEnvironment
 from simulator.model.policies import POLICIES, BatchingPolicy
 from simulator.model.prompts import PromptTable
 from simulator.model.resources import GPU_SHARING, Batch, Device, HostLock, RetimedGpu, ServerPool
 from simulator.profile import Profile, TaskProfile
 from simulator.profile.kinds import ServiceModel
 from simulator.scenario import Scenario, TaskConfig
+
+if TYPE_CHECKING:
+    from simulator.model.kernel import SimEnvironment
 
 
 class RunContext(PromptTable):
@@ -41,7 +44,12 @@ class RunContext(PromptTable):
         super().__init__()
         # A replica of a pool (simulator.model.replicas) is a context of its own (GPUs,
         # queues, dispatch) sharing its parent's clock, prompt columns, ids and batch list.
-        self.env: SimEnvironment = SimEnvironment() if parent is None else parent.env
+        if parent is None:
+            from simulator.model.kernel import SimEnvironment  # (simpy: the reference engine's alone)
+
+            self.env: SimEnvironment = SimEnvironment()
+        else:
+            self.env = parent.env
         self.source = scenario.source  # the scenario file, for errors
         self.dispatch_rng = dispatch_rng
         self.service_rng = service_rng

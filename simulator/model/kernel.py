@@ -2,7 +2,7 @@
 
 simpy orders events at equal times by priority, then by creation. Creation order is an
 accident of the code, so every event this model schedules carries one of these
-priorities, which *are* part of the model:
+priorities (:mod:`simulator.model.event_order`), which *are* part of the model:
 
 1. ``COMPLETION`` — a batch finishes and frees its GPU (or CPU server) and its worker;
 2. ``ARRIVAL`` — a call arrives and its prompts join their queues;
@@ -26,16 +26,13 @@ from typing import Any
 import simpy
 from simpy.events import Event, EventPriority
 
-COMPLETION = EventPriority(0)
-ARRIVAL = EventPriority(1)
-TIMER = EventPriority(2)
-
 
 class SimEnvironment(simpy.Environment):
     """A simpy environment that can call a function at an absolute instant."""
 
-    def call_at(self, at: float, priority: EventPriority, handler: Callable[[Event], Any], value: Any = None) -> Event:
-        """Schedule ``handler(event)`` at instant ``at``; ``event.value`` is ``value``."""
+    def call_at(self, at: float, priority: int, handler: Callable[[Event], Any], value: Any = None) -> Event:
+        """Schedule ``handler(event)`` at instant ``at`` with ``priority`` (one of
+        :mod:`simulator.model.event_order`'s); ``event.value`` is ``value``."""
         if at < self._now:
             raise ValueError(f"cannot schedule in the past ({at} < {self._now})")
         event = Event.__new__(Event)
@@ -43,5 +40,5 @@ class SimEnvironment(simpy.Environment):
         event.callbacks = [handler]
         event._value = value
         event._ok = True
-        heappush(self._queue, (at, priority, next(self._eid), event))
+        heappush(self._queue, (at, EventPriority(priority), next(self._eid), event))
         return event

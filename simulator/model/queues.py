@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from simulator.model.batching import BATCH_FORMING
-from simulator.model.kernel import TIMER
+from simulator.model.event_order import TIMER
 from simulator.model.length import SELECTIONS, RowLengths
 from simulator.model.policies import BatchingPolicy
 from simulator.model.resources import Batch, Device

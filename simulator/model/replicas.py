@@ -48,7 +48,7 @@ import numpy as np
 from simulator.errors import ScenarioError
 from simulator.model.autoscalers import AUTOSCALERS, Observation
 from simulator.model.context import RunContext
-from simulator.model.kernel import ARRIVAL, COMPLETION, TIMER
+from simulator.model.event_order import ARRIVAL, COMPLETION, TIMER
 from simulator.model.streams import cold_start_stream, task_key
 from simulator.model.topologies import TOPOLOGIES, Topology
 from simulator.registry import Registry

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Any
 
-from simulator.model.kernel import COMPLETION
+from simulator.model.event_order import COMPLETION
 from simulator.registry import Registry
 
 if TYPE_CHECKING:

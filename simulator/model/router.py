@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Callable
 
 from simulator.model.context import RunContext
-from simulator.model.kernel import ARRIVAL
+from simulator.model.event_order import ARRIVAL
 from simulator.model.topologies import TOPOLOGIES, Topology
 from simulator.profile import Profile
 from simulator.scenario import Scenario

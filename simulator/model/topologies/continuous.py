@@ -53,7 +53,7 @@ import math
 from typing import TYPE_CHECKING, Any, cast
 
 from simulator.errors import ScenarioError
-from simulator.model.kernel import TIMER
+from simulator.model.event_order import TIMER
 from simulator.model.resources import Batch, Device
 from simulator.model.rules.continuous import EngineState, iteration_boundary
 from simulator.model.rules.prefix_cache import EnginePrefixes, PrefixCache

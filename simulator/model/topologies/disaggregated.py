@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from simulator.errors import ScenarioError
-from simulator.model.kernel import ARRIVAL
+from simulator.model.event_order import ARRIVAL
 from simulator.model.topologies.base import TOPOLOGIES, Topology
 from simulator.model.topologies.continuous import Engine
 
