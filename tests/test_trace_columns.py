@@ -327,3 +327,20 @@ def test_the_pass_over_call_lines_finds_what_json_reads_or_refuses(drawn):
         a_start, a_end, a_times, a_prompts, a_offsets, _ = by_arrays
         assert (a_start.tolist(), a_end.tolist(), a_times, a_prompts.tolist(), a_offsets.tolist()) == \
             (id_start.tolist(), id_end.tolist(), times.tobytes(), prompts.tolist(), offsets.tolist())
+
+
+def test_a_large_trace_gives_its_freed_heap_memory_back_after_loading(tmp_path, monkeypatch):
+    from simulator import heap
+    from simulator.trace import formats
+
+    calls = []
+    monkeypatch.setattr(heap, "give_back_freed_memory", lambda: calls.append(1))
+    trace = Trace(tuple(Call(str(i), float(i), (Prompt("mmlu"),)) for i in range(40)))
+    path = tmp_path / "t.json"
+    save_trace(trace, path)
+    monkeypatch.setattr(heap, "TRIM_FROM_PROMPTS", 41)
+    assert formats.load_trace(path).calls == trace.calls and calls == []  # a small trace: no trim
+    monkeypatch.setattr(heap, "TRIM_FROM_PROMPTS", 40)
+    assert formats.load_trace(path).calls == trace.calls and calls == [1]
+    monkeypatch.undo()
+    heap.give_back_freed_memory()  # (glibc's malloc_trim, or nothing: it returns)
