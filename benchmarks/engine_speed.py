@@ -325,8 +325,9 @@ def table(result: dict) -> str:
         f"(`simctl-trace/1` JSON; summary written as JSON) **{r['command_simctl_customers_per_s']:,.0f} customers/s**, "
         f"an idiomatic simpy model of the same calls {r['command_simpy_customers_per_s']:,.0f} customers/s: "
         f"**{r['command_x_simpy']:.2f}× simpy**. What every replay pays whatever its size, the same command on a "
-        f"{r['small_calls']:,}-call file (start-up, imports: numpy, pandas only where the event log "
-        f"or figures are written; {r['kernel_loaded_from']}), is {r['small_cpu_s']:.2f} CPU-s against simpy's {r['simpy_cpu_s']:.2f} for all its calls: that "
+        f"{r['small_calls']:,}-call file (start-up, imports: numpy with one BLAS thread, typer without "
+        f"pydantic for values written plainly, pandas only where the event log or figures are written, simpy "
+        f"only for the reference engine; {r['kernel_loaded_from']}), is {r['small_cpu_s']:.2f} CPU-s against simpy's {r['simpy_cpu_s']:.2f} for all its calls: that "
         f"fixed part alone holds the whole command under **{r['fixed_bound_x_simpy']:.1f}× simpy** at this size.",
         "",
         f"**Whole command** at {r['cli_calls']:,} one-prompt calls (`simctl replay` of the M/M/4 trace file): "
