@@ -17,10 +17,11 @@ The public API (what the CLI and notebooks use)::
     data = grounded_profile(profile.to_dict(), load_gpu("a100-sxm"), ...)   # see docs/hardware.md
 """
 
-import importlib
 import sys
 import types
 from typing import Any
+
+from simulator.lazy_names import on_first_use
 
 # Names are imported on first use (PEP 562), so that ``import simulator.harness`` on a GPU
 # machine without simpy, or ``import simulator.trace`` in a light script, pulls in only what
@@ -53,17 +54,7 @@ _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in nam
 __all__ = sorted(_MODULE_OF)
 
 
-def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module 'simulator' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = on_first_use("simulator", _EXPORTS, globals())
 
 
 class _Package(types.ModuleType):

@@ -5,8 +5,7 @@ the package that needs none of them (the compiled kernel's loader, which the nat
 reader also calls) is imported without the reference engine and simpy.
 """
 
-import importlib
-from typing import Any
+from simulator.lazy_names import on_first_use
 
 _EXPORTS = {
     "simulator.model.autoscalers": ["AUTOSCALERS"],
@@ -17,18 +16,5 @@ _EXPORTS = {
     "simulator.model.resources": ["GPU_SHARING"],
     "simulator.model.topologies": ["TOPOLOGIES"],
 }
-_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
-__all__ = sorted(_MODULE_OF)
-
-
-def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module 'simulator.model' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__all__ = sorted(name for names in _EXPORTS.values() for name in names)
+__getattr__, __dir__ = on_first_use("simulator.model", _EXPORTS, globals())
