@@ -343,7 +343,6 @@ def _add_block(blocks: _ColumnBlocks, lines: bytes, last: bool) -> bool:
     return True
 
 
-
 #: A block's times, as one JSON list: each a JSON number (RFC 8259), as :data:`_Call` reads a time.
 _TIMES = msgspec.json.Decoder(list[float])
 _PROMPT_LIST = msgspec.json.Decoder(Annotated[list[str | _Prompt], msgspec.Meta(min_length=1)])
@@ -389,8 +388,6 @@ def _find(words: np.ndarray, start: np.ndarray, byte: int) -> np.ndarray | None:
         if not pending.size:
             return found
     return None
-
-
 
 
 def _gather(buf: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
