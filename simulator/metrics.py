@@ -70,34 +70,84 @@ _UNFINISHED = 1e300
 
 
 #: Up to this many values, percentiles are read off one full sort in Python arithmetic (a
-#: sweep's runs are small, and ``np.percentile``'s own overhead is most of their summary);
-#: above it, ``np.percentile`` (a partition, not a sort).
+#: sweep's runs are small, and numpy's per-call overhead is most of their summary); above
+#: it, off the order statistics that :func:`_order_statistics` places.
 _SMALL = 4096
 
 
 def percentiles(x: np.ndarray, q: Sequence[float], scratch: bool = False) -> list[float]:
     """``np.percentile(x, q)`` (linear interpolation; ``q`` in (0, 100]) as floats, bit for
-    bit: the same order statistics (a sort gives those a partition gives), the same virtual
-    index ``(n − 1) × q/100`` and the same interpolation (numpy's ``_lerp``: ``a + (b − a)·t``,
-    or ``b − (b − a)·(1 − t)`` where ``t ≥ 0.5``). ``x`` is a non-empty float array; with
+    bit without calling it: the same order statistics (a sort gives those a partition
+    gives), the same virtual index ``(n − 1) × q/100`` and the same interpolation (numpy's
+    ``_lerp``: ``a + (b − a)·t``, or ``b − (b − a)·(1 − t)`` where ``t ≥ 0.5``). ``x`` is a non-empty float array; with
     NaN every percentile is NaN, as numpy's. ``scratch``: ``x`` may be reordered."""
     n = x.size
+    at: Sequence[float] | dict[int, float]
     if n > _SMALL:
-        return [float(v) for v in np.percentile(x, list(q), overwrite_input=scratch)]
-    s = np.sort(x).tolist()
-    if s[-1] != s[-1]:  # NaN sorts last
-        return [math.nan] * len(q)
+        top = x.max()
+        if top != top:  # (NaN: the max is NaN where any value is)
+            return [math.nan] * len(q)
+        at = _order_statistics(x if scratch else x.copy(), _needed_ranks(n, q))
+    else:
+        s = np.sort(x).tolist()
+        if s[-1] != s[-1]:  # NaN sorts last
+            return [math.nan] * len(q)
+        at = s
     out = []
     for p in q:
         vi = (n - 1) * (p / 100)
         if vi >= n - 1:  # (numpy takes the last value: b − 0·(1 − t))
-            out.append(s[-1] - (s[-1] - s[-1]) * (1 - (vi + 1)))
+            out.append(at[n - 1] - (at[n - 1] - at[n - 1]) * (1 - (vi + 1)))
             continue
         lo = math.floor(vi)
         t = vi - lo
-        a, b = s[lo], s[lo + 1]
+        a, b = at[lo], at[lo + 1]
         diff = b - a
         out.append(b - diff * (1 - t) if t >= 0.5 else a + diff * t)
+    return out
+
+
+def _needed_ranks(n: int, q: Sequence[float]) -> list[int]:
+    """The order statistics (0-based ranks, increasing) that :func:`percentiles` reads for
+    ``q`` of ``n`` values: each percentile's two neighbours, the last value for 100."""
+    ranks = set()
+    for p in q:
+        vi = (n - 1) * (p / 100)
+        if vi >= n - 1:
+            ranks.add(n - 1)
+        else:
+            ranks.update((math.floor(vi), math.floor(vi) + 1))
+    return sorted(ranks)
+
+
+#: Where the values not yet placed are at most this many, :func:`_order_statistics` sorts
+#: them rather than partition again (a sort costs about four partitions).
+_SORT_REST = 1 << 15
+
+
+def _order_statistics(x: np.ndarray, ranks: Sequence[int]) -> dict[int, float]:
+    """The values of rank ``ranks`` (increasing) among ``x`` (a float array without NaN,
+    reordered in place). One partition per rank, each over the values above the previous
+    rank only, and the rank just after a found one is the minimum of those above it:
+    numpy's ``partition`` with several ranks at once costs about one partition per rank over
+    the whole array (8 ranks of 1,000,000 values: some 7 times one partition). The values
+    are those of a sort, whichever way they are found."""
+    out: dict[int, float] = {}
+    start = 0  # x[start:] holds the values of rank start and above, in some order
+    for i, rank in enumerate(ranks):
+        rest = x[start:]
+        if rest.size <= _SORT_REST:
+            rest.sort()
+            out.update((r, float(rest[r - start])) for r in ranks[i:])
+            break
+        if rank == start:  # (the smallest, moved to the front)
+            low = int(rest.argmin())
+            rest[0], rest[low] = rest[low], rest[0]
+            out[rank] = float(rest[0])
+        else:
+            rest.partition(rank - start)
+            out[rank] = float(rest[rank - start])
+        start = rank + 1
     return out
 
 
@@ -302,10 +352,12 @@ def token_figures(requests: pd.DataFrame, options: TokenOptions | None = None,
 
 def _token_figures(ok: np.ndarray, sent: np.ndarray, first: np.ndarray, done: np.ndarray, out_tokens: np.ndarray,
                    in_tokens: np.ndarray, measured_itl: np.ndarray | None, options: TokenOptions,
-                   span: float | None) -> dict[str, Any]:
+                   span: float | None, described: dict[str, dict[str, float | None]] | None = None) -> dict[str, Any]:
     """:func:`token_figures` of a table given as its columns (``measured_itl``: ``itl_s``,
     ``None`` where the table has none). The token counts may be integers (an event log's
-    own columns, uncopied) or floats with NaN (a table's)."""
+    own columns, uncopied) or floats with NaN (a table's). ``described``: timings whose
+    kept values are, value for value and in order, those that :func:`describe` gave these
+    figures of (in seconds); their mean and the percentiles it gives are taken from them."""
     pcts = options.percentiles
 
     def timing(name: str) -> np.ndarray:
@@ -332,6 +384,12 @@ def _token_figures(ok: np.ndarray, sent: np.ndarray, first: np.ndarray, done: np
     for name in ("ttft", "tpot", "e2e", "itl"):
         if name == "itl" and measured_itl is None:
             stats[name] = dict(stats["tpot"])  # the same values: one set of statistics
+            continue
+        known = (described or {}).get(name)
+        if known is not None and all(stat_name(p) in known for p in pcts):
+            # (the same sum and order statistics, times the same scale: the same floats)
+            stats[name] = {k: None if known[k] is None else float(known[k]) * 1000.0  # type: ignore[arg-type]
+                           for k in ("mean", *(stat_name(p) for p in pcts))}
             continue
         values = timing(name)
         kept = np.isfinite(values)
@@ -552,6 +610,12 @@ def _group_summary(v: dict[str, Callable[[], np.ndarray]], done_ok: np.ndarray, 
     figures["mean_batch_size"] = float(batch_sizes.mean()) if batch_sizes.size else None
     figures["throughput_prompts_per_s"] = float(completed / makespan) if makespan > 0 else None
     return figures
+
+
+def _finite(stats: dict[str, float | None]) -> bool:
+    """Whether :func:`describe`'s ``stats`` are of values all finite (a NaN or an infinity
+    makes the mean or the max one)."""
+    return stats["mean"] is not None and math.isfinite(stats["mean"]) and math.isfinite(stats["max"] or math.nan)
 
 
 def batch_sizes_of(ids: np.ndarray, sizes: np.ndarray) -> np.ndarray:
@@ -1162,8 +1226,14 @@ def summarize_columns(log: LogColumns, config: dict[str, Any] | None = None,
                                      and np.array_equal(call_ok, group_ok))
             del group_batches, batched
             figures["padding"] = paddings[task]
+            # Each prompt's TPOT is kept and computed alike here and in the token figures; with
+            # every prompt complete (and every latency and TTFT finite), their e2e and TTFT are
+            # the latency's and TTFT's values too.
+            described = {"tpot": figures["tpot"]}
+            if group_ok.all() and all(_finite(figures[k]) for k in ("latency", "ttft")):
+                described.update(e2e=figures["latency"], ttft=figures["ttft"])
             figures["tokens"] = _token_figures(pick(ok_tokens), pick(arrived), pick(first), pick(done), pick(out_tokens),
-                                               pick(in_tokens), None, options, makespan)
+                                               pick(in_tokens), None, options, makespan, described)
             return figures
 
         # Large logs: each group's padding figures now, and the per-batch arrays freed before

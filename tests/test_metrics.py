@@ -66,19 +66,25 @@ def test_describe_uses_linear_percentiles_and_handles_empty():
 
 
 def test_percentiles_are_numpys_bit_for_bit():
-    # Small samples are read off a sort, large ones through np.percentile: both must give
-    # numpy's floats exactly (ties, a huge stand-in value, one value, NaN), at any percentile.
+    # Small samples are read off a sort, large ones off order statistics placed by partitions
+    # (and a sort of the last values): both must give numpy's floats exactly (ties, a huge
+    # stand-in value, one value, NaN), at any percentile.
     rng = np.random.default_rng(7)
     for trial in range(3000):
         n = int(rng.integers(1, 40)) if trial % 50 else int(rng.integers(4000, 6000))
+        if trial % 250 == 0:  # (past the values a sort takes at once: a chain of partitions)
+            n = int(rng.integers(40_000, 120_000))
         x = rng.exponential(size=n) * 10 ** rng.uniform(-3, 3)
         if trial % 3 == 1:
             x = np.round(x, 1)
         if trial % 3 == 2:
             x[rng.random(n) < 0.3] = 1e300
-        for q in ((50, 90, 95, 99), (0.1, 33.3, 99.9, 100.0)):
+        for q in ((50, 90, 95, 99), (0.1, 33.3, 99.9, 100.0), (0.0001, 50, 50.0001, 70, 99.99)):
             assert percentiles(x.copy(), q) == [float(v) for v in np.percentile(x, q)]
-    assert all(math.isnan(v) for v in percentiles(np.array([1.0, np.nan, 2.0]), (50, 99)))
+    for n in (3, 5000, 50_000):
+        x = np.arange(n, dtype=float)
+        x[n // 3] = np.nan
+        assert all(math.isnan(v) for v in percentiles(x, (50, 99)))
 
 
 def test_calls_complete_with_their_last_prompt_and_know_their_tasks():
@@ -325,13 +331,17 @@ def _same_figures(got, want, where=""):
         assert got == want, where
 
 
-@pytest.mark.parametrize("topology, rate, single_task", [("shared", 1.0, False), ("split", 3.0, False),
-                                                         ("continuous", 2.0, False), ("shared", 4.0, True)])
-def test_the_one_pass_summary_of_a_small_run_is_the_group_by_group_one(monkeypatch, topology, rate, single_task):
+@pytest.mark.parametrize("topology, rate, single_task, complete", [
+    ("shared", 1.0, False, False), ("split", 3.0, False, False), ("continuous", 2.0, False, False),
+    ("shared", 4.0, True, False), ("shared", 1.0, False, True), ("continuous", 1.0, True, True)])
+def test_the_one_pass_summary_of_a_small_run_is_the_group_by_group_one(monkeypatch, topology, rate, single_task,
+                                                                       complete):
     # Small runs (a sweep's) take every group's figures in one pass; large ones group by
     # group. The two agree: percentiles, counts and maxima exactly, means within rounding
     # (with a deadline, a client timeout, composition classes and a goodput SLO, so
-    # unfinished prompts, failed calls and every figure are in it).
+    # unfinished prompts, failed calls and every figure are in it). ``complete``: no
+    # deadline and the token figures' default percentiles, so every prompt completes and
+    # the large path takes the token figures' e2e, TTFT and TPOT from the group's own.
     from dataclasses import replace
 
     import simulator.metrics as metrics
@@ -344,16 +354,18 @@ def test_the_one_pass_summary_of_a_small_run_is_the_group_by_group_one(monkeypat
     base = build_scenario(path="design-notes")
     rules = Compositions((("graph-only", {"only": frozenset({"graph"})}), ("has-mmlu", {"all": frozenset({"mmlu"})})))
     scenario = replace(base, tasks={**base.tasks, "infobench": {**base.tasks["infobench"], "topology": topology}},
-                       deadline=150.0, client_timeout=120.0, compositions=rules)
+                       deadline=None if complete else 150.0, client_timeout=None if complete else 120.0,
+                       compositions=rules)
     columns = simulate_columns(trace, scenario, load_profile("seed-calibrated"), seed=5)
     if single_task:  # (every prompt relabelled as one task's)
         columns = LogColumns({**columns.columns, "task": np.zeros_like(columns.columns["task"])},
                              {**columns.labels, "task": ["infobench"]}, columns.attrs)
     kwargs = dict(deadline=scenario.deadline, gpus=scenario.gpus, client_timeout=scenario.client_timeout,
                   compositions=scenario.compositions,
-                  tokens=TokenOptions(percentiles=(25.0, 50.0, 99.9, 100.0), goodput=(("ttft", 1.0), ("tpot", 0.05))))
+                  tokens=TokenOptions() if complete else
+                  TokenOptions(percentiles=(25.0, 50.0, 99.9, 100.0), goodput=(("ttft", 1.0), ("tpot", 0.05))))
     one_pass = summarize_columns(columns, **kwargs)
-    assert one_pass["overall"]["unfinished"] > 0 and one_pass["compositions"]
+    assert (one_pass["overall"]["unfinished"] == 0) == complete and one_pass["compositions"]
     monkeypatch.setattr(metrics, "_ONE_PASS", 0)
     _same_figures(one_pass, summarize_columns(columns, **kwargs))
 
