@@ -97,6 +97,37 @@ def test_calls_complete_with_their_last_prompt_and_know_their_tasks():
 def test_busy_time_is_the_union_of_intervals():
     assert busy_time(np.array([0.0, 1.0, 5.0]), np.array([2.0, 3.0, 6.0])) == 4.0
     assert busy_time(np.array([]), np.array([])) == 0.0
+    # Intervals in start order are taken as they are, others sorted first: the same float
+    # either way, with ties, touching and nested intervals.
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        n = int(rng.integers(1, 60))
+        starts = np.round(rng.uniform(0, 20, n), 0)
+        ends = starts + np.round(rng.exponential(2, n), 0)
+        order = np.argsort(starts, kind="stable")
+        shuffled = rng.permutation(n)
+        assert busy_time(starts[order], ends[order]) == busy_time(starts[shuffled], ends[shuffled])
+        covered = np.zeros(4000, dtype=bool)  # (on a grid of 0.01: every bound is a whole number)
+        for a, b in zip(starts, ends, strict=True):
+            covered[int(a * 100):int(b * 100)] = True
+        assert busy_time(starts, ends) == pytest.approx(covered.sum() / 100)
+
+
+def test_batch_sizes_are_one_per_batch_in_order_of_batch_id():
+    from simulator.metrics import batch_sizes_of
+
+    rng = np.random.default_rng(4)
+    for _ in range(200):
+        sizes_of_batch = rng.integers(1, 5, int(rng.integers(1, 30)))
+        ids = np.repeat(np.arange(sizes_of_batch.size), sizes_of_batch)
+        keep = rng.random(ids.size) < 0.8  # (some of a batch's rows: another group's)
+        keep[0] = True
+        ids = ids[keep]
+        want = sizes_of_batch[np.unique(ids)]
+        sizes = sizes_of_batch[ids].astype(np.int32)
+        assert batch_sizes_of(ids, sizes).tolist() == want.tolist()  # (rows in order of batch)
+        shuffled = rng.permutation(ids.size)
+        assert batch_sizes_of(ids[shuffled], sizes[shuffled]).tolist() == want.tolist()
 
 
 def test_summary_figures_from_the_log():
