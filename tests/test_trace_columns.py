@@ -312,7 +312,10 @@ def test_the_pass_over_call_lines_finds_what_json_reads_or_refuses(drawn):
         return
     # the fields: JSON values in the writer's places (the reader then decodes the times and
     # each list, refusing the block where one is not valid)
-    pieces = [times.tobytes()] + [prompts[offsets[i]:offsets[i + 1]].tobytes() for i in range(len(id_start))]
+    # (where every line's list is the first's, only the first is given)
+    assert len(prompts) == (offsets[1] if same else offsets[-1])
+    pieces = [times.tobytes()] + [prompts[offsets[0 if same else i]:offsets[1 if same else i + 1]].tobytes()
+                                  for i in range(len(id_start))]
     try:
         decoded = [json.loads(piece) for piece in pieces]
     except ValueError:
@@ -325,8 +328,8 @@ def test_the_pass_over_call_lines_finds_what_json_reads_or_refuses(drawn):
     assert same == all(piece == pieces[1] for piece in pieces[1:])
     if by_arrays is not None:  # (it may refuse more: it reads a field 8 bytes at a time)
         a_start, a_end, a_times, a_prompts, a_offsets, _ = by_arrays
-        assert (a_start.tolist(), a_end.tolist(), a_times, a_prompts.tolist(), a_offsets.tolist()) == \
-            (id_start.tolist(), id_end.tolist(), times.tobytes(), prompts.tolist(), offsets.tolist())
+        assert (a_start.tolist(), a_end.tolist(), a_times, a_prompts.tobytes(), a_offsets.tolist()) == \
+            (id_start.tolist(), id_end.tolist(), times.tobytes(), b"".join(pieces[1:]), offsets.tolist())
 
 
 def test_a_large_trace_gives_its_freed_heap_memory_back_after_loading(tmp_path, monkeypatch):

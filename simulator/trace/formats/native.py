@@ -166,8 +166,9 @@ class _ColumnBlocks:
     def add_columns(self, call_t: np.ndarray, call_ids: np.ndarray, sizes: np.ndarray, task_names: tuple[str, ...],
                     task_of: np.ndarray, prompt_tokens: np.ndarray, max_tokens: np.ndarray,
                     texts: np.ndarray | None, id_keys: np.ndarray | None) -> None:
-        """Add a block already in columns (its task codes index its own ``task_names``;
-        ``id_keys``: its ids as integers, distinct exactly where the ids are, or ``None``)."""
+        """Add a block already in columns (its task codes index its own ``task_names``; its
+        ``call_ids`` may be ASCII bytes (``S`` arrays); ``id_keys``: its ids as integers,
+        distinct exactly where the ids are, or ``None``)."""
         if self.id_keys is not None and id_keys is not None:
             self.id_keys.append(id_keys)
         else:
@@ -195,7 +196,13 @@ class _ColumnBlocks:
         self.blocks.clear()
         for i, part in enumerate(parts):
             parts[i] = None
-            parts[i] = np.concatenate(part)
+            if i == 1:  # the ids: bytes joined and made text at once (per block, the text is made twice)
+                as_text = np.dtypes.StringDType()
+                if any(ids.dtype.kind != "S" for ids in part):
+                    part = [ids.astype(as_text) for ids in part]
+                parts[i] = np.concatenate(part).astype(as_text, copy=False)
+            else:
+                parts[i] = np.concatenate(part)
             del part
         call_t, call_ids, sizes, task_of, prompt_tokens, max_tokens = parts
         del parts
@@ -490,12 +497,13 @@ def _split_lines(lines: bytes, last: bool) -> tuple[Any, ...] | None:
     The structure around the fields is checked byte for byte, the time against JSON's
     number grammar, and each distinct prompts list is decoded by msgspec as the typed reader
     decodes it: what is accepted here is what :func:`read_native_fast` accepts."""
-    if _HASH_KEY in lines:
-        return None  # (prompts with ids are all distinct: decoding each distinct list would gain nothing)
     fields = _line_fields(lines, last)
     if fields is None:
         return None
     id_start, id_end, times, p_bytes, p_offsets, same = fields
+    # (the key can only be in a list of prompts: an id ends at its first quote)
+    if _HASH_KEY in p_bytes.tobytes():
+        return None  # (prompts with ids are all distinct: decoding each distinct list would gain nothing)
     # ids: printable ASCII without a backslash (an escape: both passes reject one), so their
     # bytes are the id itself
     lengths = id_end - id_start
@@ -503,14 +511,14 @@ def _split_lines(lines: bytes, last: bool) -> tuple[Any, ...] | None:
     if width <= 8:  # (one word each: the id's bytes, the rest zeroed)
         keep = np.where(lengths == 8, ~np.uint64(0), (np.uint64(1) << (8 * lengths).astype(np.uint64)) - np.uint64(1))
         id_words = _words(lines)[id_start] & keep
-        call_ids = id_words.view("S8").astype(np.dtypes.StringDType())
+        call_ids = id_words.view("S8")  # (made text with every block's at once: see _ColumnBlocks.trace)
         id_keys = id_words
     else:
         id_keys = None
         gathered, _ = _gather(np.frombuffer(lines, dtype=np.uint8), id_start, id_end)
         padded = np.zeros((len(id_start), width), dtype=np.uint8)
         padded[np.arange(width)[None, :] < lengths[:, None]] = gathered
-        call_ids = padded.view(f"S{width}").ravel().astype(np.dtypes.StringDType())
+        call_ids = padded.view(f"S{width}").ravel()
     # the times: one JSON list, read as the typed reader reads a time (a JSON number, nothing else)
     try:
         call_t = np.array(_TIMES.decode(times), dtype=np.float64)

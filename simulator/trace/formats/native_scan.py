@@ -48,7 +48,8 @@ def scan_call_lines(buf, last):
     id as ``buf[id_start:id_end]``; ``times``, every line's time in order as one JSON list
     (``[t0,t1,...]``); ``prompts``, every line's list of prompts one after another, line
     ``i``'s at ``prompts[prompt_offsets[i]:prompt_offsets[i + 1]]``; ``same``, whether every
-    line's list is the first line's, byte for byte. ``ok`` is ``False`` (and the rest empty)
+    line's list is the first line's, byte for byte (then ``prompts`` holds the first line's
+    list only: every line's is that list again). ``ok`` is ``False`` (and the rest empty)
     where any line is not as the writer writes a call.
 
     (One function with no helpers: numba compiles it alone, from this module that does not
@@ -122,9 +123,7 @@ def scan_call_lines(buf, last):
         t_used += 1
         p0 = t1 + len(_PROMPTS_HEAD) - 1  # the list's "["
         length = closing - p0
-        for k in range(length):
-            prompts[p_used + k] = buf[p0 + k]
-        if same and line > 0:
+        if same and line > 0:  # (a list equal to the first is not copied while all are)
             if length != offsets[1]:
                 same = False
             else:
@@ -132,6 +131,12 @@ def scan_call_lines(buf, last):
                     if prompts[k] != buf[p0 + k]:
                         same = False
                         break
+            if not same:  # the lines before this one, each the first line's list
+                for k in range(offsets[1], p_used):
+                    prompts[k] = prompts[k - offsets[1]]
+        if line == 0 or not same:
+            for k in range(length):
+                prompts[p_used + k] = buf[p0 + k]
         p_used += length
         line += 1
         offsets[line] = p_used
@@ -139,4 +144,5 @@ def scan_call_lines(buf, last):
     if not ok:
         return False, id_start[:0], id_end[:0], times[:0], prompts[:0], offsets[:0], False
     times[t_used - 1] = _CLOSE_LIST
-    return True, id_start[:line], id_end[:line], times[:t_used], prompts[:p_used], offsets[:line + 1], same
+    return True, id_start[:line], id_end[:line], times[:t_used], prompts[:offsets[1] if same else p_used], \
+        offsets[:line + 1], same
