@@ -28,7 +28,6 @@ the scenario (never a silent fallback to another rule).
 
 from __future__ import annotations
 
-import heapq
 import math
 
 import numpy as np
@@ -124,6 +123,11 @@ WI_TASK, WI_OFF, WI_WORKER, WI_QUEUE, WI_NEXT, WI_PREV = range(6)
 WF_WORK, WF_FIRST, WF_REMAINING = range(3)
 #: Working slots allocated at the start (the tables double when every slot is held).
 FIRST_SLOTS = 64
+#: Events the heap holds at the start (its arrays double when full).
+FIRST_EVENTS = 64
+#: Events are ordered by instant, then by ``priority * ORDER_SPAN + order``: the priority,
+#: then the order scheduled (below 2**56 events), as one integer.
+ORDER_SPAN = 1 << 56
 
 
 @structref.register
@@ -143,7 +147,7 @@ class Run(structref.StructRefProxy):
 
 
 #: Run's fields: the lowered scenario (see simulator.model.fast), then the run's state.
-RUN_FIELDS = ("heap", "S", "call_t", "call_g0", "g_start", "g_front", "order", "call_of", "ptok", "mtok", "FI",
+RUN_FIELDS = ("HT", "HK", "HKIND", "HA", "HB", "S", "call_t", "call_g0", "g_start", "g_front", "order", "call_of", "ptok", "mtok", "FI",
               "QI", "QF", "WDEV", "WID", "W_NEXT", "DI", "DF", "DEVLIST", "RULES", "TK", "TMEAN", "TSCALE",
               "NOISE", "NOISE0", "noise_used", "TPI", "GRID", "GLEN", "GVAL", "GAXIS", "cold_until", "n_calls",
               "nxt", "bp", "BI", "BF", "SLOT", "WI", "WF", "WTOK", "FREE", "batch_of", "status", "done_at", "first_at", "rng",
@@ -231,11 +235,9 @@ def run_kernel(call_t, call_g0, g_start, g_front, order, call_of, ptok, mtok, FI
     FREE = np.arange(slots - 1, -1, -1).astype(np.int32)  # a stack, slot 0 on top
     W_NEXT = np.full(len(WDEV), -1, dtype=np.int64)   # next idle worker in its queue
     noise_used = np.zeros(TK.shape[0], dtype=np.int64)
-    # Events: (instant, priority, order, kind, a, b).
-    heap = [(0.0, 0, 0, 0, 0, 0.0)]
-    heap.pop()
-    S = np.zeros(6, dtype=np.int64)  # 0 event order, 1 batches, 2 workers, 3 bp used, 4 input closed,
-    S[5] = slots                     # 5 free working slots (on FREE)
+    # Events, a binary heap in arrays (see _push): instant, priority and order, kind, a, b.
+    S = np.zeros(7, dtype=np.int64)  # 0 event order, 1 batches, 2 workers, 3 bp used, 4 input closed,
+    S[5] = slots                     # 5 free working slots (on FREE), 6 events on the heap
     S[2] = n_workers0
     n_queues = QI.shape[0]
     # The continuous engines' per-prompt state (none without engines: no memory per prompt):
@@ -246,7 +248,8 @@ def run_kernel(call_t, call_g0, g_start, g_front, order, call_of, ptok, mtok, FI
     resumed = np.zeros(n_waiting, dtype=np.int64)
     skipped = np.zeros(n_waiting + 1, dtype=np.int32)
     waiting_next = np.full(n_waiting, -1, dtype=np.int32)
-    st = Run(heap, S, call_t, call_g0, g_start, g_front, order, call_of, ptok, mtok, FI, QI, QF, WDEV, WID, W_NEXT,
+    st = Run(np.empty(FIRST_EVENTS), np.empty(FIRST_EVENTS, dtype=np.int64), np.empty(FIRST_EVENTS, dtype=np.int64),
+             np.empty(FIRST_EVENTS, dtype=np.int64), np.empty(FIRST_EVENTS), S, call_t, call_g0, g_start, g_front, order, call_of, ptok, mtok, FI, QI, QF, WDEV, WID, W_NEXT,
              DI, DF, DEVLIST, RULES, TK, TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS,
              cold_until, n_calls, nxt, bp, BI, BF, SLOT, np.empty((slots, 6), dtype=np.int32), np.empty((slots, 3)),
              np.empty(slots, dtype=np.int64), FREE, batch_of, status, done_at, first_at, rng, SI, SF, SRNG,
@@ -273,18 +276,16 @@ def run_kernel(call_t, call_g0, g_start, g_front, order, call_of, ptok, mtok, FI
         DI[d, DI_RUN_TAIL] = -1
 
     if n_calls > 0:
-        heapq.heappush(heap, (call_t[0], ARRIVAL, S[0], EV_ARRIVE, 0, 0.0))
-        S[0] += 1
-    while heap or CS[2] > 0:
+        _push(st, call_t[0], ARRIVAL, EV_ARRIVE, 0, 0.0)
+    while S[6] > 0 or CS[2] > 0:
         if CS[2] > 0 and _iteration_first(st):  # continuous engines' boundaries at this instant
             _iterate_next(st)
             continue
-        now, _, _, kind, a, b = heapq.heappop(heap)
+        now, kind, a, b = _pop(st)
         if kind == EV_ARRIVE:
             _send(st, a, now)
             if a + 1 < n_calls:
-                heapq.heappush(heap, (call_t[a + 1], ARRIVAL, S[0], EV_ARRIVE, a + 1, 0.0))
-                S[0] += 1
+                _push(st, call_t[a + 1], ARRIVAL, EV_ARRIVE, a + 1, 0.0)
         elif kind == EV_SEND:
             _send(st, a, now)
         elif kind == EV_TIMER:
@@ -304,6 +305,91 @@ def run_kernel(call_t, call_g0, g_start, g_front, order, call_of, ptok, mtok, FI
 
 
 @njit(cache=True, inline="always")
+def _push(st, at, priority, kind, a, b):
+    """Schedule an event: at instant ``at``, of ``priority`` (``COMPLETION`` < ``ARRIVAL`` <
+    ``TIMER``), after every event scheduled before it with the same two; ``kind`` says what it
+    is, ``a`` and ``b`` what it concerns.
+
+    The heap is arrays (``HT`` instants, ``HK`` priority and order, ``HKIND``, ``HA``, ``HB``;
+    ``S[6]`` events), one entry of each per event: numba's ``heapq`` over a list of tuples was
+    about a sixth of a run. No two events have the same order, so events leave in the same
+    sequence whatever heap holds them."""
+    n = st.S[6]
+    if n == st.HT.shape[0]:
+        _grow_events(st)
+    key = priority * ORDER_SPAN + st.S[0]
+    st.S[0] += 1
+    i = n
+    while i > 0:  # (up from the new leaf while the parent comes later)
+        up = (i - 1) >> 1
+        if at < st.HT[up] or (at == st.HT[up] and key < st.HK[up]):
+            _move_event(st, up, i)
+            i = up
+        else:
+            break
+    st.HT[i] = at
+    st.HK[i] = key
+    st.HKIND[i] = kind
+    st.HA[i] = a
+    st.HB[i] = b
+    st.S[6] = n + 1
+
+
+@njit(cache=True, inline="always")
+def _pop(st):
+    """Take the first event: ``(instant, kind, a, b)``."""
+    at, kind, a, b = st.HT[0], st.HKIND[0], st.HA[0], st.HB[0]
+    n = st.S[6] - 1
+    st.S[6] = n
+    if n > 0:  # the last entry sifted down from the top
+        t, key = st.HT[n], st.HK[n]
+        i = 0
+        while True:
+            c = 2 * i + 1
+            if c >= n:
+                break
+            if c + 1 < n and (st.HT[c + 1] < st.HT[c] or (st.HT[c + 1] == st.HT[c] and st.HK[c + 1] < st.HK[c])):
+                c += 1
+            if st.HT[c] < t or (st.HT[c] == t and st.HK[c] < key):
+                _move_event(st, c, i)
+                i = c
+            else:
+                break
+        _move_event(st, n, i)
+    return at, kind, a, b
+
+
+@njit(cache=True, inline="always")
+def _move_event(st, source, target):
+    st.HT[target] = st.HT[source]
+    st.HK[target] = st.HK[source]
+    st.HKIND[target] = st.HKIND[source]
+    st.HA[target] = st.HA[source]
+    st.HB[target] = st.HB[source]
+
+
+@njit(cache=True)
+def _grow_events(st):
+    """The heap is full: double its arrays."""
+    n = st.HT.shape[0]
+    HT = np.empty(2 * n)
+    HK = np.empty(2 * n, dtype=np.int64)
+    HKIND = np.empty(2 * n, dtype=np.int64)
+    HA = np.empty(2 * n, dtype=np.int64)
+    HB = np.empty(2 * n)
+    HT[:n] = st.HT
+    HK[:n] = st.HK
+    HKIND[:n] = st.HKIND
+    HA[:n] = st.HA
+    HB[:n] = st.HB
+    st.HT = HT
+    st.HK = HK
+    st.HKIND = HKIND
+    st.HA = HA
+    st.HB = HB
+
+
+@njit(cache=True, inline="always")
 def _idle_push(st, q, w):
     st.W_NEXT[w] = -1
     if st.QI[q, QI_WTAIL] < 0:
@@ -317,7 +403,7 @@ def _idle_push(st, q, w):
 def _send(st, ci, now):
     """A call is taken in: its groups go to their fronts (after the cold start)."""
     if now < st.cold_until:
-        heapq.heappush(st.heap, (st.cold_until, ARRIVAL, st.S[0], EV_SEND, np.int64(ci), 0.0))
+        _push(st, st.cold_until, ARRIVAL, EV_SEND, ci, 0.0)
         st.S[0] += 1
         return
     for g in range(st.call_g0[ci], st.call_g0[ci + 1]):
@@ -404,8 +490,7 @@ def _poll(st, q, now):
         if count == 0:
             if not math.isnan(timer):
                 st.QF[q, QF_TIMER] = timer
-                heapq.heappush(st.heap, (timer, TIMER, st.S[0], EV_TIMER, np.int64(q), timer))
-                st.S[0] += 1
+                _push(st, timer, TIMER, EV_TIMER, q, timer)
             return
         # release the first ``count`` waiting prompts
         off = st.S[3]
@@ -622,8 +707,7 @@ def _submit(st, b, d, now):
 def _pool_start(st, b, d, now):
     st.DI[d, DI_BUSY] += 1
     st.BF[b, BF_STARTED] = now
-    heapq.heappush(st.heap, (now + st.WF[st.SLOT[b], WF_WORK], COMPLETION, st.S[0], EV_POOL_DONE, np.int64(b), 0.0))
-    st.S[0] += 1
+    _push(st, now + st.WF[st.SLOT[b], WF_WORK], COMPLETION, EV_POOL_DONE, b, 0.0)
 
 
 @njit(cache=True, inline="always")
@@ -658,8 +742,7 @@ def _shared_reschedule(st, d, now):
     if n > 0:
         least = _shared_least(st, d)
         at = now + max(least, 0.0) / (1.0 / n)
-        heapq.heappush(st.heap, (at, COMPLETION, st.S[0], EV_SHARED_DONE, np.int64(d), float(st.DI[d, DI_VERSION])))
-        st.S[0] += 1
+        _push(st, at, COMPLETION, EV_SHARED_DONE, d, float(st.DI[d, DI_VERSION]))
 
 
 # -- continuous engines ---------------------------------------------------------------------
@@ -766,16 +849,13 @@ def _start_soon(st, e, now):
 @njit(cache=True, inline="always")
 def _iteration_first(st):
     """Whether the FIFO's first iteration comes before the heap's first event."""
-    if len(st.heap) == 0:
+    if st.S[6] == 0:
         return True
     e = st.FIFO[st.CS[1]]
-    top = st.heap[0]
     at = st.FIFO_T[e]
-    if top[0] != at:
-        return at < top[0]
-    if top[1] != TIMER:
-        return TIMER < top[1]
-    return st.EI[e, EI_SEQ] < top[2]
+    if st.HT[0] != at:
+        return at < st.HT[0]
+    return TIMER * ORDER_SPAN + st.EI[e, EI_SEQ] < st.HK[0]
 
 
 @njit(cache=True, inline="always")
@@ -917,8 +997,7 @@ def _iterate(st, e, now):
 def _out_of_draws(st):
     st.CS[0] = 1
     st.CS[2] = 0
-    while len(st.heap) > 0:
-        st.heap.pop()
+    st.S[6] = 0  # (every event dropped)
 
 
 @njit(cache=True)
