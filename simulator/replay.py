@@ -11,16 +11,17 @@ from simulator.errors import SnapshotError
 from simulator.metrics import TokenOptions, log_columns, summarize_columns
 from simulator.model import simulate
 from simulator.model.engine import simulate_columns
-from simulator.model.start import StartState
 from simulator.profile import DEFAULT_PROFILE, Profile, load_profile
 from simulator.profile.grid import outside_grid
 from simulator.profile.identity import describe
 from simulator.scenario import Scenario, build_scenario, check_tasks
-from simulator.snapshot import Snapshot, load_snapshot
 from simulator.trace.model import Trace
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from simulator.model.start import StartState
+    from simulator.snapshot import Snapshot
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,8 @@ def replay(
         prices = load_prices(prices)
     snapshot = None
     if initial_state is not None:
+        from simulator.snapshot import Snapshot, load_snapshot  # (a run from a state only)
+
         snapshot = initial_state if isinstance(initial_state, Snapshot) else load_snapshot(initial_state)
         start = start if start is not None else (snapshot.taken_at or 0.0)
         if not start >= 0:
@@ -162,6 +165,8 @@ def simulate_and_summarize(trace: Trace, scenario: Scenario, profile: Profile, s
     scaled = trace.scaled(scenario.rate_scale)
     state = None
     if initial_state is not None:
+        from simulator.model.start import StartState
+
         state = StartState(initial_state, scaled, scenario, profile, state_task)
         log = simulate(scaled, scenario, profile, seed, initial_state=state)
         keep_log = True

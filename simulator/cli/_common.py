@@ -371,8 +371,6 @@ def load_flags(trace: Any, *, request_rate: float | None, max_concurrency: int |
     if one did; ``client`` is the ``--client`` given, if any. Giving the rate twice, or a
     client other than ``closed:N`` with ``--max-concurrency N``, is a :class:`ScenarioError`,
     as are a rate that is not a positive number and more calls than the trace holds."""
-    from simulator.trace.stats import trace_stats
-
     out: dict[str, Any] = {}
     if num_requests is not None:
         if num_requests > len(trace):
@@ -396,6 +394,8 @@ def load_flags(trace: Any, *, request_rate: float | None, max_concurrency: int |
         if not (math.isfinite(request_rate) and request_rate > 0):
             raise ScenarioError(None, None, None, f"--request-rate: must be a number of calls per second > 0, "
                                 f"got {request_rate:g}")
+        from simulator.trace.stats import trace_stats  # (the rate to scale from: only here)
+
         rate = trace_stats(trace).call_rate
         if rate is None:
             raise ScenarioError(trace.source, None, None, "--request-rate: every call of the trace arrives at 0 s; "

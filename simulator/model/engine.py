@@ -33,7 +33,6 @@ from simulator.model.log import STATUS_CODE, Outcome, PromptColumns, build_event
 from simulator.model.replicas import ReplicaPool, add_pool_columns, check_pool_settings
 from simulator.model.router import Router
 from simulator.model.rules.prefix_cache import with_system_prompts
-from simulator.model.start import StartState
 from simulator.model.streams import dispatch_stream, service_stream
 from simulator.model.topologies import TOPOLOGIES
 from simulator.profile import Profile
@@ -42,6 +41,8 @@ from simulator.trace.model import Trace
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from simulator.model.start import StartState
 
 
 class ServiceStreams:
