@@ -722,7 +722,8 @@ def _gpu_figures(gpu_of: np.ndarray, served: np.ndarray, started: np.ndarray, do
     del gpu
     for g in range(n_gpus):
         mine = rows[bounds[g]:bounds[g + 1]]
-        busy = busy_time(started[mine], done[mine])
+        my_started, my_done = started[mine], done[mine]
+        busy = busy_time(my_started, my_done)
         total_busy += busy
         gpu_batches = batch_sizes_of(batch_ids[mine], sizes[mine])
         gpu_rows.append({
@@ -731,7 +732,7 @@ def _gpu_figures(gpu_of: np.ndarray, served: np.ndarray, started: np.ndarray, do
             "busy_s": busy,
             "batches": int(gpu_batches.size),
             "mean_batch_size": float(gpu_batches.mean()) if gpu_batches.size else None,
-            "mean_concurrency": float((done[mine] - started[mine]).sum() / busy) if busy > 0 else None,
+            "mean_concurrency": float((my_done - my_started).sum() / busy) if busy > 0 else None,
         })
     return gpu_rows, total_busy
 
