@@ -348,6 +348,39 @@ def test_a_replay_without_events_or_figures_makes_no_frame_and_loads_no_pandas(t
     assert summary["overall"]["completed"] == summary["overall"]["prompts"] > 0
 
 
+def test_the_command_imports_without_collections_then_collects_again(tmp_path):
+    """``simctl`` pauses the cyclic collector while a command's modules are imported, then
+    collects again with the imports' objects frozen; a command run in another program's
+    process (CliRunner here) leaves that program's collector as it was."""
+    import gc
+
+    code = """if True:
+        import gc, json, sys
+        from simulator import cli
+        seen = {}
+        resume = cli._resume_collection
+        def spy():
+            seen.setdefault("importing", gc.isenabled())
+            resume()
+            seen.setdefault("after", gc.isenabled())
+            seen.setdefault("frozen", gc.get_freeze_count())
+        cli._resume_collection = spy
+        sys.argv = ["simctl", "validate", "example"]
+        try:
+            cli.main()
+        except SystemExit:
+            pass
+        print(json.dumps(seen), file=sys.stderr)
+    """
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    seen = json.loads(done.stderr.strip().splitlines()[-1])
+    assert seen["importing"] is False and seen["after"] is True and seen["frozen"] > 10_000
+    assert gc.isenabled()
+    frozen = gc.get_freeze_count()
+    assert CliRunner().invoke(app, ["validate", "example"]).exit_code == 0
+    assert gc.isenabled() and gc.get_freeze_count() == frozen
+
+
 def test_the_command_starts_one_blas_thread_unless_the_user_chose(monkeypatch):
     from simulator.cli import _one_blas_thread
 
