@@ -265,10 +265,19 @@ def _block_of(document) -> bytes:
 def call_blocks(draw):
     """A block of call lines as the writer writes them, then perhaps one byte changed,
     inserted or removed (what the pass must refuse or read exactly as JSON reads it)."""
-    calls = draw(valid_calls)
-    for i, call in enumerate(calls):
-        call.setdefault("id", str(i))
+    # (each call's fields in the writer's order: id, time, prompts)
+    calls = [{"id": call.get("id", str(i)), "t": call["t"], "prompts": call["prompts"]}
+             for i, call in enumerate(draw(valid_calls))]
+    lists = draw(st.sampled_from(["drawn", "all the first's", "the first's but one"]))
+    if lists != "drawn":  # (a trace of one kind of call: every list the first's, or all but one)
+        for call in calls[1:]:
+            call["prompts"] = list(calls[0]["prompts"])
+        if lists == "the first's but one" and len(calls) > 1:
+            calls[draw(st.integers(1, len(calls) - 1))]["prompts"].append("mmlu")
     data = bytearray(_block_of(calls))
+    last = draw(st.booleans())
+    if not last:  # (a block before the file's last: its last call's line ends in a comma too)
+        data[-1:] = b",\n"
     edit = draw(st.sampled_from(["none", "change", "insert", "remove"]))
     at = draw(st.integers(0, len(data) - 1))
     byte = draw(st.sampled_from(b' \t\r\n",:[]{}\\0123456789.eE-+xq\x7f\xc3'))
@@ -278,7 +287,7 @@ def call_blocks(draw):
         data.insert(at, byte)
     elif edit == "remove":
         del data[at]
-    return bytes(data), draw(st.booleans())
+    return bytes(data), last
 
 
 def _as_json(block: bytes, last: bool) -> list | None:

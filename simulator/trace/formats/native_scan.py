@@ -71,70 +71,97 @@ def scan_call_lines(buf, last):
         times[0] = _OPEN_LIST
         t_used = 1
     while ok and start < n_bytes:
-        # the line's end: its newline, the first byte below 32 (a tab, a carriage return or
-        # a control character is not the writer's) or 127
-        end = start
-        while buf[end] >= 32 and buf[end] != 127:
-            end += 1
-        if buf[end] != _NEWLINE or end - start < AFTER_ID:
-            ok = False
-            break
+        # Each line is read once, field after field. A byte below 32 (a newline, a tab, a
+        # carriage return, a control character) or 127 is not the writer's inside a line:
+        # each loop below refuses one, so none reads past the line's newline (the block's
+        # last byte is one).
         for k in range(len(_ID_HEAD)):
             if buf[start + k] != _ID_HEAD[k]:
                 ok = False
+                break
+        if not ok:
+            break
         # the id: up to its closing quote, printable ASCII without an escape
         i0 = start + len(_ID_HEAD)
         i1 = i0
-        limit = min(i0 + SHORT_FIELD, end)
-        while ok and i1 < limit and buf[i1] != _QUOTE:
-            if buf[i1] == _BACKSLASH or buf[i1] > 127:
+        while i1 < i0 + SHORT_FIELD and buf[i1] != _QUOTE:
+            if buf[i1] < 32 or buf[i1] >= 127 or buf[i1] == _BACKSLASH:
                 ok = False
+                break
             i1 += 1
-        if not ok or i1 == i0 or i1 >= limit or i1 + AFTER_ID > end:
+        if not ok or i1 == i0 or i1 >= i0 + SHORT_FIELD:  # (else buf[i1] is the quote)
             ok = False
             break
         for k in range(len(_T_HEAD)):
             if buf[i1 + k] != _T_HEAD[k]:
                 ok = False
-        # the time: up to the comma before the prompts
+                break
+        if not ok:
+            break
+        # the time: up to the comma before the prompts, copied as it is read
         t0 = i1 + len(_T_HEAD)
         t1 = t0
-        limit = min(t0 + SHORT_FIELD, end)
-        while t1 < limit and buf[t1] != _COMMA:
+        while t1 < t0 + SHORT_FIELD and buf[t1] != _COMMA:
+            if buf[t1] < 32 or buf[t1] == 127:
+                ok = False
+                break
+            times[t_used + t1 - t0] = buf[t1]
             t1 += 1
-        if not ok or t1 >= limit or t1 + AFTER_TIME > end:
+        if not ok or t1 >= t0 + SHORT_FIELD:  # (else buf[t1] is the comma)
             ok = False
             break
         for k in range(len(_PROMPTS_HEAD)):
             if buf[t1 + k] != _PROMPTS_HEAD[k]:
                 ok = False
+                break
+        if not ok:
+            break
+        p0 = t1 + len(_PROMPTS_HEAD) - 1  # the list's "["
+        # The list and the line's end. While every line's list is the first line's, this
+        # one is compared with it (a byte the first's list has is the writer's) and, where
+        # the line then ends as a call does, not copied.
+        end = -1
+        if same and line > 0:
+            length = offsets[1]
+            matched = True
+            for k in range(length):
+                if prompts[k] != buf[p0 + k]:
+                    matched = False
+                    break
+            q = p0 + length
+            if matched and buf[q] == _CLOSE_BRACE:
+                if buf[q + 1] == _COMMA and buf[q + 2] == _NEWLINE and not (last and q + 2 == n_bytes - 1):
+                    end = q + 2
+                elif last and buf[q + 1] == _NEWLINE and q + 1 == n_bytes - 1:
+                    end = q + 1
+        copy = end < 0
+        if copy:  # (the first line, or a list or an ending not the first line's)
+            end = p0
+            while buf[end] >= 32 and buf[end] != 127:
+                end += 1
+            if buf[end] != _NEWLINE:
+                ok = False
+                break
+        if end - start < AFTER_ID or i1 + AFTER_ID > end or t1 + AFTER_TIME > end:
+            ok = False
+            break
         # the call's "}": each line ends "},", the file's last call's "}" alone
         final = last and end == n_bytes - 1
         closing = end - 1 if final else end - 2
-        if not ok or buf[closing] != _CLOSE_BRACE or (not final and buf[closing + 1] != _COMMA):
+        if buf[closing] != _CLOSE_BRACE or (not final and buf[closing + 1] != _COMMA):
             ok = False
             break
         id_start[line] = i0
         id_end[line] = i1
-        for k in range(t0, t1):
-            times[t_used] = buf[k]
-            t_used += 1
+        t_used += t1 - t0
         times[t_used] = _COMMA
         t_used += 1
-        p0 = t1 + len(_PROMPTS_HEAD) - 1  # the list's "["
         length = closing - p0
-        if same and line > 0:  # (a list equal to the first is not copied while all are)
-            if length != offsets[1]:
+        if copy:
+            if same and line > 0:  # the first line's list differs from this one's
                 same = False
-            else:
-                for k in range(length):
-                    if prompts[k] != buf[p0 + k]:
-                        same = False
-                        break
-            if not same:  # the lines before this one, each the first line's list
-                for k in range(offsets[1], p_used):
+                for k in range(offsets[1], p_used):  # the lines before, each the first line's list
                     prompts[k] = prompts[k - offsets[1]]
-        if line == 0 or not same:
             for k in range(length):
                 prompts[p_used + k] = buf[p0 + k]
         p_used += length
