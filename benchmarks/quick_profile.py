@@ -7,6 +7,7 @@ the machine is, which is why they are measured here and not asserted in a test.
 
     python benchmarks/quick_profile.py            # one run
     python benchmarks/quick_profile.py --json
+    python benchmarks/quick_profile.py --batch 1,2 --max-tokens 12   # a narrower grid (the suite's check)
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import time
 from pathlib import Path
 
 
-def run(threads: int) -> dict:
+def run(threads: int, grid: list[str] | None = None) -> dict:
+    """One quick profile (``grid``: options that narrow its grid, passed to ``simctl profile``)."""
     from typer.testing import CliRunner
 
     from simulator.cli import app
@@ -28,7 +30,7 @@ def run(threads: int) -> dict:
         out = Path(tmp) / "quick.json"
         start = time.perf_counter()
         result = CliRunner().invoke(app, ["profile", "--device", "cpu", "--quick", "--threads", str(threads),
-                                          "-o", str(out)])
+                                          *(grid or []), "-o", str(out)])
         seconds = time.perf_counter() - start
         if result.exit_code != 0:
             raise SystemExit(f"simctl profile failed: {result.output}")
@@ -41,8 +43,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--batch", help="batch sizes, as simctl profile takes them (default: the quick grid's)")
+    parser.add_argument("--max-tokens", help="tokens a row, as simctl profile takes them (default: the quick grid's)")
     args = parser.parse_args(argv)
-    result = run(args.threads)
+    grid = [*(["--batch", args.batch] if args.batch else []), *(["--max-tokens", args.max_tokens] if args.max_tokens else [])]
+    result = run(args.threads, grid)
     if args.json:
         print(json.dumps(result))
     else:
