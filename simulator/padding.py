@@ -84,7 +84,8 @@ def _per_batch(batch_ids: np.ndarray, prompt_tokens: np.ndarray, max_tokens: np.
 
     ``detail=False``: ``padded`` and ``actual`` alone (with ``batch_id`` ``None`` where every
     id up to the largest has a batch), with a third of the temporaries: a large replay's
-    summary holds an array a batch for each of them at its peak."""
+    summary holds an array a batch for each of them at its peak; ``rows_in_order`` where
+    every row is batched, row ``i`` in batch ``i`` (batches of one)."""
     keep = batch_ids >= 0
     if keep.all():  # (nothing turned away: the columns themselves, uncopied)
         ids, p, m, cont = batch_ids, prompt_tokens, max_tokens, continuous
@@ -99,6 +100,10 @@ def _per_batch(batch_ids: np.ndarray, prompt_tokens: np.ndarray, max_tokens: np.
     if not detail and size.max() == 1:
         # batches of one prompt (a queue that never waits to fill one): a batch's padded
         # tokens are its actual ones (one array for both), its prompt's, and nothing pads
+        if ids is batch_ids and top == ids.size and np.array_equal(ids, np.arange(top, dtype=ids.dtype)):
+            # (every row batched, row i in batch i: the rows' own order, no scatter)
+            actual = np.add(p, m, dtype=np.int64)
+            return {"batch_id": None, "padded": actual, "actual": actual, "rows_in_order": True}
         actual = np.zeros(top, dtype=np.int64)
         actual[ids] = p
         actual[ids] += m  # (each id once: no update lost)
@@ -178,6 +183,8 @@ def batch_work(batch_ids: np.ndarray, prompt_tokens: np.ndarray, max_tokens: np.
     b = _per_batch(batch_ids, prompt_tokens, max_tokens, continuous, detail=False)
     present = b["batch_id"]  # (None: every id has a batch, and label_of is in their order)
     top = len(b["padded"]) if present is None else (len(present) and int(present[-1]) + 1)
+    if b.get("rows_in_order"):  # (row i is batch i)
+        return b["padded"], b["actual"], label.copy()
     label_of = np.zeros(top, dtype=label.dtype)
     served = batch_ids >= 0
     if served.all():
@@ -194,13 +201,15 @@ def padding_totals(padded: np.ndarray, actual: np.ndarray) -> dict[str, Any]:
     mean of the batches' wastes); the two ratios are ``None`` without a batch."""
     if not padded.size:
         return {"batches": 0, "padded_tokens": 0, "actual_tokens": 0, "waste": None, "mean_batch_waste": None}
-    total_padded, total_actual = int(padded.sum()), int(actual.sum())
+    total_padded = int(padded.sum())
+    total_actual = total_padded if actual is padded else int(actual.sum())
     return {
         "batches": int(padded.size),
         "padded_tokens": total_padded,
         "actual_tokens": total_actual,
         "waste": (total_padded - total_actual) / total_padded if total_padded > 0 else 0.0,
-        "mean_batch_waste": float(_waste(padded, actual).mean()),
+        # (nothing pads where the two are one array: every batch's waste is 0)
+        "mean_batch_waste": 0.0 if actual is padded else float(_waste(padded, actual).mean()),
     }
 
 

@@ -83,6 +83,32 @@ def test_a_group_without_batches_has_no_ratios():
                        "mean_batch_waste": None}
 
 
+def test_the_per_batch_totals_are_the_detailed_ones_however_the_rows_lie():
+    """The summary's per-batch padded and actual tokens (``detail=False``: batches of one
+    taken without a scatter where row i is batch i, without a second array where nothing
+    pads) are the detailed table's, and so are their totals and each batch's task."""
+    from simulator.padding import _per_batch, batch_work, padding_totals
+
+    rng = np.random.default_rng(5)
+    for trial in range(300):
+        n = int(rng.integers(1, 40))
+        ids = np.arange(n, dtype=np.int32) if trial % 2 else np.sort(rng.integers(0, n, n)).astype(np.int32)
+        if trial % 3 == 1:
+            ids = rng.permutation(ids)
+        if trial % 5 == 2:
+            ids[rng.random(n) < 0.2] = -1  # (turned away)
+        p, m = rng.integers(0, 50, n).astype(np.int32), rng.integers(1, 50, n).astype(np.int32)
+        continuous = rng.random(n) < (0.5 if trial % 7 == 3 else 0.0)
+        label = rng.integers(0, 3, n).astype(np.int8)
+        label[ids >= 0] = (ids[ids >= 0] % 3)  # (a batch's rows share their task)
+        full = _per_batch(ids, p, m, continuous)
+        padded, actual, label_of = batch_work(ids, p, m, continuous, label)
+        assert padded.tolist() == full["padded"].tolist() and actual.tolist() == full["actual"].tolist()
+        assert label_of.tolist() == (full["batch_id"] % 3).tolist()
+        totals = padding_totals(padded, actual)
+        assert totals == padding_totals(full["padded"].copy(), full["actual"].copy())
+
+
 def test_the_summary_reports_padding_per_task_and_overall():
     # One GPU, flush 0, max batch 2, 3 s per batch: a alone 0..3, then {b, c} 3..6.
     # a: 10 + 10 alone (0 waste); {b, c}: 2 × (100 + 50) = 300 padded, 150 + 60 = 210 actual.
