@@ -79,8 +79,9 @@ def percentiles(x: np.ndarray, q: Sequence[float], scratch: bool = False) -> lis
     """``np.percentile(x, q)`` (linear interpolation; ``q`` in (0, 100]) as floats, bit for
     bit without calling it: the same order statistics (a sort gives those a partition
     gives), the same virtual index ``(n − 1) × q/100`` and the same interpolation (numpy's
-    ``_lerp``: ``a + (b − a)·t``, or ``b − (b − a)·(1 − t)`` where ``t ≥ 0.5``). ``x`` is a non-empty float array; with
-    NaN every percentile is NaN, as numpy's. ``scratch``: ``x`` may be reordered."""
+    ``_lerp``: ``a + (b − a)·t``, or ``b − (b − a)·(1 − t)`` where ``t ≥ 0.5``). ``x`` is a
+    non-empty float array; with NaN every percentile is NaN, as numpy's. ``scratch``: ``x``
+    may be reordered."""
     n = x.size
     at: Sequence[float] | dict[int, float]
     if n > _SMALL:

@@ -147,7 +147,8 @@ class Run(structref.StructRefProxy):
 
 
 #: Run's fields: the lowered scenario (see simulator.model.fast), then the run's state.
-RUN_FIELDS = ("HT", "HK", "HKIND", "HA", "HB", "S", "call_t", "call_g0", "g_start", "g_front", "order", "call_of", "ptok", "mtok", "FI",
+RUN_FIELDS = ("HT", "HK", "HKIND", "HA", "HB",  # the events (see _push)
+              "S", "call_t", "call_g0", "g_start", "g_front", "order", "call_of", "ptok", "mtok", "FI",
               "QI", "QF", "WDEV", "WID", "W_NEXT", "DI", "DF", "DEVLIST", "RULES", "TK", "TMEAN", "TSCALE",
               "NOISE", "NOISE0", "noise_used", "TPI", "GRID", "GLEN", "GVAL", "GAXIS", "cold_until", "n_calls",
               "nxt", "bp", "BI", "BF", "SLOT", "WI", "WF", "WTOK", "FREE", "batch_of", "status", "done_at", "first_at", "rng",
@@ -249,7 +250,8 @@ def run_kernel(call_t, call_g0, g_start, g_front, order, call_of, ptok, mtok, FI
     skipped = np.zeros(n_waiting + 1, dtype=np.int32)
     waiting_next = np.full(n_waiting, -1, dtype=np.int32)
     st = Run(np.empty(FIRST_EVENTS), np.empty(FIRST_EVENTS, dtype=np.int64), np.empty(FIRST_EVENTS, dtype=np.int64),
-             np.empty(FIRST_EVENTS, dtype=np.int64), np.empty(FIRST_EVENTS), S, call_t, call_g0, g_start, g_front, order, call_of, ptok, mtok, FI, QI, QF, WDEV, WID, W_NEXT,
+             np.empty(FIRST_EVENTS, dtype=np.int64), np.empty(FIRST_EVENTS),
+             S, call_t, call_g0, g_start, g_front, order, call_of, ptok, mtok, FI, QI, QF, WDEV, WID, W_NEXT,
              DI, DF, DEVLIST, RULES, TK, TMEAN, TSCALE, NOISE, NOISE0, noise_used, TPI, GRID, GLEN, GVAL, GAXIS,
              cold_until, n_calls, nxt, bp, BI, BF, SLOT, np.empty((slots, 6), dtype=np.int32), np.empty((slots, 3)),
              np.empty(slots, dtype=np.int64), FREE, batch_of, status, done_at, first_at, rng, SI, SF, SRNG,
