@@ -83,20 +83,20 @@ def percentiles(x: np.ndarray, q: Sequence[float], scratch: bool = False) -> lis
     non-empty float array; with NaN every percentile is NaN, as numpy's. ``scratch``: ``x``
     may be reordered."""
     n = x.size
+    virtual = [(n - 1) * (p / 100) for p in q]
     at: Sequence[float] | dict[int, float]
     if n > _SMALL:
         top = x.max()
         if top != top:  # (NaN: the max is NaN where any value is)
             return [math.nan] * len(q)
-        at = _order_statistics(x if scratch else x.copy(), _needed_ranks(n, q))
+        at = _order_statistics(x if scratch else x.copy(), _needed_ranks(n, virtual))
     else:
         s = np.sort(x).tolist()
         if s[-1] != s[-1]:  # NaN sorts last
             return [math.nan] * len(q)
         at = s
     out = []
-    for p in q:
-        vi = (n - 1) * (p / 100)
+    for vi in virtual:
         if vi >= n - 1:  # (numpy takes the last value: b − 0·(1 − t))
             out.append(at[n - 1] - (at[n - 1] - at[n - 1]) * (1 - (vi + 1)))
             continue
@@ -108,12 +108,12 @@ def percentiles(x: np.ndarray, q: Sequence[float], scratch: bool = False) -> lis
     return out
 
 
-def _needed_ranks(n: int, q: Sequence[float]) -> list[int]:
-    """The order statistics (0-based ranks, increasing) that :func:`percentiles` reads for
-    ``q`` of ``n`` values: each percentile's two neighbours, the last value for 100."""
+def _needed_ranks(n: int, virtual: Sequence[float]) -> list[int]:
+    """The order statistics (0-based ranks, increasing) that :func:`percentiles` reads at
+    the virtual indices ``virtual`` of ``n`` values: each one's two neighbours, the last
+    value for the last index."""
     ranks = set()
-    for p in q:
-        vi = (n - 1) * (p / 100)
+    for vi in virtual:
         if vi >= n - 1:
             ranks.add(n - 1)
         else:

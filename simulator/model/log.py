@@ -122,18 +122,18 @@ def _joined(prompts: PromptColumns, outcome: Outcome, names: tuple[str, ...] = J
         raise RuntimeError("internal error: a prompt was never batched")
     # Each prompt's row in the batch table; one extra row stands for "no batch".
     n_batches = len(outcome.batch_id)
-    # (prompt i in batch i, the batch table's row i: batches of one, formed in prompt order)
-    in_order = False
+    # (None: prompt i is in batch i, the batch table's row i: batches of one, formed in prompt order)
+    row: np.ndarray | None = None
     if n_batches and (outcome.batch_id == np.arange(n_batches)).all():
-        in_order = n_batches >= len(bid) and bool((bid == np.arange(len(bid), dtype=bid.dtype)).all())
-        row = np.where(bid >= 0, bid, n_batches)
+        if not (n_batches >= len(bid) and bool((bid == np.arange(len(bid), dtype=bid.dtype)).all())):
+            row = np.where(bid >= 0, bid, n_batches)
     else:
         order = np.argsort(outcome.batch_id, kind="stable")
         found = np.searchsorted(outcome.batch_id, bid, sorter=order)
         row = np.where(bid >= 0, order[np.minimum(found, max(n_batches - 1, 0))] if n_batches else 0, n_batches)
 
     def column(values: np.ndarray, missing, dtype) -> np.ndarray:
-        if in_order:  # (each prompt's row is its own index: the rows, copied, without a gather)
+        if row is None:  # (each prompt's row is its own index: the rows, copied, without a gather)
             return np.array(values[:len(bid)], dtype=dtype)
         return np.append(np.asarray(values, dtype=dtype), np.asarray([missing], dtype=dtype))[row]
 
