@@ -52,6 +52,8 @@ LENGTH_TASKS = {"nospec": ("infobench",), "nospec-context": ("infobench",), "spe
 JOINT = (("4B_4queues_nothinking", "4B_4queues_nothinking_longmmlu"), "4B_4queues_nothinking_longmmlu_fixedgraph")
 SCREEN = 64  # quasi-random points tried before the local fits (simctl calibrate --screen)
 STARTS = 8   # local fits from the best screened points (simctl calibrate --starts)
+MAX_EVALUATIONS = 120  # objective evaluations per local fit (simctl calibrate --max-evaluations)
+SEEDS = 10   # simulated runs each out-of-sample prediction averages
 FITTED_NAMES = {"4B_fw_5_b10": "qwen3-4b-specdec-fw5", "4B_4queues_nothinking": "qwen3-4b-nospec-4queues"}
 
 
@@ -82,7 +84,7 @@ def rows_of(errors, run: str, kind: str, fitted_on: str) -> list[dict]:
     return out
 
 
-def _fit(run: str, screen: int = SCREEN, starts: int = STARTS):
+def _fit(run: str, screen: int = SCREEN, starts: int = STARTS, max_evaluations: int = MAX_EVALUATIONS):
     """Calibrate the starting profile of ``run``'s family on it; the fit and the trace it used."""
     from simulator.calibrate import calibrate
     from simulator.observed import read_observed, with_observed_lengths
@@ -96,11 +98,12 @@ def _fit(run: str, screen: int = SCREEN, starts: int = STARTS):
         trace = with_observed_lengths(trace, observed, LENGTH_TASKS[family])
     start = json.loads((ROOT / "profiles" / f"qwen3-4b-{family}-start.json").read_text())
     result = calibrate(observed, trace, build_scenario(path=ROOT / "scenarios" / f"lminference-{scen}.toml"), start,
-                       screen=screen, starts=starts)
+                       screen=screen, starts=starts, max_evaluations=max_evaluations)
     return result, trace
 
 
-def _fit_joint(runs: tuple[str, ...], screen: int = SCREEN, starts: int = STARTS):
+def _fit_joint(runs: tuple[str, ...], screen: int = SCREEN, starts: int = STARTS,
+               max_evaluations: int = MAX_EVALUATIONS):
     """One fit over several runs (the first's measured lengths for every one: one workload)."""
     from simulator.calibrate import calibrate
     from simulator.observed import read_observed, with_observed_lengths
@@ -113,7 +116,7 @@ def _fit_joint(runs: tuple[str, ...], screen: int = SCREEN, starts: int = STARTS
     scenarios = [build_scenario(path=ROOT / "scenarios" / f"lminference-{RUNS[run][0]}.toml") for run in runs]
     start = json.loads((ROOT / "profiles" / "qwen3-4b-nospec-context-start.json").read_text())
     result = calibrate(observed[0], trace, scenarios[0], start, screen=screen, starts=starts,
-                       also=list(zip(observed[1:], [trace] * (len(runs) - 1), scenarios[1:], strict=True)))
+                       max_evaluations=max_evaluations, also=list(zip(observed[1:], [trace] * (len(runs) - 1), scenarios[1:], strict=True)))
     return result, trace
 
 
@@ -129,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-joint", dest="joint", action="store_false", help="skip the joint fit over both MMLU lengths")
     parser.add_argument("--screen", type=int, default=SCREEN, help="quasi-random points tried before the local fits")
     parser.add_argument("--starts", type=int, default=STARTS, help="local fits from the best screened points")
+    parser.add_argument("--max-evaluations", type=int, default=MAX_EVALUATIONS,
+                        help="objective evaluations per local fit")
+    parser.add_argument("--seeds", type=int, default=SEEDS, help="simulated runs each out-of-sample prediction averages")
     args = parser.parse_args(argv)
     from simulator.calibrate import predict_ensemble
     from simulator.observed import read_observed
@@ -146,13 +152,14 @@ def main(argv: list[str] | None = None) -> int:
     joint_key = "+".join(JOINT[0])
     if args.jobs > 1:
         with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-            joint_future = pool.submit(_fit_joint, JOINT[0], args.screen, args.starts) if args.joint else None
-            futures = [pool.submit(_fit, run, args.screen, args.starts) for run in jobs]
+            joint_future = (pool.submit(_fit_joint, JOINT[0], args.screen, args.starts, args.max_evaluations)
+                            if args.joint else None)
+            futures = [pool.submit(_fit, run, args.screen, args.starts, args.max_evaluations) for run in jobs]
             results = dict(zip(jobs, (f.result() for f in futures), strict=True))
             joint = joint_future.result() if joint_future else None
     else:
-        results = {run: _fit(run, args.screen, args.starts) for run in jobs}
-        joint = _fit_joint(JOINT[0], args.screen, args.starts) if args.joint else None
+        results = {run: _fit(run, args.screen, args.starts, args.max_evaluations) for run in jobs}
+        joint = _fit_joint(JOINT[0], args.screen, args.starts, args.max_evaluations) if args.joint else None
     fits, rows, params, traces = {}, [], {}, {}
     for run in jobs:
         result, traces[run] = results[run]
@@ -166,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
         observed = read_observed(REQUEST / f"batch_results_{target}", trace)
         ensemble = [profile_from_dict(p) for p in results[fitted_on][0].ensemble]
         errors = predict_ensemble(observed, traces[fitted_on],
-                                  build_scenario(path=ROOT / "scenarios" / f"lminference-{scen}.toml"), ensemble)
+                                  build_scenario(path=ROOT / "scenarios" / f"lminference-{scen}.toml"), ensemble,
+                                  tuple(range(args.seeds)))
         rows += rows_of(errors, target, "out-of-sample", fitted_on)
     if joint is not None:
         result, joint_trace = joint
@@ -177,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             kind = "joint (in-sample)" if run in JOINT[0] else "joint (out-of-sample)"
             errors = predict_ensemble(read_observed(REQUEST / f"batch_results_{run}", trace), joint_trace,
                                       build_scenario(path=ROOT / "scenarios" / f"lminference-{RUNS[run][0]}.toml"),
-                                      ensemble)
+                                      ensemble, tuple(range(args.seeds)))
             rows += rows_of(errors, run, kind, joint_key)
     if args.write_profiles:
         for run, name in FITTED_NAMES.items():

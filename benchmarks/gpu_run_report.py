@@ -72,22 +72,23 @@ def report(folder: Path) -> dict[str, Any]:
                        "max_abs_error": max(abs(e) for e in shipped), "median_error": statistics.median(shipped),
                        "composed_as": "graph: device only", "tables": f"shipped {SHIPPED[manifest['device']]}"})
     eager = [r for r in rows if not r["graphs"] and r["pass"] == "decode step"]
+    from simulator.hardware import load_gpu
+
+    tables = load_gpu(folder / "optable")   # read once: every eager row counts its kernels on it
     return {"run": folder.name, "device": manifest["device"], "torch": manifest["torch"],
             "timing": spec.get("timing", "events around each op (before split timing)"),
             "host_view_us": 1e6 * spec["host"]["view_s"], "host_module_us": 1e6 * spec["host"]["module_s"],
-            "eager_us_per_kernel": statistics.median(1e6 * r["measured_s"] / _kernels(r, folder / "optable")
-                                                     for r in eager),
+            "eager_us_per_kernel": statistics.median(1e6 * r["measured_s"] / _kernels(r, tables) for r in eager),
             "groups": groups}
 
 
-def _kernels(row: dict[str, Any], tables: Path) -> int:
-    """Kernels one measured decode step launches, as the composition counts them."""
-    from simulator.hardware import load_gpu
+def _kernels(row: dict[str, Any], tables) -> int:
+    """Kernels one measured decode step launches, as the composition of ``tables`` (a
+    :func:`~simulator.hardware.load_gpu` of the run's op tables) counts them."""
     from simulator.hardware.compose import decode_step
     from simulator.harness.presets import get_preset
 
-    return decode_step(load_gpu(tables), get_preset(row["model"]), [row["context"]] * row["batch"],
-                       row["style"]).kernels
+    return decode_step(tables, get_preset(row["model"]), [row["context"]] * row["batch"], row["style"]).kernels
 
 
 def table(reports: list[dict[str, Any]]) -> str:

@@ -110,7 +110,7 @@ def _inputs(run: str):
 
 def fit(run: str, free: tuple[str, ...] = FREE, search: dict[str, int] | None = None) -> dict[str, Any]:
     """Calibrate the engine's host costs ``free`` on ``run`` alone (simctl calibrate's defaults,
-    or the ``search`` settings ``screen``/``starts`` given)."""
+    or the ``search`` settings ``screen``/``starts``/``max_evaluations`` given)."""
     from simulator.calibrate import calibrate
 
     observed, trace, scenario = _inputs(run)
@@ -299,12 +299,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fitted-on", default=",".join(RUNS), help="runs to calibrate on (each predicts every run)")
     parser.add_argument("--screen", type=int, help="quasi-random points before the local fits (calibrate's default)")
     parser.add_argument("--starts", type=int, help="local fits (calibrate's default)")
+    parser.add_argument("--max-evaluations", type=int, help="objective evaluations per local fit (calibrate's default)")
     parser.add_argument("--seeds", type=int, default=SEEDS, help="simulated runs each prediction averages")
     args = parser.parse_args(argv)
     if not REQUEST.exists():
         sys.stderr.write(f"the real runs are not at {REQUEST}\n")
         return 2
-    search = {k: v for k, v in (("screen", args.screen), ("starts", args.starts)) if v is not None}
+    search = {k: v for k, v in (("screen", args.screen), ("starts", args.starts),
+                                ("max_evaluations", args.max_evaluations)) if v is not None}
     result = study(args.jobs, tuple(args.free.split(",")), args.fitted_on.split(","), search, args.seeds)
     if args.write_profiles and not set(SHIP_FROM.values()) <= set(result["fits"]):
         sys.stderr.write(f"--write-profiles needs fits on {', '.join(SHIP_FROM.values())}\n")

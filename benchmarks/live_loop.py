@@ -189,9 +189,9 @@ def predicted(trace: Path, scenario: Path, profile: Path, seeds: int, out: Path,
 def run(quick: bool, seed: int, work: Path) -> dict[str, Any]:
     global IN_PROCESS
     IN_PROCESS = quick
-    # the quick mode's calls are shorter (64 output tokens): the server, busy throughout a run,
+    # the quick mode's calls are shorter (32 output tokens): the server, busy throughout a run,
     # costs CPU in proportion to the tokens it decodes
-    duration, mean, max_tokens = (4.0, 0.25, 64) if quick else (60.0, 0.25, 256)
+    duration, mean, max_tokens = (4.0, 0.25, 32) if quick else (60.0, 0.25, 256)
     trace = work / "trace.json"
     simctl("synth", "-o", str(trace), "--duration", str(duration), "--mean", str(mean), "--cv", "1",
            "--prompts-per-call", "1:0.5,2:0.3,3:0.2", "--task-mix", f"{TASK}:1", "--prompt-tokens", f"{TASK}:64",
@@ -205,9 +205,11 @@ def run(quick: bool, seed: int, work: Path) -> dict[str, Any]:
 
     fitted = work / "fitted.json"
     screen, starts, fit_seeds = ("8", "1", "1") if quick else ("32", "4", "3")
+    # (the quick fit also stops after 10 evaluations: a fitted profile, not a converged one)
+    budget = ["--max-evaluations", "10"] if quick else []
     t0 = time.monotonic()
     simctl("calibrate", str(work / "run-a"), "-s", str(scen_a), "--start", str(start), "-o", str(fitted),
-           "--screen", screen, "--starts", starts, "--seeds", fit_seeds)
+           "--screen", screen, "--starts", starts, "--seeds", fit_seeds, *budget)
     calibrate_s = time.monotonic() - t0
     fit = json.loads(fitted.read_text())["meta"]["fit"]
     measured_costs = json.loads(start.read_text())["tasks"][TASK]["service"]["costs"]["verify"]["coef"]

@@ -126,24 +126,37 @@ def _gpu(gpu: str, family: str, dtype: str, tp: int):
     return load_gpu(gpu, backend, "fp8" if fp8 else "bf16", tp=tp)
 
 
+@cache
+def _prefill_seconds(gpu: str, family: str, dtype: str, tp: int, preset: str, isl: int, batch: int) -> float:
+    """Kernel seconds of a prefill of ``batch`` prompts of ``isl`` tokens: the rows share
+    about a fifth as many prefills as they compose (a TTFT and the throughputs at its length)."""
+    from simulator.hardware.compose import prefill
+    from simulator.harness.presets import get_preset
+
+    return prefill(_gpu(gpu, family, dtype, tp), get_preset(preset), [isl] * batch).seconds
+
+
 def compose(r) -> tuple[float, int, int]:
     """Kernel seconds of the row's figure, and the passes and rows its host time counts."""
-    from simulator.hardware.compose import decode_step, prefill
+    from simulator.hardware.compose import decode_step
     from simulator.harness.presets import get_preset
 
     gpu, shape = _gpu(r.gpu, r.family, r.dtype, int(r.tp)), get_preset(r.preset)
     isl, osl = int(r.isl), int(r.osl)
+
+    def prefill_s(batch: int) -> float:
+        return _prefill_seconds(r.gpu, r.family, r.dtype, int(r.tp), r.preset, isl, batch)
     if r.metric == "ttft":
-        return prefill(gpu, shape, [isl]).seconds, 1, 1
+        return prefill_s(1), 1, 1
     if r.mode == "offline-batch":
         b = int(r.batch)
-        kernels = prefill(gpu, shape, [isl] * b).seconds
+        kernels = prefill_s(b)
         if osl > 1:
             kernels += (osl - 1) * decode_step(gpu, shape, [isl + osl // 2] * b).seconds
         return kernels, osl, b
     c = int(r.concurrency)
     step = decode_step(gpu, shape, [isl + osl // 2] * c).seconds
-    return step + c / osl * prefill(gpu, shape, [isl]).seconds, 1, c
+    return step + c / osl * prefill_s(1), 1, c
 
 
 def fit_host(rows: pd.DataFrame) -> dict[str, np.ndarray]:

@@ -7,7 +7,8 @@ the machine is, which is why they are measured here and not asserted in a test.
 
     python benchmarks/quick_profile.py            # one run
     python benchmarks/quick_profile.py --json
-    python benchmarks/quick_profile.py --batch 1,2 --max-tokens 12   # a narrower grid (the suite's check)
+    python benchmarks/quick_profile.py --batch 1,2 --max-tokens 8 --lookahead 1,2,3 --acceptance 0.8
+                                                   # a narrower grid (the suite's check)
 """
 
 from __future__ import annotations
@@ -43,10 +44,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--batch", help="batch sizes, as simctl profile takes them (default: the quick grid's)")
-    parser.add_argument("--max-tokens", help="tokens a row, as simctl profile takes them (default: the quick grid's)")
+    # options that narrow the quick grid, passed to simctl profile as given (default: the quick grid's)
+    narrowing = {"--batch": "batch sizes", "--max-tokens": "tokens a row", "--prompt-tokens": "prompt lengths",
+                 "--lookahead": "lookaheads k", "--acceptance": "injected acceptance rates",
+                 "--repeats": "timed repeats a step"}
+    for option, what in narrowing.items():
+        parser.add_argument(option, help=f"{what}, as simctl profile takes them (default: the quick grid's)")
     args = parser.parse_args(argv)
-    grid = [*(["--batch", args.batch] if args.batch else []), *(["--max-tokens", args.max_tokens] if args.max_tokens else [])]
+    grid = [item for option in narrowing
+            if (value := getattr(args, option[2:].replace("-", "_"))) for item in (option, value)]
     result = run(args.threads, grid)
     if args.json:
         print(json.dumps(result))

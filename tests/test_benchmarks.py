@@ -94,10 +94,13 @@ def test_calibration_table_runs_on_the_real_runs(capsys):
     # 8 screened points, 2 starts: the cheapest search whose fits still differ (with 1 start
     # every range would be one fit wide and the range check below would hold trivially).
     # One fit, the 50-token MMLU run predicting both 256-token runs: its server family has no
-    # randomness (one seed per evaluation), so it is the cheapest pair whose fits differ.
+    # randomness (one seed per evaluation), so it is the cheapest pair whose fits differ. For
+    # the same reason one seed a prediction gives the figures ten would; and 10 evaluations a
+    # local fit land both fits in the basins 120 do (the best to six digits).
     fitted_on = "4B_4queues_nothinking"
     assert bench.main(["--runs", fitted_on, "--out-of-sample-from", fitted_on, "--json", "--jobs", "1",
-                       "--no-joint", "--screen", "8", "--starts", "2"]) == 0
+                       "--no-joint", "--screen", "8", "--starts", "2", "--max-evaluations", "10",
+                       "--seeds", "1"]) == 0
     result = json.loads(capsys.readouterr().out)
     kinds = {(r["run"], r["kind"]) for r in result["rows"]}
     assert kinds == {(fitted_on, "in-sample")} | {(target, "out-of-sample")
@@ -117,9 +120,10 @@ def test_grounded_calibration_fits_the_engine_on_one_run_and_predicts_every_run(
     if not bench.REQUEST.exists():
         pytest.skip(f"real runs not present at {bench.REQUEST}")
     # one simulated run per prediction, not ten: the ranges and rows below are structure, the
-    # same for any number of seeds (every fit of the ensemble is simulated on the same seeds)
+    # same for any number of seeds (every fit of the ensemble is simulated on the same seeds);
+    # 8 evaluations a local fit end both fits where 120 do (the same values to the last digit)
     assert bench.main(["--fitted-on", "4B_4queues_nothinking", "--json", "--jobs", "1", "--screen", "8",
-                       "--starts", "2", "--seeds", "1"]) == 0
+                       "--starts", "2", "--max-evaluations", "8", "--seeds", "1"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert {r["run"] for r in result["rows"]} == set(bench.RUNS)       # every run predicted
     assert list(result["fits"]["4B_4queues_nothinking"]["values"]) == ["engine.launch_s"]
@@ -152,8 +156,10 @@ def test_uncertainty_coverage_scores_intervals_on_the_real_runs(capsys):
 def test_quick_profile_benchmark_runs(capsys):
     pytest.importorskip("torch", reason="the harness needs torch (pip install torch==2.13.0)")
     bench = load("quick_profile")
-    # (the quick grid narrowed, as tests/test_harness.py narrows it: the script, not the grid, is checked)
-    assert bench.main(["--json", "--batch", "1,2", "--max-tokens", "12"]) == 0
+    # (the quick grid narrowed, as tests/test_harness.py narrows it: the script, not the grid, is
+    # checked; 24 generations, one acceptance over three lookaheads, 12 of them held out)
+    assert bench.main(["--json", "--batch", "1,2", "--max-tokens", "8", "--prompt-tokens", "8,16",
+                       "--lookahead", "1,2,3", "--acceptance", "0.8", "--repeats", "1"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["threads"] == 1 and result["held_out"] >= 10 and result["median_ape"] >= 0
 
