@@ -30,7 +30,11 @@ smallest is ``>= 1e9``) are shifted to start at 0, the original start kept in
 
 from __future__ import annotations
 
+import io
 import json
+import mmap
+import os
+import stat
 from itertools import chain
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Annotated, Any
@@ -300,6 +304,12 @@ def read_native_lines(handle: IO[bytes], path: str | Path) -> Trace | None:
     if head.format != FORMAT_NAME:
         return None
     blocks = _ColumnBlocks()
+    mapped = _mapped(handle)
+    if mapped is not None:
+        with mapped:
+            if not _add_mapped_blocks(blocks, mapped, handle.tell()):
+                return None
+        return blocks.trace(dict(head.meta), path, head.prefix_block_tokens)
     held = b""     # whole lines not yet read into columns
     partial = b""  # the start of a line whose end is not read yet
     pieces: list[bytes] = []  # (a long line's reads, joined once its end is read: no quadratic copying)
@@ -328,18 +338,69 @@ def read_native_lines(handle: IO[bytes], path: str | Path) -> Trace | None:
 
 #: The end of the file as the writer writes it (after the last call's line; whitespace may follow).
 _CLOSE = b"\n  ]\n}"
+#: The bytes JSON allows as whitespace after the document.
+_WHITESPACE = frozenset(b" \t\r\n")
+
+
+def _mapped(handle: IO[bytes]) -> mmap.mmap | None:
+    """The file of ``handle`` mapped into memory, read-only, where it is a regular file that
+    can be; ``None`` otherwise (a pipe, an in-memory file), which is then read a block at a time."""
+    try:
+        fd = handle.fileno()
+        if not stat.S_ISREG(os.fstat(fd).st_mode) or os.fstat(fd).st_size == 0:
+            return None
+        return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return None
+
+
+def _add_mapped_blocks(blocks: _ColumnBlocks, mapped: mmap.mmap, start: int) -> bool:
+    """Add the call lines of a mapped file, from ``start`` (just after the ``"calls": [``
+    line) to the closing lines, about :data:`BLOCK_BYTES` of whole lines at a time, as
+    :func:`read_native_lines` adds those it reads; ``False`` where the file does not end as
+    the writer ends it or a block is not valid calls.
+
+    The blocks are views of the mapping, not copies (reading the file into memory, then
+    joining and cutting the reads, touched three fresh bytes of memory for each byte of the
+    file); the pages a block was read from are released once it is added, so the mapping
+    never holds much more than a block of the file in memory."""
+    end = len(mapped)
+    while end > start and mapped[end - 1] in _WHITESPACE:
+        end -= 1
+    if end - start < len(_CLOSE) or mapped[end - len(_CLOSE):end] != _CLOSE:
+        return False
+    calls_end = end - len(_CLOSE) + 1  # (the last call line's newline included)
+    view = memoryview(mapped)
+    try:
+        released = 0
+        at = start
+        while at < calls_end:
+            cut = mapped.rfind(b"\n", at, min(at + BLOCK_BYTES, calls_end)) + 1
+            if cut <= at:  # a line longer than a block: the block is that line
+                cut = mapped.find(b"\n", at, calls_end) + 1
+            if not _add_block(blocks, view[at:cut], last=cut == calls_end):
+                return False
+            at = cut
+            done = at - at % mmap.PAGESIZE
+            if done > released:
+                mapped.madvise(mmap.MADV_DONTNEED, released, done - released)
+                released = done
+    finally:
+        view.release()
+    return True
 #: How far past a block the file must go before the block is read (the closing lines and
 #: trailing whitespace fit in it).
 _TAIL_BYTES = 64
 
 
-def _add_block(blocks: _ColumnBlocks, lines: bytes, last: bool) -> bool:
+def _add_block(blocks: _ColumnBlocks, lines: bytes | memoryview, last: bool) -> bool:
     """Add the calls of ``lines`` (whole lines, each ending in a newline; every call line but
     the file's last ends in a comma) to ``blocks``; ``False`` where they are not valid calls."""
     columns = _split_lines(lines, last)
     if columns is not None:
         blocks.add_columns(*columns)
         return True
+    lines = bytes(lines)  # (a view of a mapped file: msgspec and the checks below take bytes)
     body = lines.rstrip()
     if last == body.endswith(b","):
         return False
@@ -355,7 +416,7 @@ _TIMES = msgspec.json.Decoder(list[float])
 _PROMPT_LIST = msgspec.json.Decoder(Annotated[list[str | _Prompt], msgspec.Meta(min_length=1)])
 
 
-def _words(lines: bytes) -> np.ndarray:
+def _words(lines: bytes | memoryview) -> np.ndarray:
     """Every 8 bytes of ``lines`` as one little-endian integer, one per byte offset (a view:
     element ``i`` is bytes ``i`` to ``i + 7``), so that comparing 8 bytes at n offsets is one
     gather of n integers."""
@@ -438,7 +499,7 @@ def _distinct(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.nda
     return which, firsts
 
 
-def _line_fields(lines: bytes, last: bool) -> tuple[Any, ...] | None:
+def _line_fields(lines: bytes | memoryview, last: bool) -> tuple[Any, ...] | None:
     """The fields of the call lines in ``lines`` as :func:`~simulator.trace.formats.native_scan.scan_call_lines`
     gives them (``(id_start, id_end, times, prompts, prompt_offsets, same)``, ``times`` as
     bytes), or ``None`` where a line is not as the writer writes a call: by the extension's
@@ -453,7 +514,7 @@ def _line_fields(lines: bytes, last: bool) -> tuple[Any, ...] | None:
     return _line_fields_by_arrays(lines, last)
 
 
-def _line_fields_by_arrays(lines: bytes, last: bool) -> tuple[Any, ...] | None:
+def _line_fields_by_arrays(lines: bytes | memoryview, last: bool) -> tuple[Any, ...] | None:
     """:func:`_line_fields` by array operations (the same checks, in several passes)."""
     buf = np.frombuffer(lines, dtype=np.uint8)
     ends = np.flatnonzero(buf == 10)
@@ -488,7 +549,7 @@ def _line_fields_by_arrays(lines: bytes, last: bool) -> tuple[Any, ...] | None:
     return id_start, id_end, b"[" + t_bytes.tobytes(), p_bytes, p_offsets, False
 
 
-def _split_lines(lines: bytes, last: bool) -> tuple[Any, ...] | None:
+def _split_lines(lines: bytes | memoryview, last: bool) -> tuple[Any, ...] | None:
     """The columns of ``lines`` when every one is exactly as :func:`write_native` writes a
     call (``    {"id": "ID", "t": NUMBER, "prompts": [...]},``) with an id of printable ASCII
     and no escape; ``None`` otherwise (then msgspec decodes the block, and names nothing:
