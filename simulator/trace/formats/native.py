@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import io
 import json
-import mmap
 import os
 import stat
 from itertools import chain
@@ -304,12 +303,11 @@ def read_native_lines(handle: IO[bytes], path: str | Path) -> Trace | None:
     if head.format != FORMAT_NAME:
         return None
     blocks = _ColumnBlocks()
-    mapped = _mapped(handle)
-    if mapped is not None:
-        with mapped:
-            if not _add_mapped_blocks(blocks, mapped, handle.tell()):
-                return None
-        return blocks.trace(dict(head.meta), path, head.prefix_block_tokens)
+    fd = _file_of(handle)
+    if fd is not None:
+        added = _add_file_blocks(blocks, fd, handle.tell())
+        if added is not None:
+            return blocks.trace(dict(head.meta), path, head.prefix_block_tokens) if added else None
     held = b""     # whole lines not yet read into columns
     partial = b""  # the start of a line whose end is not read yet
     pieces: list[bytes] = []  # (a long line's reads, joined once its end is read: no quadratic copying)
@@ -338,53 +336,62 @@ def read_native_lines(handle: IO[bytes], path: str | Path) -> Trace | None:
 
 #: The end of the file as the writer writes it (after the last call's line; whitespace may follow).
 _CLOSE = b"\n  ]\n}"
-#: The bytes JSON allows as whitespace after the document.
-_WHITESPACE = frozenset(b" \t\r\n")
-
-
-def _mapped(handle: IO[bytes]) -> mmap.mmap | None:
-    """The file of ``handle`` mapped into memory, read-only, where it is a regular file that
-    can be; ``None`` otherwise (a pipe, an in-memory file), which is then read a block at a time."""
+def _file_of(handle: IO[bytes]) -> int | None:
+    """The descriptor of the regular file ``handle`` reads; ``None`` for anything else (a
+    pipe, an in-memory file), which is then read a block at a time through ``handle``."""
     try:
         fd = handle.fileno()
-        if not stat.S_ISREG(os.fstat(fd).st_mode) or os.fstat(fd).st_size == 0:
-            return None
-        return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        return fd if stat.S_ISREG(os.fstat(fd).st_mode) else None
     except (OSError, ValueError, io.UnsupportedOperation):
         return None
 
 
-def _add_mapped_blocks(blocks: _ColumnBlocks, mapped: mmap.mmap, start: int) -> bool:
-    """Add the call lines of a mapped file, from ``start`` (just after the ``"calls": [``
-    line) to the closing lines, about :data:`BLOCK_BYTES` of whole lines at a time, as
-    :func:`read_native_lines` adds those it reads; ``False`` where the file does not end as
-    the writer ends it or a block is not valid calls.
+#: The most whitespace after the document that :func:`_add_file_blocks` looks through (more
+#: leaves the file to the block-at-a-time read, which finds the end wherever it is).
+_TAIL_LOOK = 1 << 16
 
-    The blocks are views of the mapping, not copies (reading the file into memory, then
-    joining and cutting the reads, touched three fresh bytes of memory for each byte of the
-    file); the pages a block was read from are released once it is added, so the mapping
-    never holds much more than a block of the file in memory."""
-    end = len(mapped)
-    while end > start and mapped[end - 1] in _WHITESPACE:
-        end -= 1
-    if end - start < len(_CLOSE) or mapped[end - len(_CLOSE):end] != _CLOSE:
+
+def _add_file_blocks(blocks: _ColumnBlocks, fd: int, start: int) -> bool | None:
+    """Add the call lines of the regular file ``fd``, from byte ``start`` (just after the
+    ``"calls": [`` line) to the closing lines, as :func:`read_native_lines` adds those it
+    reads: ``False`` where the file does not end as the writer ends it, or a block is not
+    valid calls, or the file changed size while read; ``None`` where its end is past more
+    whitespace than :data:`_TAIL_LOOK`.
+
+    The end is found first, from the file's last bytes; then the lines are read, about
+    :data:`BLOCK_BYTES` of whole lines at a time, into one buffer, each block a view of it
+    (reads into fresh bytes, joined, then cut at the last newline, touched three new bytes
+    of memory for each byte of the file), the part line after a block moved to its start."""
+    end = os.fstat(fd).st_size
+    tail = os.pread(fd, min(end - start, _TAIL_LOOK), end - min(end - start, _TAIL_LOOK))
+    body = tail.rstrip(b" \t\r\n")
+    if not body and len(tail) == _TAIL_LOOK:
+        return None
+    if not body.endswith(_CLOSE) or end - (len(tail) - len(body)) - len(_CLOSE) < start:
         return False
-    calls_end = end - len(_CLOSE) + 1  # (the last call line's newline included)
-    view = memoryview(mapped)
+    calls_end = end - (len(tail) - len(body)) - len(_CLOSE) + 1  # (the last call line's newline included)
+    buffer = bytearray(BLOCK_BYTES)
+    view = memoryview(buffer)
     try:
-        released = 0
-        at = start
-        while at < calls_end:
-            cut = mapped.rfind(b"\n", at, min(at + BLOCK_BYTES, calls_end)) + 1
-            if cut <= at:  # a line longer than a block: the block is that line
-                cut = mapped.find(b"\n", at, calls_end) + 1
-            if not _add_block(blocks, view[at:cut], last=cut == calls_end):
+        at, carried = start, 0  # the file offset of the buffer's start; the part line there
+        while at + carried < calls_end:
+            wanted = min(len(buffer) - carried, calls_end - at - carried)
+            if os.preadv(fd, [view[carried:carried + wanted]], at + carried) != wanted:
+                return False  # (cut short while read)
+            filled = carried + wanted
+            last = at + filled == calls_end
+            cut = filled if last else buffer.rfind(b"\n", 0, filled) + 1
+            if cut == 0:  # a line longer than the buffer: a buffer twice as long
+                view.release()
+                buffer.extend(bytes(len(buffer)))
+                view = memoryview(buffer)
+                carried = filled
+                continue
+            if not _add_block(blocks, view[:cut], last):
                 return False
-            at = cut
-            done = at - at % mmap.PAGESIZE
-            if done > released:
-                mapped.madvise(mmap.MADV_DONTNEED, released, done - released)
-                released = done
+            carried = filled - cut
+            buffer[:carried] = buffer[cut:filled]
+            at += cut
     finally:
         view.release()
     return True
@@ -400,7 +407,7 @@ def _add_block(blocks: _ColumnBlocks, lines: bytes | memoryview, last: bool) -> 
     if columns is not None:
         blocks.add_columns(*columns)
         return True
-    lines = bytes(lines)  # (a view of a mapped file: msgspec and the checks below take bytes)
+    lines = bytes(lines)  # (a view of the reading buffer: msgspec and the checks below take bytes)
     body = lines.rstrip()
     if last == body.endswith(b","):
         return False
