@@ -8,6 +8,7 @@ of a package's ``_EXPORTS`` (its names imported on first use)."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 MODEL = Path(__file__).resolve().parent.parent / "simulator" / "model"
@@ -52,6 +53,13 @@ def _modules() -> dict[str, Path]:
     return {_name(p): p for p in sorted(MODEL.rglob("*.py"))}
 
 
+@functools.cache
+def _nodes(path: Path) -> tuple[ast.AST, ...]:
+    """Every node of the file at ``path``, parsed and walked once for all the tests here
+    (each reads the whole package: the same files again and again)."""
+    return tuple(ast.walk(ast.parse(path.read_text())))
+
+
 def _imports(name: str, path: Path, known: set[str]) -> set[str]:
     """The modules of simulator/model that ``name`` imports (anywhere in its file)."""
     is_package = path.name == "__init__.py"
@@ -64,7 +72,7 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
             if local in known and local != name:
                 out.add(local)
 
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in _nodes(path):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 add(alias.name)
@@ -176,7 +184,7 @@ def test_every_error_class_is_in_the_one_hierarchy_module():
     for path in sorted(MODEL.parent.rglob("*.py")):
         if path.name == "errors.py" and path.parent == MODEL.parent:
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in _nodes(path):
             if isinstance(node, ast.ClassDef):
                 bases = {b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else ""
                          for b in node.bases}
