@@ -60,6 +60,12 @@ def test_sweep_throughput_quick_mode(capsys):
     assert result["library_configurations_per_s"] == pytest.approx(32 / result["library_wall_s"])
     # the command's CPU time counts its workers too: more than its own start-up alone
     assert result["command_cpu_s"] > 0 and result["library_cpu_s"] > 0
+    # the stages of a configuration: every one timed, adding up to the whole
+    stages = result["stages"]
+    assert stages["configurations"] == 8 and stages["prompts"] > 0
+    parts = [stages[f"{name}_ms"] for name in bench.STAGE_NAMES]
+    assert all(p >= 0 for p in parts) and stages["simulate_ms"] > 0 and stages["summary_ms"] > 0
+    assert sum(parts) == pytest.approx(stages["total_ms"])
 
 
 @pytest.mark.benchmark
