@@ -36,6 +36,39 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.set_threshold(10_000, 10, 10)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--cpu-durations", type=int, default=0, metavar="N",
+                     help="list the N tests that cost the most CPU time (their own and their waited-for "
+                          "subprocesses'): --durations, in the suite's cost figure")
+
+
+#: (test id, own CPU-s, subprocesses' CPU-s) of each test run, where --cpu-durations asks.
+_COSTS: list[tuple[str, float, float]] = []
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    if not item.config.getoption("cpu_durations"):
+        yield
+        return
+    before = cpu_seconds()
+    yield
+    after = cpu_seconds()
+    _COSTS.append((item.nodeid, after[0] - before[0], after[1] - before[1]))
+
+
+def cpu_durations_lines(costs: list[tuple[str, float, float]], n: int) -> list[str]:
+    """The ``n`` costliest tests, most first: CPU seconds in all, then own + subprocesses'.
+    (A subprocess counts where it was waited for: one a test leaves running counts later.)"""
+    top = sorted(costs, key=lambda c: c[1] + c[2], reverse=True)[:n]
+    return [f"{own + children:7.2f} s ({own:.2f} + {children:.2f})  {nodeid}" for nodeid, own, children in top]
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    n = terminalreporter.config.getoption("cpu_durations")
+    if n and _COSTS:
+        terminalreporter.write_sep("=", f"{min(n, len(_COSTS))} costliest tests, CPU time (own + subprocesses)")
+        for line in cpu_durations_lines(_COSTS, n):
+            terminalreporter.write_line(line)
     terminalreporter.write_line(cpu_time_line(*cpu_seconds()))
