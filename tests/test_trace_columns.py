@@ -216,6 +216,19 @@ def test_a_file_is_read_as_its_bytes_streamed_are(tmp_path, monkeypatch, drawn, 
         assert from_file is None  # (whitespace that long: either, as the streamed read does)
 
 
+def test_without_positioned_reads_a_file_is_streamed(tmp_path, monkeypatch):
+    from simulator.trace.formats import native
+
+    path = tmp_path / "t.json"
+    trace = Trace(tuple(Call(f"c{i}", float(i), (Prompt("mmlu", i, 4),)) for i in range(5)))
+    save_trace(trace, path)
+    monkeypatch.delattr(native.os, "preadv")
+    with path.open("rb") as handle:
+        assert native._file_of(handle) is None
+        read = read_native_lines(handle, path)
+    assert read is not None and read.calls == trace.calls
+
+
 def test_prompt_lists_are_told_apart_by_their_bytes_not_their_hash(tmp_path, monkeypatch):
     from simulator.trace.formats import native
 

@@ -338,7 +338,10 @@ def read_native_lines(handle: IO[bytes], path: str | Path) -> Trace | None:
 _CLOSE = b"\n  ]\n}"
 def _file_of(handle: IO[bytes]) -> int | None:
     """The descriptor of the regular file ``handle`` reads; ``None`` for anything else (a
-    pipe, an in-memory file), which is then read a block at a time through ``handle``."""
+    pipe, an in-memory file), or where the platform has no positioned reads into buffers
+    (``os.preadv``: Windows, older macOS), which is then read a block at a time through ``handle``."""
+    if not hasattr(os, "preadv"):
+        return None
     try:
         fd = handle.fileno()
         return fd if stat.S_ISREG(os.fstat(fd).st_mode) else None
