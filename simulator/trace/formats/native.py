@@ -306,7 +306,7 @@ def read_native_lines(handle: IO[bytes], path: str | Path) -> Trace | None:
     fd = _file_of(handle)
     if fd is not None:
         added = _add_file_blocks(blocks, fd, handle.tell())
-        if added is not None:
+        if added is not None:  # (None: read below, as a stream)
             return blocks.trace(dict(head.meta), path, head.prefix_block_tokens) if added else None
     held = b""     # whole lines not yet read into columns
     partial = b""  # the start of a line whose end is not read yet
@@ -336,6 +336,11 @@ def read_native_lines(handle: IO[bytes], path: str | Path) -> Trace | None:
 
 #: The end of the file as the writer writes it (after the last call's line; whitespace may follow).
 _CLOSE = b"\n  ]\n}"
+#: How far past a block the file must go before the block is read (the closing lines and
+#: trailing whitespace fit in it).
+_TAIL_BYTES = 64
+
+
 def _file_of(handle: IO[bytes]) -> int | None:
     """The descriptor of the regular file ``handle`` reads; ``None`` for anything else (a
     pipe, an in-memory file), or where the platform has no positioned reads into buffers
@@ -349,28 +354,29 @@ def _file_of(handle: IO[bytes]) -> int | None:
         return None
 
 
-#: The most whitespace after the document that :func:`_add_file_blocks` looks through (more
-#: leaves the file to the block-at-a-time read, which finds the end wherever it is).
+#: The most of the file's end :func:`_add_file_blocks` reads to find the closing lines (more
+#: whitespace after them leaves the file to the block-at-a-time read).
 _TAIL_LOOK = 1 << 16
 
 
 def _add_file_blocks(blocks: _ColumnBlocks, fd: int, start: int) -> bool | None:
     """Add the call lines of the regular file ``fd``, from byte ``start`` (just after the
     ``"calls": [`` line) to the closing lines, as :func:`read_native_lines` adds those it
-    reads: ``False`` where the file does not end as the writer ends it, or a block is not
-    valid calls, or the file changed size while read; ``None`` where its end is past more
-    whitespace than :data:`_TAIL_LOOK`.
+    reads; ``False`` where the file does not end as the writer ends it, a block is not
+    valid calls, or the file changed size while read; ``None`` where the whitespace after
+    the closing lines fills the :data:`_TAIL_LOOK` bytes read to find them.
 
     The end is found first, from the file's last bytes; then the lines are read, about
     :data:`BLOCK_BYTES` of whole lines at a time, into one buffer, each block a view of it
     (reads into fresh bytes, joined, then cut at the last newline, touched three new bytes
     of memory for each byte of the file), the part line after a block moved to its start."""
     end = os.fstat(fd).st_size
-    tail = os.pread(fd, min(end - start, _TAIL_LOOK), end - min(end - start, _TAIL_LOOK))
+    look = min(end - start, _TAIL_LOOK)
+    tail = os.pread(fd, look, end - look)
     body = tail.rstrip(b" \t\r\n")
-    if not body and len(tail) == _TAIL_LOOK:
+    if len(body) < len(_CLOSE) and look == _TAIL_LOOK:
         return None
-    if not body.endswith(_CLOSE) or end - (len(tail) - len(body)) - len(_CLOSE) < start:
+    if not body.endswith(_CLOSE):
         return False
     calls_end = end - (len(tail) - len(body)) - len(_CLOSE) + 1  # (the last call line's newline included)
     buffer = bytearray(BLOCK_BYTES)
@@ -398,9 +404,6 @@ def _add_file_blocks(blocks: _ColumnBlocks, fd: int, start: int) -> bool | None:
     finally:
         view.release()
     return True
-#: How far past a block the file must go before the block is read (the closing lines and
-#: trailing whitespace fit in it).
-_TAIL_BYTES = 64
 
 
 def _add_block(blocks: _ColumnBlocks, lines: bytes | memoryview, last: bool) -> bool:
