@@ -363,12 +363,11 @@ def test_the_pass_over_call_lines_finds_what_json_reads_or_refuses(drawn):
     by_arrays = native._line_fields_by_arrays(block, last)
     if not ok:
         return
-    # the fields: JSON values in the writer's places (the reader then decodes the times and
-    # each list, refusing the block where one is not valid)
+    # the fields: JSON values in the writer's places, the times converted (the reader then
+    # decodes each list, refusing the block where one is not valid)
     # (where every line's list is the first's, only the first is given)
     assert len(prompts) == (offsets[1] if same else offsets[-1])
-    pieces = [times.tobytes()] + [prompts[offsets[0 if same else i]:offsets[1 if same else i + 1]].tobytes()
-                                  for i in range(len(id_start))]
+    pieces = [prompts[offsets[0 if same else i]:offsets[1 if same else i + 1]].tobytes() for i in range(len(id_start))]
     try:
         decoded = [json.loads(piece) for piece in pieces]
     except ValueError:
@@ -376,13 +375,56 @@ def test_the_pass_over_call_lines_finds_what_json_reads_or_refuses(drawn):
     calls = _as_json(block, last)
     assert calls is not None and len(calls) == len(id_start) == len(offsets) - 1
     assert [block[a:b].decode() for a, b in zip(id_start, id_end, strict=True)] == [c["id"] for c in calls]
-    assert decoded[0] == [c["t"] for c in calls]
-    assert decoded[1:] == [c["prompts"] for c in calls]
-    assert same == all(piece == pieces[1] for piece in pieces[1:])
+    assert times.dtype == np.float64 and times.tolist() == [float(c["t"]) for c in calls]
+    assert decoded == [c["prompts"] for c in calls]
+    assert same == all(piece == pieces[0] for piece in pieces)
     if by_arrays is not None:  # (it may refuse more: it reads a field 8 bytes at a time)
         a_start, a_end, a_times, a_prompts, a_offsets, _ = by_arrays
-        assert (a_start.tolist(), a_end.tolist(), a_times, a_prompts.tobytes(), a_offsets.tolist()) == \
-            (id_start.tolist(), id_end.tolist(), times.tobytes(), b"".join(pieces[1:]), offsets.tolist())
+        assert (a_start.tolist(), a_end.tolist(), native._TIMES.decode(a_times), a_prompts.tobytes(),
+                a_offsets.tolist()) == (id_start.tolist(), id_end.tolist(), times.tolist(), b"".join(pieces),
+                                        offsets.tolist())
+
+
+def _time_line(i: int, t: str) -> str:
+    return f'    {{"id": "{i}", "t": {t}, "prompts": [{{"task": "mmlu"}}]}},\n'
+
+
+#: Times as JSON writes them: shortest round-trip forms of doubles of every magnitude, and
+#: decimal strings of up to 19 digits with exponents (ties and near-ties among them).
+json_times = st.one_of(
+    st.floats(min_value=0, allow_nan=False, allow_infinity=False).map(repr),
+    st.floats(min_value=0, max_value=1e7).map(repr),
+    st.builds(lambda digits, point, exponent: (digits[:point] or "0") + ("." + digits[point:] if digits[point:] else "")
+              + ("" if exponent is None else f"e{exponent:+d}"),
+              st.from_regex(r"[1-9][0-9]{0,18}", fullmatch=True), st.integers(1, 19),
+              st.one_of(st.none(), st.integers(-330, 320))),
+    st.sampled_from(["0", "-0", "0.0", "0e5", "1E+2", "9007199254740993", "9007199254740995", "2.5e-1",
+                     "1.7976931348623157e308", "2.2250738585072014e-308", "4.9e-324", "1e309", "12345678901234567890"]),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(json_times, min_size=1, max_size=8))
+def test_the_pass_over_call_lines_converts_times_as_python_does(times):
+    """Each time the pass converts is the double nearest its decimal value (Python's float(),
+    correctly rounded, ties to even); one it cannot decide leaves the block to msgspec."""
+    from simulator.model.compiled import extension
+    from simulator.trace.formats.native_scan import scan_call_lines
+
+    block = "".join(_time_line(i, t) for i, t in enumerate(times)).encode()
+    buf = np.frombuffer(block, dtype=np.uint8)
+    passes = [scan_call_lines(buf, False)]
+    module = extension()
+    if module is not None:  # (the compiled pass is the same function)
+        passes.append(module.scan_call_lines(buf, False))
+    expected = [float(t) for t in times]
+    for ok, _, _, converted, *_ in passes:
+        assert ok == passes[0][0]
+        if ok:
+            assert [(x, np.signbit(x)) for x in converted.tolist()] == [(x, np.signbit(x)) for x in expected]
+    # the writer's times, doubles' shortest forms, are all converted here where they are zero or normal
+    if all(t == repr(float(t)) and (float(t) == 0 or float(t) >= 2.2250738585072014e-308) for t in times):
+        assert passes[0][0]
 
 
 def test_a_large_trace_gives_its_freed_heap_memory_back_after_loading(tmp_path, monkeypatch):

@@ -121,7 +121,7 @@ def build(folder: Path) -> Path:
     # the native trace reader's pass over a block of call lines (plain Python: numba types it here)
     lines = types.Array(types.uint8, 1, "C", readonly=True)
     ints, chars = types.Array(types.int64, 1, "A"), types.Array(types.uint8, 1, "A")
-    fields = types.Tuple((types.boolean, ints, ints, chars, chars, ints, types.boolean))
+    fields = types.Tuple((types.boolean, ints, ints, types.Array(types.float64, 1, "A"), chars, ints, types.boolean))
     cc.export("scan_call_lines", fields(lines, types.boolean))(scan_call_lines)
     with _plain_reference_counts():
         cc.compile()

@@ -514,16 +514,17 @@ def _distinct(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.nda
 
 def _line_fields(lines: bytes | memoryview, last: bool) -> tuple[Any, ...] | None:
     """The fields of the call lines in ``lines`` as :func:`~simulator.trace.formats.native_scan.scan_call_lines`
-    gives them (``(id_start, id_end, times, prompts, prompt_offsets, same)``, ``times`` as
-    bytes), or ``None`` where a line is not as the writer writes a call: by the extension's
-    compiled pass where it is usable, else by array operations over the whole block."""
+    gives them (``(id_start, id_end, times, prompts, prompt_offsets, same)``), or ``None``
+    where a line is not as the writer writes a call: by the extension's compiled pass where it
+    is usable (``times`` converted), else by array operations over the whole block (``times``
+    as one JSON list, bytes, for msgspec to convert)."""
     from simulator.model.compiled import extension
 
     module = extension()
     if module is not None:
         ok, id_start, id_end, times, p_bytes, p_offsets, same = module.scan_call_lines(
             np.frombuffer(lines, dtype=np.uint8), last)
-        return (id_start, id_end, times.tobytes(), p_bytes, p_offsets, same) if ok else None
+        return (id_start, id_end, times, p_bytes, p_offsets, same) if ok else None
     return _line_fields_by_arrays(lines, last)
 
 
@@ -593,11 +594,14 @@ def _split_lines(lines: bytes | memoryview, last: bool) -> tuple[Any, ...] | Non
         padded = np.zeros((len(id_start), width), dtype=np.uint8)
         padded[np.arange(width)[None, :] < lengths[:, None]] = gathered
         call_ids = padded.view(f"S{width}").ravel()
-    # the times: one JSON list, read as the typed reader reads a time (a JSON number, nothing else)
-    try:
-        call_t = np.array(_TIMES.decode(times), dtype=np.float64)
-    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
-        return None
+    # the times: converted by the compiled pass, else one JSON list read as the typed reader
+    # reads a time (a JSON number, nothing else)
+    call_t = times
+    if isinstance(times, bytes):
+        try:
+            call_t = np.array(_TIMES.decode(times), dtype=np.float64)
+        except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+            return None
     if len(call_t) != len(id_start) or not (call_t >= 0).all():
         return None
     distinct = (np.zeros(len(id_start), dtype=np.int64), np.zeros(1, dtype=np.int64)) if same \

@@ -15,6 +15,14 @@ A line is accepted only when it is exactly as the writer writes a call::
 :data:`SHORT_FIELD` bytes of printable ASCII without a backslash, and a time of at most as
 many bytes before its comma. Anything else fails the block, which msgspec then decodes
 whole: what is accepted here decodes to what msgspec gives.
+
+The times are converted as they are read: a JSON number of at most 19 significant digits
+whose value is a normal double (the writer's shortest round-trip form always is) becomes the
+double nearest to it by the Eisel-Lemire algorithm (D. Lemire, "Number parsing at a gigabyte
+per second", Software: Practice and Experience 51(8), 2021; the table of powers of five is
+computed here as that paper's ``fast_float`` library computes it). A time it cannot decide
+(more digits, a subnormal or infinite value, the algorithm's rare undecided case) fails the
+block: msgspec converts it, correctly rounded too.
 """
 
 from __future__ import annotations
@@ -37,7 +45,35 @@ AFTER_ID = 40
 AFTER_TIME = 20
 
 _NEWLINE, _QUOTE, _COMMA, _BACKSLASH, _CLOSE_BRACE = 10, 34, 44, 92, 125
-_OPEN_LIST, _CLOSE_LIST = 91, 93
+_MINUS, _PLUS, _POINT, _ZERO, _NINE, _LOWER_E, _UPPER_E = 45, 43, 46, 48, 57, 101, 69
+
+#: The decimal exponents the table of powers of five covers (a number of 19 digits or fewer
+#: outside them is zero or infinite as a double: the block is left to msgspec).
+SMALLEST_POWER, LARGEST_POWER = -342, 308
+
+
+def _powers_of_five() -> np.ndarray:
+    """The 128 most significant bits of 5**q for q from :data:`SMALLEST_POWER` to
+    :data:`LARGEST_POWER`, two words (high, low) each: 5**q itself, truncated, for q >= 0; its
+    reciprocal, rounded up, for q < 0 (``fast_float``'s ``table_generation.py``)."""
+    words = []
+    for q in range(SMALLEST_POWER, LARGEST_POWER + 1):
+        if q < 0:
+            power5 = 5 ** -q
+            z = power5.bit_length() - (1 if power5 & (power5 - 1) == 0 else 0)  # (the least z with 2**z >= 5**-q)
+            c = 2 ** (z + 127) // power5 + 1 if q >= -27 else 2 ** (2 * z + 128) // power5 + 1
+            c >>= max(c.bit_length() - 128, 0)
+        else:
+            c = 5 ** q
+            c = c << (128 - c.bit_length()) if c.bit_length() < 128 else c >> (c.bit_length() - 128)
+        words += [c >> 64, c & (2 ** 64 - 1)]
+    return np.array(words, dtype=np.uint64)
+
+
+_POWERS_OF_FIVE = _powers_of_five()
+_U0, _U1, _U3, _U9, _U10, _U48 = (np.uint64(x) for x in (0, 1, 3, 9, 10, 48))
+_LOW32, _U32, _U52, _U63 = np.uint64(0xFFFFFFFF), np.uint64(32), np.uint64(52), np.uint64(63)
+_ALL_ONES, _PRECISION_MASK = np.uint64(0xFFFFFFFFFFFFFFFF), np.uint64(0x1FF)
 
 
 def scan_call_lines(buf, last):
@@ -45,8 +81,8 @@ def scan_call_lines(buf, last):
     ``last``: the file's last call is the last line, without its comma).
 
     Returns ``(ok, id_start, id_end, times, prompts, prompt_offsets, same)``: each line's
-    id as ``buf[id_start:id_end]``; ``times``, every line's time in order as one JSON list
-    (``[t0,t1,...]``); ``prompts``, every line's list of prompts one after another, line
+    id as ``buf[id_start:id_end]``; ``times``, every line's time (float64, as msgspec reads
+    its JSON number); ``prompts``, every line's list of prompts one after another, line
     ``i``'s at ``prompts[prompt_offsets[i]:prompt_offsets[i + 1]]``; ``same``, whether every
     line's list is the first line's, byte for byte (then ``prompts`` holds the first line's
     list only: every line's is that list again). ``ok`` is ``False`` (and the rest empty)
@@ -59,17 +95,14 @@ def scan_call_lines(buf, last):
     most = n_bytes // AFTER_ID + 1 if ok else 0  # (lines shorter than that are refused)
     id_start = np.empty(most, dtype=np.int64)
     id_end = np.empty(most, dtype=np.int64)
-    times = np.empty(n_bytes + 2 if ok else 0, dtype=np.uint8)
+    times = np.empty(most, dtype=np.float64)
+    time_bits = times.view(np.uint64)  # (each time is made as its bits)
     prompts = np.empty(n_bytes if ok else 0, dtype=np.uint8)
     offsets = np.zeros(most + 1, dtype=np.int64)
-    t_used = 0
     p_used = 0
     same = True
     start = 0
     line = 0
-    if ok:
-        times[0] = _OPEN_LIST
-        t_used = 1
     while ok and start < n_bytes:
         # Each line is read once, field after field. A byte below 32 (a newline, a tab, a
         # carriage return, a control character) or 127 is not the writer's inside a line:
@@ -98,18 +131,121 @@ def scan_call_lines(buf, last):
                 break
         if not ok:
             break
-        # the time: up to the comma before the prompts, copied as it is read
+        # The time: a JSON number, -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?, then the
+        # comma before the prompts. Its digits are read as an integer w (19 at most) and the
+        # power of ten of the last one (each loop stops at a byte no number has: the line's
+        # newline at the latest).
         t0 = i1 + len(_T_HEAD)
-        t1 = t0
-        while t1 < t0 + SHORT_FIELD and buf[t1] != _COMMA:
-            if buf[t1] < 32 or buf[t1] == 127:
+        k = t0
+        c = buf[k]
+        negative = c == _MINUS
+        if negative:
+            k += 1
+            c = buf[k]
+        w = _U0
+        digits = 0
+        power = 0
+        if c == _ZERO:
+            k += 1
+            c = buf[k]
+        elif _ZERO < c <= _NINE:
+            while _ZERO <= c <= _NINE:
+                if digits < 19:  # (more would overflow w: the block is then msgspec's)
+                    w = w * _U10 + np.uint64(c - _ZERO)
+                digits += 1
+                k += 1
+                c = buf[k]
+        else:
+            ok = False
+        if ok and c == _POINT:
+            k += 1
+            c = buf[k]
+            if not _ZERO <= c <= _NINE:
                 ok = False
-                break
-            times[t_used + t1 - t0] = buf[t1]
-            t1 += 1
-        if not ok or t1 >= t0 + SHORT_FIELD:  # (else buf[t1] is the comma)
+            while _ZERO <= c <= _NINE:
+                if digits or c != _ZERO:  # (zeros before the first significant digit: power only)
+                    if digits < 19:
+                        w = w * _U10 + np.uint64(c - _ZERO)
+                    digits += 1
+                power -= 1
+                k += 1
+                c = buf[k]
+        if ok and (c == _LOWER_E or c == _UPPER_E):
+            k += 1
+            c = buf[k]
+            sign = 1
+            if c == _MINUS or c == _PLUS:
+                sign = -1 if c == _MINUS else 1
+                k += 1
+                c = buf[k]
+            if not _ZERO <= c <= _NINE:
+                ok = False
+            exponent = 0
+            while _ZERO <= c <= _NINE:
+                if exponent < 100000:
+                    exponent = exponent * 10 + (int(c) - _ZERO)
+                k += 1
+                c = buf[k]
+            power += sign * exponent
+        t1 = k
+        if not ok or c != _COMMA or t1 - t0 >= SHORT_FIELD or digits > 19 \
+                or (w != _U0 and not SMALLEST_POWER <= power <= LARGEST_POWER):
             ok = False
             break
+        bits = _U0
+        if w != _U0:
+            # Eisel-Lemire: w normalised (its top bit set), times the 128-bit power of five,
+            # gives the mantissa's 54 bits and whether it is exact enough to round
+            lz = 0
+            for width in (32, 16, 8, 4, 2, 1):
+                if w >> np.uint64(64 - width) == _U0:
+                    w <<= np.uint64(width)
+                    lz += width
+            at = 2 * (power - SMALLEST_POWER)
+            hi, lo = _U0, _U0
+            for half in range(2):
+                b = _POWERS_OF_FIVE[at + half]
+                # w * b, 128 bits, from 32-bit halves
+                w_lo, w_hi, b_lo, b_hi = w & _LOW32, w >> _U32, b & _LOW32, b >> _U32
+                ll, lh, hl = w_lo * b_lo, w_lo * b_hi, w_hi * b_lo
+                mid = (ll >> _U32) + (lh & _LOW32) + (hl & _LOW32)
+                p_hi = w_hi * b_hi + (lh >> _U32) + (hl >> _U32) + (mid >> _U32)
+                p_lo = (mid << _U32) | (ll & _LOW32)
+                if half == 0:
+                    hi, lo = p_hi, p_lo
+                    if hi & _PRECISION_MASK != _PRECISION_MASK:
+                        break  # (the high word decides: the second word cannot change it)
+                else:  # lo + p_hi, its carry into hi (a sum that wraps warns where this runs uncompiled)
+                    room = _ALL_ONES - lo
+                    if p_hi > room:
+                        lo = p_hi - room - _U1
+                        hi += _U1
+                    else:
+                        lo += p_hi
+            if lo == _ALL_ONES and not -27 <= power <= 55:
+                ok = False  # (undecided)
+                break
+            upper = np.int64(hi >> _U63)
+            shift = np.uint64(upper + 9)
+            mantissa = hi >> shift
+            power2 = ((217706 * power) >> 16) + 63 + upper - lz + 1023
+            if power2 <= 0:
+                ok = False  # (subnormal)
+                break
+            # ties to even: a product exactly halfway rounds down where the mantissa is even
+            if lo <= _U1 and -4 <= power <= 23 and mantissa & _U3 == _U1 and (mantissa << shift) == hi:
+                mantissa &= ~_U1
+            mantissa = (mantissa + (mantissa & _U1)) >> _U1
+            if mantissa >= (np.uint64(2) << _U52):
+                mantissa = _U1 << _U52
+                power2 += 1
+            if power2 >= 2047:
+                ok = False  # (infinite)
+                break
+            bits = (mantissa & ~(_U1 << _U52)) | (np.uint64(power2) << _U52)
+        if negative:
+            bits |= _U1 << _U63
+        time_bits[line] = bits
         for k in range(len(_PROMPTS_HEAD)):
             if buf[t1 + k] != _PROMPTS_HEAD[k]:
                 ok = False
@@ -153,9 +289,6 @@ def scan_call_lines(buf, last):
             break
         id_start[line] = i0
         id_end[line] = i1
-        t_used += t1 - t0
-        times[t_used] = _COMMA
-        t_used += 1
         length = closing - p0
         if copy:
             if same and line > 0:  # the first line's list differs from this one's
@@ -170,6 +303,5 @@ def scan_call_lines(buf, last):
         start = end + 1
     if not ok:
         return False, id_start[:0], id_end[:0], times[:0], prompts[:0], offsets[:0], False
-    times[t_used - 1] = _CLOSE_LIST
-    return True, id_start[:line], id_end[:line], times[:t_used], prompts[:offsets[1] if same else p_used], \
+    return True, id_start[:line], id_end[:line], times[:line], prompts[:offsets[1] if same else p_used], \
         offsets[:line + 1], same
