@@ -357,12 +357,15 @@ def _token_counts(cols, task_profiles: list, configs: list) -> tuple[np.ndarray,
         default_prompt = np.array([p for p, _ in defaults], dtype=PROMPT_INT)
         default_max = np.array([m for _, m in defaults], dtype=PROMPT_INT)
         cap = np.array([c if c is not None else np.iinfo(PROMPT_INT).max for c in caps], dtype=PROMPT_INT)
-        ptok = np.where(cols.prompt_tokens < 0, default_prompt[task_of], cols.prompt_tokens) if n_tasks \
-            else cols.prompt_tokens
-        mtok = np.where(cols.max_tokens <= 0, default_max[task_of], cols.max_tokens) if n_tasks else cols.max_tokens
+        if n_tasks == 1:  # (one task: its values as they are, no per-prompt gather)
+            default_prompt, default_max, cap = default_prompt[0], default_max[0], cap[0]
+        else:
+            default_prompt, default_max, cap = default_prompt[task_of], default_max[task_of], cap[task_of]
+        ptok = np.where(cols.prompt_tokens < 0, default_prompt, cols.prompt_tokens) if n_tasks else cols.prompt_tokens
+        mtok = np.where(cols.max_tokens <= 0, default_max, cols.max_tokens) if n_tasks else cols.max_tokens
         if n_tasks:
-            mtok = np.minimum(mtok, cap[task_of])
-        counts = np.bincount(task_of, minlength=n_tasks) if n_tasks else np.zeros(0, np.int64)
+            mtok = np.minimum(mtok, cap)
+        counts = np.bincount(task_of, minlength=n_tasks) if n_tasks > 1 else np.full(n_tasks, len(task_of), np.int64)
         return ptok, mtok, counts
 
     return _kept(("tokens", defaults, caps), (cols.task_of, cols.prompt_tokens, cols.max_tokens), make)

@@ -633,18 +633,26 @@ def _split_lines(lines: bytes | memoryview, last: bool) -> tuple[Any, ...] | Non
                 u_pt.append(-1 if p.prompt_tokens is None else p.prompt_tokens)
                 u_mt.append(p.max_tokens or 0)
                 u_text.append(p.text)
-    size_of = np.array(u_size, dtype=np.int64)
-    first_of = np.cumsum(size_of) - size_of
-    sizes = size_of[which]
-    if (sizes == 1).all():
-        index = first_of[which]
+    n_calls = len(id_start)
+    if len(firsts) == 1:  # every call's list the same (a trace of one kind of call): each column that list, repeated
+        sizes = np.full(n_calls, u_size[0], dtype=np.int64)
+
+        def column(values: list, dtype: Any) -> np.ndarray:
+            return np.full(n_calls, values[0], dtype=dtype) if len(values) == 1 else np.tile(np.array(values, dtype), n_calls)
     else:
-        index = np.repeat(first_of[which] - (np.cumsum(sizes) - sizes), sizes) + np.arange(int(sizes.sum()))
-    texts = None
-    if any(x is not None for x in u_text):
-        texts = np.array(u_text, dtype=object)[index]
-    return (call_t, call_ids, sizes, tuple(names), np.array(u_task, dtype=PROMPT_INT)[index],
-            np.array(u_pt, dtype=PROMPT_INT)[index], np.array(u_mt, dtype=PROMPT_INT)[index], texts, id_keys)
+        size_of = np.array(u_size, dtype=np.int64)
+        first_of = np.cumsum(size_of) - size_of
+        sizes = size_of[which]
+        if (sizes == 1).all():
+            index = first_of[which]
+        else:
+            index = np.repeat(first_of[which] - (np.cumsum(sizes) - sizes), sizes) + np.arange(int(sizes.sum()))
+
+        def column(values: list, dtype: Any) -> np.ndarray:
+            return np.array(values, dtype=dtype)[index]
+    texts = column(u_text, object) if any(x is not None for x in u_text) else None
+    return (call_t, call_ids, sizes, tuple(names), column(u_task, PROMPT_INT), column(u_pt, PROMPT_INT),
+            column(u_mt, PROMPT_INT), texts, id_keys)
 
 
 def read_native(obj: Any, path: str | Path) -> Trace:
