@@ -1,5 +1,5 @@
-"""The C heap of a process that holds a large trace: large arrays on pages of their own, and
-memory freed on the heap given back to the system.
+"""The C heap of a process that holds a large trace: the largest arrays on pages of their own,
+and memory freed on the heap given back to the system after a trace is read.
 
 Both are glibc's (``mallopt``, ``malloc_trim``); where the C library is another, nothing is
 done. They change where memory sits, never a result.
@@ -31,12 +31,18 @@ def _glibc() -> Any | None:
     return process
 
 
-def map_large_allocations(threshold: int = 256 * 1024) -> None:
-    """Have glibc map every allocation of ``threshold`` bytes or more on its own pages, so a
-    freed column goes back to the system at once. By default glibc raises that threshold
-    after the first large free (up to 32 MiB), after which a replay's column-sized arrays
-    come from the heap and stay part of the process after they are freed (a third more at
-    the peak of a large replay). Setting it fixes it."""
+def map_large_allocations(threshold: int = 32 << 20) -> None:
+    """Have glibc map every allocation of ``threshold`` bytes or more on pages of its own and
+    take every smaller one from the heap, from the process's first array on (glibc's own
+    threshold starts at 128 KiB and rises with the first large frees, so where an array lands
+    would depend on what was freed before it).
+
+    The default, 32 MiB (the ceiling of glibc's own), keeps the columns of runs up to four
+    million prompts on the heap: a replay makes and frees dozens of column-sized temporaries,
+    and one made where another was freed reuses its pages, where a mapped one faults every page
+    in anew (most of the system time of a large replay); the peak is a little higher, the
+    heap's fragmentation (``benchmarks/engine_speed.py`` measures both). Larger columns, where a
+    trace's memory is what limits it, are mapped and go back to the system as they are freed."""
     libc = _glibc()
     if libc is not None:
         libc.mallopt(_M_MMAP_THRESHOLD, threshold)
@@ -44,9 +50,9 @@ def map_large_allocations(threshold: int = 256 * 1024) -> None:
 
 def give_back_freed_memory() -> None:
     """Return the heap's free pages to the system (``malloc_trim``). Reading a large trace
-    makes and frees many arrays below the mapping threshold (a block's columns, each block's
-    decoded times): freed, they stay the process's, some 50 bytes a prompt of a JSON trace,
-    which the arrays made after (mapped pages of their own) never reuse."""
+    makes and frees many arrays (a block's columns, the blocks joined): freed, their pages stay
+    the process's, scattered among those still held, and the run after the read would reach
+    a higher peak than with them given back."""
     libc = _glibc()
     if libc is not None:
         libc.malloc_trim(0)
