@@ -56,22 +56,27 @@ def _powers_of_five() -> np.ndarray:
     """The 128 most significant bits of 5**q for q from :data:`SMALLEST_POWER` to
     :data:`LARGEST_POWER`, two words (high, low) each: 5**q itself, truncated, for q >= 0; its
     reciprocal, rounded up, for q < 0 (``fast_float``'s ``table_generation.py``)."""
-    words = []
-    for q in range(SMALLEST_POWER, LARGEST_POWER + 1):
-        if q < 0:
-            power5 = 5 ** -q
-            z = power5.bit_length() - (1 if power5 & (power5 - 1) == 0 else 0)  # (the least z with 2**z >= 5**-q)
-            c = 2 ** (z + 127) // power5 + 1 if q >= -27 else 2 ** (2 * z + 128) // power5 + 1
-            c >>= max(c.bit_length() - 128, 0)
-        else:
-            c = 5 ** q
-            c = c << (128 - c.bit_length()) if c.bit_length() < 128 else c >> (c.bit_length() - 128)
-        words += [c >> 64, c & (2 ** 64 - 1)]
+    low = (1 << 64) - 1
+    negative: list[int] = []  # (q = -1, -2, ...: reversed below)
+    power5 = 1
+    for q in range(-1, SMALLEST_POWER - 1, -1):
+        power5 *= 5
+        z = power5.bit_length()  # (the least z with 2**z >= 5**-q: no power of five above 1 is one of two)
+        c = (1 << (z + 127)) // power5 + 1 if q >= -27 else (1 << (2 * z + 128)) // power5 + 1
+        c >>= max(c.bit_length() - 128, 0)
+        negative += [c & low, c >> 64]
+    words = negative[::-1]  # (high, low) pairs from q = SMALLEST_POWER up
+    power5 = 1
+    for _ in range(LARGEST_POWER + 1):
+        width = power5.bit_length()
+        c = power5 << (128 - width) if width < 128 else power5 >> (width - 128)
+        words += [c >> 64, c & low]
+        power5 *= 5
     return np.array(words, dtype=np.uint64)
 
 
 _POWERS_OF_FIVE = _powers_of_five()
-_U0, _U1, _U3, _U9, _U10, _U48 = (np.uint64(x) for x in (0, 1, 3, 9, 10, 48))
+_U0, _U1, _U3, _U10 = (np.uint64(x) for x in (0, 1, 3, 10))
 _LOW32, _U32, _U52, _U63 = np.uint64(0xFFFFFFFF), np.uint64(32), np.uint64(52), np.uint64(63)
 _ALL_ONES, _PRECISION_MASK = np.uint64(0xFFFFFFFFFFFFFFFF), np.uint64(0x1FF)
 
