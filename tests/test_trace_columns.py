@@ -380,7 +380,7 @@ def test_the_pass_over_call_lines_finds_what_json_reads_or_refuses(drawn):
     assert same == all(piece == pieces[0] for piece in pieces)
     if by_arrays is not None:  # (it may refuse more: it reads a field 8 bytes at a time)
         a_start, a_end, a_times, a_prompts, a_offsets, _ = by_arrays
-        assert (a_start.tolist(), a_end.tolist(), native._TIMES.decode(a_times), a_prompts.tobytes(),
+        assert (a_start.tolist(), a_end.tolist(), a_times.tolist(), a_prompts.tobytes(),
                 a_offsets.tolist()) == (id_start.tolist(), id_end.tolist(), times.tolist(), b"".join(pieces),
                                         offsets.tolist())
 

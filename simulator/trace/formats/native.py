@@ -367,9 +367,10 @@ def _add_file_blocks(blocks: _ColumnBlocks, fd: int, start: int) -> bool | None:
     the closing lines fills the :data:`_TAIL_LOOK` bytes read to find them.
 
     The end is found first, from the file's last bytes; then the lines are read, about
-    :data:`BLOCK_BYTES` of whole lines at a time, into one buffer, each block a view of it
-    (reads into fresh bytes, joined, then cut at the last newline, touched three new bytes
-    of memory for each byte of the file), the part line after a block moved to its start."""
+    :data:`BLOCK_BYTES` of whole lines at a time, into one buffer, each block a view of it and
+    the part line after a block moved to its start (reading into fresh bytes, joining them and
+    cutting at the last newline, as the stream is read, touches three new bytes of memory for
+    each byte of the file)."""
     end = os.fstat(fd).st_size
     look = min(end - start, _TAIL_LOOK)
     tail = os.pread(fd, look, end - look)
@@ -516,8 +517,8 @@ def _line_fields(lines: bytes | memoryview, last: bool) -> tuple[Any, ...] | Non
     """The fields of the call lines in ``lines`` as :func:`~simulator.trace.formats.native_scan.scan_call_lines`
     gives them (``(id_start, id_end, times, prompts, prompt_offsets, same)``), or ``None``
     where a line is not as the writer writes a call: by the extension's compiled pass where it
-    is usable (``times`` converted), else by array operations over the whole block (``times``
-    as one JSON list, bytes, for msgspec to convert)."""
+    is usable, else by array operations over the whole block (the times then converted by
+    msgspec, as one JSON list)."""
     from simulator.model.compiled import extension
 
     module = extension()
@@ -556,11 +557,16 @@ def _line_fields_by_arrays(lines: bytes | memoryview, last: bool) -> tuple[Any, 
     gathered, _ = _gather(buf, id_start, id_end)
     if ((gathered == ord("\\")) | (gathered > 127)).any():
         return None
-    # the times with the comma after each, the last comma made the list's end
+    # the times with the comma after each, the last comma made the list's end: one JSON list,
+    # read as the typed reader reads a time (a JSON number, nothing else)
     t_bytes, _ = _gather(buf, t_start, t_end + 1)
     t_bytes[-1] = ord("]")
+    try:
+        times = np.array(_TIMES.decode(b"[" + t_bytes.tobytes()), dtype=np.float64)
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+        return None
     p_bytes, p_offsets = _gather(buf, t_end + len(PROMPTS_HEAD) - 1, closing)  # (from each list's "[")
-    return id_start, id_end, b"[" + t_bytes.tobytes(), p_bytes, p_offsets, False
+    return id_start, id_end, times, p_bytes, p_offsets, False
 
 
 def _split_lines(lines: bytes | memoryview, last: bool) -> tuple[Any, ...] | None:
@@ -575,7 +581,7 @@ def _split_lines(lines: bytes | memoryview, last: bool) -> tuple[Any, ...] | Non
     fields = _line_fields(lines, last)
     if fields is None:
         return None
-    id_start, id_end, times, p_bytes, p_offsets, same = fields
+    id_start, id_end, call_t, p_bytes, p_offsets, same = fields
     # (the key can only be in a list of prompts: an id ends at its first quote)
     if _HASH_KEY in p_bytes.tobytes():
         return None  # (prompts with ids are all distinct: decoding each distinct list would gain nothing)
@@ -594,14 +600,6 @@ def _split_lines(lines: bytes | memoryview, last: bool) -> tuple[Any, ...] | Non
         padded = np.zeros((len(id_start), width), dtype=np.uint8)
         padded[np.arange(width)[None, :] < lengths[:, None]] = gathered
         call_ids = padded.view(f"S{width}").ravel()
-    # the times: converted by the compiled pass, else one JSON list read as the typed reader
-    # reads a time (a JSON number, nothing else)
-    call_t = times
-    if isinstance(times, bytes):
-        try:
-            call_t = np.array(_TIMES.decode(times), dtype=np.float64)
-        except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
-            return None
     if len(call_t) != len(id_start) or not (call_t >= 0).all():
         return None
     distinct = (np.zeros(len(id_start), dtype=np.int64), np.zeros(1, dtype=np.int64)) if same \
