@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import resource
 import subprocess
 import sys
@@ -129,8 +130,8 @@ TARGET_CPU_MS = 2 * 10 * 1000 / 10_000
 
 def stage_figures(grid: dict[str, str], sample: int) -> dict:
     """CPU milliseconds a configuration spends in each stage of :func:`simulator.sweep.run_job`
-    and of its journal line, in this process, over ``sample`` configurations spread over
-    ``grid`` (every k-th), after one untimed pass over them (the kernel loaded, memos made):
+    and of its journal line, in this process, over ``sample`` configurations of ``grid``
+    drawn at random (seeded), after one untimed pass over them (the kernel loaded, memos made):
     where a sweep's time goes, as :func:`simulator.replay.simulate_and_summarize` spends it."""
     from simulator import build_scenario, load_profile, load_trace
     from simulator.cost import cost_summary, load_prices
@@ -140,7 +141,10 @@ def stage_figures(grid: dict[str, str], sample: int) -> dict:
 
     base = Base(load_trace("example"), load_profile("seed-calibrated"), build_scenario(path="design-notes"))
     jobs = SweepSpec(axes_from_options({o[2:].replace("-", "_"): v for o, v in grid.items()})).jobs()
-    jobs = jobs[::max(1, len(jobs) // sample)][:sample]
+    # A seeded random sample, not every k-th: the last axis varies fastest, so a stride that
+    # shares a factor with its length would sample a few of its values alone (every 20th
+    # configuration of the 10-value --rate-scale axis is always its first value).
+    jobs = [jobs[i] for i in sorted(random.Random(0).sample(range(len(jobs)), min(sample, len(jobs))))]
     expect_prompts(len(jobs) * base.trace.n_prompts)  # (the compiled kernel, as a sweep of them takes)
     prices = load_prices()
     names = tuple(STAGE_NAMES)
@@ -205,7 +209,7 @@ def describe(r: dict) -> str:
     if r.get("stages"):
         st = r["stages"]
         text += (f" Where a configuration's time goes, in one process ({st['configurations']} configurations "
-                 f"spread over the grid, {st['prompts']} prompts each, CPU-ms a configuration): the scenario "
+                 f"drawn at random from the grid, {st['prompts']} prompts each, CPU-ms a configuration): the scenario "
                  f"{st['scenario_ms']:.2f}, the simulation {st['simulate_ms']:.2f} (lowering, the compiled kernel, "
                  f"the log's columns), the summary {st['summary_ms']:.2f}, its cost {st['cost_ms']:.2f}, the row "
                  f"{st['row_ms']:.2f} and its journal line {st['journal_ms']:.2f}: **{st['total_ms']:.2f} CPU-ms** "

@@ -603,7 +603,10 @@ def _local_results(jobs: list, task: str | None, base: Base, workers: int | None
 
 def _run_chunk(jobs: list, task: str | None, base: Base | None = None, lines: bool = True) -> Batch:
     """Replay ``jobs``; their rows, and their journal lines if ``lines``."""
-    rows = [run_job(job, task, base) for job in jobs]
+    # A Ctrl-C is held over the whole chunk (a few dozen replays of milliseconds), not set
+    # aside and taken back around each replay's compiled run as a lone replay does.
+    with sigint_deferred():
+        rows = [run_job(job, task, base) for job in jobs]
     return Rows(rows), [journal_line(r) for r in rows] if lines else None
 
 

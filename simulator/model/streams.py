@@ -9,6 +9,7 @@ and the two engines draw the same numbers from the same streams.
 from __future__ import annotations
 
 import hashlib
+from functools import lru_cache
 
 import numpy as np
 
@@ -25,7 +26,15 @@ def service_stream(seed: int, task: str) -> np.random.Generator:
 
 def dispatch_stream(seed: int) -> np.random.Generator:
     """The dispatch stream of a run of ``seed`` (random dispatch rules draw from it)."""
-    return np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
+    return np.random.default_rng(_dispatch_seed(seed))
+
+
+@lru_cache(maxsize=64)
+def _dispatch_seed(seed: int) -> np.random.SeedSequence:
+    """The seed sequence of ``seed``'s dispatch stream, spawned once per seed: a sweep runs
+    thousands of configurations on a few seeds, and spawning was half of a new stream's
+    cost. (A generator reads its seed sequence's state and never changes it.)"""
+    return np.random.SeedSequence(seed).spawn(1)[0]
 
 
 def cold_start_stream(seed: int) -> np.random.Generator:
