@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -89,6 +90,14 @@ def run_command(grid: dict[str, str], jobs: int, repeat: int, folder: Path) -> d
     return best
 
 
+def journal_size(journal: Path, size: list[int], done: int, total: int) -> None:
+    """A sweep's progress callback: the size of its ``journal`` as rows are saved, in
+    ``size[0]`` (its largest as the last is: the file is removed once the results file is
+    written)."""
+    if journal.exists():
+        size[0] = journal.stat().st_size
+
+
 def run_library(grid: dict[str, str], jobs: int, repeat: int, folder: Path) -> dict:
     """:func:`run_sweep` of the same grid in this process, best of ``repeat`` by wall time."""
     from simulator import build_scenario, load_profile, load_trace
@@ -99,12 +108,15 @@ def run_library(grid: dict[str, str], jobs: int, repeat: int, folder: Path) -> d
     run_sweep(SweepSpec({"flush": (0.0,)}), base, folder / "warm.parquet", workers=1)  # the kernel loaded
     best: dict = {}
     for i in range(repeat):
+        out = folder / f"library{i}.parquet"
+        journal_bytes = [0]
         cpu0, t0 = own_cpu() + children_cpu(), time.perf_counter()
-        result = run_sweep(spec, base, folder / f"library{i}.parquet", workers=jobs)
+        result = run_sweep(spec, base, out, workers=jobs,
+                           progress=partial(journal_size, out.with_name(out.name + ".journal"), journal_bytes))
         wall, cpu = time.perf_counter() - t0, own_cpu() + children_cpu() - cpu0
         assert result.ran == len(result.frame) == result.total
         if not best or wall < best["wall_s"]:
-            best = {"wall_s": wall, "cpu_s": cpu, "configurations": result.total}
+            best = {"wall_s": wall, "cpu_s": cpu, "configurations": result.total, "journal_mb": journal_bytes[0] / 1e6}
     return best
 
 
@@ -137,7 +149,7 @@ def stage_figures(grid: dict[str, str], sample: int) -> dict:
     from simulator.cost import cost_summary, load_prices
     from simulator.metrics import summarize_columns
     from simulator.model.engine import expect_prompts, simulate_columns
-    from simulator.sweep import Base, SweepSpec, axes_from_options, flatten, journal_line, scenario_for
+    from simulator.sweep import Base, SweepSpec, axes_from_options, flatten, scenario_for, values_line
 
     base = Base(load_trace("example"), load_profile("seed-calibrated"), build_scenario(path="design-notes"))
     jobs = SweepSpec(axes_from_options({o[2:].replace("-", "_"): v for o, v in grid.items()})).jobs()
@@ -164,7 +176,7 @@ def stage_figures(grid: dict[str, str], sample: int) -> dict:
             t4 = time.process_time()
             row = {"config_key": key, "seed": seed, **config, **flatten(summary)}
             t5 = time.process_time()
-            journal_line(row)
+            values_line(tuple(row.values()))
             t6 = time.process_time()
             if timed:
                 for name, (a, b) in zip(names, ((t0, t1), (t1, t2), (t2, t3), (t3, t4), (t4, t5), (t5, t6)),
@@ -190,7 +202,7 @@ def run(jobs: int, repeat: int, quick: bool = False) -> dict:
             "command_configurations_per_s": n / cmd["wall_s"],
             "command_cpu_ms_per_configuration": 1000 * cmd["cpu_s"] / n, "load_average": load,
             "library_wall_s": lib["wall_s"], "library_cpu_s": lib["cpu_s"],
-            "library_configurations_per_s": n / lib["wall_s"],
+            "library_configurations_per_s": n / lib["wall_s"], "journal_mb": lib["journal_mb"],
             # (kept for readers of earlier results: the library figure)
             "seconds": lib["wall_s"], "configurations_per_s": n / lib["wall_s"],
             "plan_s": None if quick else plan_seconds(repeat),
@@ -206,6 +218,9 @@ def describe(r: dict) -> str:
             f"ended, so the wall time counts other work too). The library call (`run_sweep` of the same grid, inputs loaded and the kernel warm): "
             f"{r['library_wall_s']:.1f} s, {r['library_cpu_s']:.1f} CPU-s "
             f"({r['library_configurations_per_s']:,.0f} configurations per second). Best of {r['repeat']}.")
+    if r.get("journal_mb") is not None:
+        text += (f" The journal (`OUT.journal`, removed once the results file is written) held "
+                 f"{r['journal_mb']:.0f} MB as the last row was saved.")
     if r.get("stages"):
         st = r["stages"]
         text += (f" Where a configuration's time goes, in one process ({st['configurations']} configurations "

@@ -9,7 +9,8 @@ run. Each (configuration, seed) is one replay and one result row: every axis val
 replay summary flattened to dotted names (``tasks.infobench.latency.p95``).
 
 Results are durable as they arrive: each finished row is appended to a journal beside the
-output (``OUT.journal``, one JSON line each, flushed), and the Parquet file is (re)written
+output (``OUT.journal``, one JSON line each, flushed: the row's values, after a line of its
+keys written once per key order), and the Parquet file is (re)written
 atomically from everything done when the sweep ends or is interrupted. Re-running the same
 command resumes: rows already in the file or journal are skipped. The Parquet metadata
 holds content hashes of the trace, the profile and the base scenario; a file from a
@@ -315,6 +316,8 @@ class ResultStore:
         self.meta = meta
         self.rows: list[dict[str, Any]] = []
         self.packed = Rows()
+        # The journal's key lines by their keys, numbered in order (a row line names its own)
+        self.key_lines: dict[tuple[str, ...], int] = {}
         if force:
             self.journal.unlink(missing_ok=True)
         else:
@@ -359,15 +362,21 @@ class ResultStore:
                 if len(lines) > 1:
                     raise SweepError(self.journal, "line 1", None, "is not a simctl sweep journal's header; "
                                      "use another --out, or --force to start over")
-                lines = []  # a header cut short by an interruption: no run had finished
+                # a header cut short by an interruption: no run had finished. The journal
+                # (our own, holding no row) starts again, header first; rows appended after
+                # the torn header would be refused on the next resume.
+                lines = []
+                self.journal.unlink(missing_ok=True)
             if lines:
                 self._check(head, self.journal)
+                keys_of: list[tuple[str, ...]] = []
                 for line in lines[1:]:
-                    row = _json_object(line)
+                    row = _journal_row(line, keys_of)
                     # A line cut short by an interruption (or glued to the next by one): that
                     # run alone is redone; the lines after it still count.
-                    if "config_key" in row and isinstance(row.get("seed"), int):
+                    if row is not None and "config_key" in row and isinstance(row.get("seed"), int):
                         self.rows.append(row)
+                self.key_lines = {keys: i for i, keys in enumerate(keys_of)}
 
     def done(self) -> set[tuple[str, int]]:
         return {(r["config_key"], int(r["seed"])) for r in (*self.rows, *self.packed)}
@@ -377,12 +386,26 @@ class ResultStore:
         self.add_many([row])
 
     def add_many(self, rows: Sequence[dict[str, Any]] | Rows, lines: Sequence[str] | None = None) -> None:
-        """Save finished rows with one write and flush; ``lines``: their :func:`journal_line`
-        texts when already made (by the workers that ran them)."""
+        """Save finished rows with one write and flush; ``lines``: the :func:`values_line` of
+        each row's values, in the order iterating ``rows`` gives them, when already made (by
+        the workers that ran them)."""
         if not len(rows):
             return
+        packed = rows if isinstance(rows, Rows) else Rows(rows)
+        values_lines = iter(lines if lines is not None else
+                            [values_line(v) for block in packed.blocks.values() for v in block])
+        journal: list[str] = []
+        new_keys: dict[tuple[str, ...], int] = {}
+        for keys, block in packed.blocks.items():
+            number = self.key_lines.get(keys, new_keys.get(keys))
+            if number is None:  # a key order new to the journal: its line first
+                number = new_keys[keys] = len(self.key_lines) + len(new_keys)
+                journal.append(json.dumps({JOURNAL_KEYS: list(keys)}))
+            # "[values...]" -> "[number,values...]" (a row has a config_key: never empty)
+            journal.extend(f"[{number},{next(values_lines)[1:]}" for _ in block)
         try:
-            self._append([journal_line(r) for r in rows] if lines is None else lines)
+            self._append(journal)
+            self.key_lines.update(new_keys)  # (numbered once their lines are written)
         except OSError as exc:  # disk full, quota, size limit: one line naming the results file
             raise OutputError(self.path, None, None, f"cannot save a finished row in {self.journal.name}: "
                               f"{os_reason(exc)}; the rows saved so far are kept, "
@@ -448,11 +471,17 @@ def _json_default(value: Any) -> Any:
 
 _ENCODER: Any = None
 
+#: The one key of a journal line that lists the keys of the row lines after it that name it.
+JOURNAL_KEYS = "keys"
 
-def journal_line(row: Mapping[str, Any]) -> str:
-    """``row`` as one journal line (JSON, no newline), read back by :class:`ResultStore`.
 
-    msgspec writes a row's few hundred floats several times faster than :func:`json.dumps`
+def values_line(values: Sequence[Any]) -> str:
+    """A row's values as the JSON list a journal line holds (after the number of its key
+    line: :meth:`ResultStore.add_many`), read back by :class:`ResultStore`.
+
+    A row's keys are a line of their own, once per key order, not repeated on every row's
+    line: they were more than half of a journal's bytes (about 10 KB a row of a few hundred
+    dotted names). msgspec writes the values several times faster than :func:`json.dumps`
     (the journal was a sweep's largest cost after the replays), but writes NaN and infinity
     as ``null``; a row holding one (a figure of prompts that never finished) goes through
     :func:`json.dumps`, whose ``NaN``/``Infinity`` read back as the same floats."""
@@ -461,13 +490,36 @@ def journal_line(row: Mapping[str, Any]) -> str:
         import msgspec
 
         _ENCODER = msgspec.json.Encoder(enc_hook=_json_default)
-    text = _ENCODER.encode(row)
-    # Every None is a null; a null more (a NaN or infinity, or the word in a key or a string)
-    # sends the row through json.dumps. Counting beats a type check per value.
-    if text.count(b"null") != list(row.values()).count(None) \
-            and any(isinstance(v, float) and not math.isfinite(v) for v in row.values()):
-        return json.dumps(row, default=_json_default)
+    text = _ENCODER.encode(values)
+    # Every None is a null; a null more (a NaN or infinity, or the word in a string) sends
+    # the row through json.dumps. Counting beats a type check per value.
+    if text.count(b"null") != values.count(None) \
+            and any(isinstance(v, float) and not math.isfinite(v) for v in values):
+        return json.dumps(list(values), default=_json_default)
     return text.decode()
+
+
+def _journal_row(line: str, keys_of: list[tuple[str, ...]]) -> dict[str, Any] | None:
+    """The row a journal line holds (``None`` for another line, or one cut short); a line of
+    keys is added to ``keys_of``, the key lines read so far. A row line is ``[n, values...]``
+    with the keys of key line ``n``; a line that is a whole row (a journal written before
+    keys had lines of their own) is read as it is."""
+    try:
+        obj = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if isinstance(obj, list):
+        if obj and type(obj[0]) is int and 0 <= obj[0] < len(keys_of) and len(obj) - 1 == len(keys_of[obj[0]]):
+            return dict(zip(keys_of[obj[0]], obj[1:], strict=True))
+        return None
+    if not isinstance(obj, dict):
+        return None
+    if set(obj) == {JOURNAL_KEYS}:
+        keys = obj[JOURNAL_KEYS]
+        if isinstance(keys, list) and all(isinstance(k, str) for k in keys):
+            keys_of.append(tuple(keys))
+        return None
+    return obj
 
 
 # -- running ----------------------------------------------------------------------------
@@ -607,7 +659,8 @@ def _run_chunk(jobs: list, task: str | None, base: Base | None = None, lines: bo
     # aside and taken back around each replay's compiled run as a lone replay does.
     with sigint_deferred():
         rows = [run_job(job, task, base) for job in jobs]
-    return Rows(rows), [journal_line(r) for r in rows] if lines else None
+    packed = Rows(rows)
+    return packed, [values_line(v) for block in packed.blocks.values() for v in block] if lines else None
 
 
 #: Seconds to reach a cluster's scheduler before a sweep gives up on it.

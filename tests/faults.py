@@ -388,10 +388,10 @@ def alive(pid: int) -> bool:
 
 
 def _rows(folder: Path) -> int:
-    """Sweep rows on disk now: journal lines after its header, or the results file's rows."""
+    """Sweep rows on disk now: the journal's whole row lines, or the results file's rows."""
     journal = folder / "results.parquet.journal"
     if journal.exists():
-        return max(0, sum(1 for line in journal.read_text().splitlines() if line.endswith("}")) - 1)
+        return sum(1 for line in journal.read_text().splitlines() if line.startswith("[") and line.endswith("]"))
     if (folder / "results.parquet").exists():
         import pandas as pd
 

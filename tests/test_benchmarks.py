@@ -60,6 +60,9 @@ def test_sweep_throughput_quick_mode(capsys):
     assert result["library_configurations_per_s"] == pytest.approx(32 / result["library_wall_s"])
     # the command's CPU time counts its workers too: more than its own start-up alone
     assert result["command_cpu_s"] > 0 and result["library_cpu_s"] > 0
+    # the journal measured as the last row was saved: 32 rows of a few hundred figures each,
+    # their names once per set of columns (a row holds about 8 KB of values)
+    assert 32 * 2_000 < result["journal_mb"] * 1e6 < 32 * 16_000
     # the stages of a configuration: every one timed, adding up to the whole
     stages = result["stages"]
     assert stages["configurations"] == 8 and stages["prompts"] > 0

@@ -188,6 +188,47 @@ def test_a_torn_journal_line_costs_that_row_alone_and_the_next_append_stands_alo
     # A header cut short (killed before any run finished) is a fresh start, not an error.
     journal.write_text('{"hashes": {"tra')
     assert ResultStore(out, meta).done() == set()
+    # ... and the rows the fresh start saves are read back after it
+    fresh = ResultStore(out, meta)
+    fresh.add({"config_key": "d", "seed": 0, "x": 3.0})
+    fresh._handle.close()  # noqa: SLF001
+    assert ResultStore(out, meta).done() == {("d", 0)}
     journal.write_text('{"hashes": {"tra\n' + json.dumps(row) + "\n")
     with pytest.raises(SweepError, match="line 1"):
         ResultStore(out, meta)
+
+
+def test_a_journal_names_each_key_order_once_and_a_torn_line_costs_its_own_rows_alone(tmp_path):
+    # Rows are saved as their values after a line of their keys, once per key order; a key
+    # line or row line cut short costs what it held, and the next process numbers its key
+    # lines after the whole ones it read.
+    from simulator.sweep import ResultStore
+
+    meta = {"hashes": {"trace": "t", "profile": "p", "scenario": "s"}, "axes": ["flush"], "task": None}
+    out = tmp_path / "r.parquet"
+    journal = tmp_path / "r.parquet.journal"
+    store = ResultStore(out, meta)
+    store.add_many([{"config_key": "a", "seed": 0, "x": 1.0}, {"config_key": "b", "seed": 0, "x": 2.0},
+                    {"config_key": "c", "seed": 0, "y": "z"}])
+    store.add({"config_key": "d", "seed": 1, "x": 4.0})
+    store._handle.close()  # noqa: SLF001
+    lines = journal.read_text().splitlines()
+    assert lines[1:] == ['{"keys": ["config_key", "seed", "x"]}', '[0,"a",0,1.0]', '[0,"b",0,2.0]',
+                         '{"keys": ["config_key", "seed", "y"]}', '[1,"c",0,"z"]', '[0,"d",1,4.0]']
+    back = ResultStore(out, meta)
+    assert back.rows == [{"config_key": "a", "seed": 0, "x": 1.0}, {"config_key": "b", "seed": 0, "x": 2.0},
+                         {"config_key": "c", "seed": 0, "y": "z"}, {"config_key": "d", "seed": 1, "x": 4.0}]
+    # a key line cut short: the rows naming it are redone, the others kept; the next key line
+    # written is numbered after the whole ones
+    journal.write_text("\n".join([lines[0], lines[1], lines[2], '{"keys": ["config_key", "se']) + "\n"
+                       + "[1,\"e\",0,5.0]\n" + lines[2].replace('"a"', '"f"'))
+    torn = ResultStore(out, meta)
+    assert torn.done() == {("a", 0), ("f", 0)}
+    torn.add({"config_key": "g", "seed": 0, "w": True})
+    torn.add({"config_key": "h", "seed": 0, "x": 8.0})
+    torn._handle.close()  # noqa: SLF001
+    assert ResultStore(out, meta).done() == {("a", 0), ("f", 0), ("g", 0), ("h", 0)}
+    # a row line naming a key line it does not match, or none, holds no row
+    journal.write_text("\n".join([lines[0], lines[1], '[0,"a",0]', '[7,"b",0,1.0]', '[-1,"c",0,1.0]',
+                                  '["x","d",0,1.0]', '[0,"e",0,1.0]']) + "\n")
+    assert ResultStore(out, meta).done() == {("e", 0)}
