@@ -546,3 +546,25 @@ def test_more_batches_in_flight_than_the_kernel_first_holds_grow_its_working_slo
     started, done, batch = (log[c].to_numpy() for c in ("started_at", "done_at", "batch_id"))
     in_flight = max(len(set(batch[(started <= t) & (done > t)].tolist())) for t in started)  # batches at once
     assert in_flight > FIRST_SLOTS
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 3), max_size=40), st.permutations(["a", "b", "c", "d"]))
+def test_one_prompt_calls_are_grouped_as_the_pass_over_calls_groups_them(task_of, order):
+    # Lowering takes each one-prompt call as one group of its prompt without the pass over
+    # the calls (group_prompts): the same arrays as that pass makes, whatever the tasks and
+    # the scenario's group order.
+    from types import SimpleNamespace
+
+    from simulator.model.batch_kernel import group_prompts
+    from simulator.model.fast import _groups
+
+    n = len(task_of)
+    cols = SimpleNamespace(call_of=np.arange(n, dtype=np.int32), call_t=np.zeros(n),
+                           task_of=np.array(task_of, dtype=np.int8), task_names=["a", "b", "c", "d"])
+    rank = np.array([order.index(t) for t in cols.task_names], dtype=np.int64)
+    call_start = np.arange(n + 1, dtype=np.int64)
+    expected = group_prompts.py_func(call_start, cols.task_of, rank, 4)
+    got = _groups(cols, tuple(order))
+    for a, b in zip(got, expected, strict=True):
+        assert a.dtype == b.dtype and np.array_equal(a, b)

@@ -382,6 +382,13 @@ def _groups(cols, group_order: tuple[str, ...] | list[str]) -> tuple[np.ndarray,
     def make() -> tuple[np.ndarray, ...]:
         from simulator.model.compiled import group_prompts
 
+        n = len(cols.call_of)
+        if n == len(cols.call_t) and (n == 0 or (int(cols.call_of[0]) == 0 and int(cols.call_of[-1]) == n - 1
+                                                  and bool((cols.call_of[1:] > cols.call_of[:-1]).all()))):
+            # One prompt a call (production traces): each call is one group of its one prompt,
+            # so prompts, groups and calls share their numbers and no pass is needed.
+            numbers = np.arange(n + 1, dtype=np.int32)
+            return numbers[:n], numbers, cols.task_of.astype(np.int32), numbers.copy()
         call_start = np.concatenate([[0], np.cumsum(np.bincount(cols.call_of, minlength=len(cols.call_t)))])
         return group_prompts(call_start.astype(np.int64), cols.task_of, np.array(rank, dtype=np.int64), len(names))
 
