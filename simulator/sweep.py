@@ -583,7 +583,7 @@ class Rows:
         return pd.DataFrame(columns)
 
 
-#: Rows with their journal lines, as a batch of finished replays comes back.
+#: Rows with their values' journal lines (:func:`values_line`), as a batch of finished replays comes back.
 Batch = tuple[list[dict[str, Any]] | Rows, list[str] | None]
 
 #: Most replays a pool worker runs per task it is sent: enough that the round trip to the
@@ -615,7 +615,7 @@ def default_workers(jobs: int, prompts: int) -> int:
 def _local_results(jobs: list, task: str | None, base: Base, workers: int | None,
                    lines: bool = True) -> Iterator[Batch]:
     """Replay ``jobs`` on ``workers`` local processes (``None``: :func:`default_workers`);
-    batches of rows as they finish, with their journal lines when the pool's workers ran
+    batches of rows as they finish, with their values' journal lines when the pool's workers ran
     them and ``lines`` asks for them (``None`` otherwise)."""
     from simulator.model.engine import expect_prompts
 
@@ -639,7 +639,8 @@ def _local_results(jobs: list, task: str | None, base: Base, workers: int | None
     with cf.ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx, initializer=_worker_start,
                                 initargs=(base, os.getpid())) as pool:
         # Chunks amortise the inter-process round trip over several millisecond-long replays;
-        # the workers also write the rows' journal lines, so the parent only appends them.
+        # the workers also write the rows' values as journal text, so the parent only numbers
+        # and appends them.
         chunk = chunk_size(len(jobs), min(workers, len(jobs)))
         futures: list[cf.Future] = []
         try:
@@ -654,7 +655,8 @@ def _local_results(jobs: list, task: str | None, base: Base, workers: int | None
 
 
 def _run_chunk(jobs: list, task: str | None, base: Base | None = None, lines: bool = True) -> Batch:
-    """Replay ``jobs``; their rows, and their journal lines if ``lines``."""
+    """Replay ``jobs``; their rows, and the :func:`values_line` of each (in the order the
+    rows iterate) if ``lines``."""
     # A Ctrl-C is held over the whole chunk (a few dozen replays of milliseconds), not set
     # aside and taken back around each replay's compiled run as a lone replay does.
     with sigint_deferred():
