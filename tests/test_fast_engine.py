@@ -554,14 +554,15 @@ def test_one_prompt_calls_are_grouped_as_the_pass_over_calls_groups_them(task_of
     # Lowering takes each one-prompt call as one group of its prompt without the pass over
     # the calls (group_prompts): the same arrays as that pass makes, whatever the tasks and
     # the scenario's group order.
-    from types import SimpleNamespace
-
     from simulator.model.batch_kernel import group_prompts
     from simulator.model.fast import _groups
+    from simulator.trace.model import TraceColumns
 
     n = len(task_of)
-    cols = SimpleNamespace(call_of=np.arange(n, dtype=np.int32), call_t=np.zeros(n),
-                           task_of=np.array(task_of, dtype=np.int8), task_names=["a", "b", "c", "d"])
+    cols = TraceColumns(call_t=np.zeros(n), call_ids=np.array([f"c{i}" for i in range(n)], dtype=str),
+                        call_of=np.arange(n), prompt_index=np.zeros(n), task_names=("a", "b", "c", "d"),
+                        task_of=np.array(task_of), prompt_tokens=np.full(n, -1), max_tokens=np.zeros(n))
+    assert cols.one_prompt_a_call()
     rank = np.array([order.index(t) for t in cols.task_names], dtype=np.int64)
     call_start = np.arange(n + 1, dtype=np.int64)
     expected = group_prompts.py_func(call_start, cols.task_of, rank, 4)

@@ -442,3 +442,11 @@ def test_a_large_trace_gives_its_freed_heap_memory_back_after_loading(tmp_path, 
     assert formats.load_trace(path).calls == trace.calls and calls == [1]
     monkeypatch.undo()
     heap.give_back_freed_memory()  # (glibc's malloc_trim, or nothing: it returns)
+
+
+@pytest.mark.parametrize(("prompts_per_call", "one"), [((), True), ((1,), True), ((1, 1, 1), True),
+                                                       ((1, 2, 1), False), ((3,), False)])
+def test_one_prompt_a_call_is_told_from_the_columns(prompts_per_call, one):
+    trace = Trace(calls=[Call(id=f"c{i}", t=float(i), prompts=[Prompt(task="a") for _ in range(k)])
+                         for i, k in enumerate(prompts_per_call)])
+    assert trace.columns.one_prompt_a_call() is one

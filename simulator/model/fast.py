@@ -130,7 +130,7 @@ class _Lowered:
         copies, never the arrays lowering keeps; the call instants themselves, read-only,
         where each call is one prompt)."""
         cols = self.columns
-        if len(cols.call_of) == len(cols.call_t) and np.array_equal(cols.call_of, np.arange(len(cols.call_t))):
+        if cols.one_prompt_a_call():
             # one prompt a call: its arrival is its call's instant, read through a read-only view
             # (no column a prompt long made)
             arrived_at = cols.call_t.view()
@@ -382,11 +382,10 @@ def _groups(cols, group_order: tuple[str, ...] | list[str]) -> tuple[np.ndarray,
     def make() -> tuple[np.ndarray, ...]:
         from simulator.model.compiled import group_prompts
 
-        n = len(cols.call_of)
-        if n == len(cols.call_t) and (n == 0 or (int(cols.call_of[0]) == 0 and int(cols.call_of[-1]) == n - 1
-                                                  and bool((cols.call_of[1:] > cols.call_of[:-1]).all()))):
-            # One prompt a call (production traces): each call is one group of its one prompt,
-            # so prompts, groups and calls share their numbers and no pass is needed.
+        if cols.one_prompt_a_call():
+            # each call is one group of its one prompt: prompts, groups and calls share their
+            # numbers, and no pass is needed
+            n = len(cols.call_of)
             numbers = np.arange(n + 1, dtype=np.int32)
             return numbers[:n], numbers, cols.task_of.astype(np.int32), numbers.copy()
         call_start = np.concatenate([[0], np.cumsum(np.bincount(cols.call_of, minlength=len(cols.call_t)))])

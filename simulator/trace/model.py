@@ -118,6 +118,13 @@ class TraceColumns:
             if values.dtype != np.int64:
                 object.__setattr__(self, name, np.asarray(values).astype(np.int64))
 
+    def one_prompt_a_call(self) -> bool:
+        """Whether each call holds one prompt, prompt ``i`` of call ``i`` (production traces):
+        per-prompt and per-call columns then line up as they are."""
+        n = len(self.call_of)
+        return n == len(self.call_t) and (n == 0 or (int(self.call_of[0]) == 0 and int(self.call_of[-1]) == n - 1
+                                                     and bool((self.call_of[1:] > self.call_of[:-1]).all())))
+
     def prefix_of(self, i: int) -> np.ndarray:
         """Prompt ``i``'s block hash ids (int64; empty where it has none)."""
         if self.prefix_offsets is None or self.prefix_hashes is None:
