@@ -949,10 +949,13 @@ def _groups_one_pass(n_tasks: int, task_codes: np.ndarray, served: np.ndarray, d
     latency[not_done] = math.inf
     lat_s, lat_n = runs(latency, task_codes)
     e2e_n = finite_prefix(latency, task_codes)
-    ttft = first - arrived
-    ttft[not_done] = math.inf
-    ttft_s, ttft_n = runs(ttft, task_codes)
-    ttft_ok_n = finite_prefix(ttft, task_codes)
+    if np.array_equal(first, done, equal_nan=True):  # (no token timing: each TTFT is the latency, sorted once)
+        ttft_s, ttft_n, ttft_ok_n = lat_s, lat_n, e2e_n
+    else:
+        ttft = first - arrived
+        ttft[not_done] = math.inf
+        ttft_s, ttft_n = runs(ttft, task_codes)
+        ttft_ok_n = finite_prefix(ttft, task_codes)
     ok_codes = task_codes[done_ok]
     wait_s, wait_n = runs((started - arrived)[done_ok], ok_codes)
     service_s, service_n = runs((done - started)[done_ok], ok_codes)

@@ -401,6 +401,29 @@ def test_the_one_pass_summary_of_a_small_run_is_the_group_by_group_one(monkeypat
     _same_figures(one_pass, summarize_columns(columns, **kwargs))
 
 
+def test_without_token_timing_the_one_pass_summary_gives_each_ttft_the_latencys_figures(monkeypatch):
+    # A log whose first tokens came as the prompts finished: the one pass sorts the latencies
+    # once for both figures; they are the group-by-group summary's, and equal each other.
+    import simulator.metrics as metrics
+    from simulator import build_scenario, load_profile, load_trace
+    from simulator.events import LogColumns
+    from simulator.metrics import summarize_columns
+    from simulator.model.engine import simulate_columns
+
+    scenario = build_scenario(path="design-notes")
+    columns = simulate_columns(load_trace("example").scaled(3.0), scenario, load_profile("seed-calibrated"), seed=4)
+    assert not np.array_equal(columns.columns["first_token_at"], columns.columns["done_at"], equal_nan=True)
+    untimed = LogColumns({**columns.columns, "first_token_at": columns.columns["done_at"].copy()}, columns.labels,
+                         columns.attrs)
+    kwargs = dict(deadline=40.0, gpus=scenario.gpus, client_timeout=None, compositions=scenario.compositions)
+    one_pass = summarize_columns(untimed, **kwargs)
+    assert one_pass["overall"]["unfinished"] > 0
+    for group in (one_pass["overall"], *one_pass["tasks"].values()):
+        assert group["ttft"] == group["latency"]
+    monkeypatch.setattr(metrics, "_ONE_PASS", 0)
+    _same_figures(one_pass, summarize_columns(untimed, **kwargs))
+
+
 def test_a_summary_reads_the_calls_and_tasks_of_its_own_log_not_of_an_earlier_one():
     """The layout of a log's calls and tasks is kept by their contents: a log whose columns
     were edited in place, or another log of other calls, gets its own."""
