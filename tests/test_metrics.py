@@ -416,7 +416,14 @@ def test_without_token_timing_the_one_pass_summary_gives_each_ttft_the_latencys_
     untimed = LogColumns({**columns.columns, "first_token_at": columns.columns["done_at"].copy()}, columns.labels,
                          columns.attrs)
     kwargs = dict(deadline=40.0, gpus=scenario.gpus, client_timeout=None, compositions=scenario.compositions)
+    added = []  # the values each summary sorts
+    add = metrics._SortedGroups.add
+    monkeypatch.setattr(metrics._SortedGroups, "add", lambda self, x, *a: added.append(x.size) or add(self, x, *a))
+    summarize_columns(columns, **kwargs)
+    timed, added[:] = sum(added), []
     one_pass = summarize_columns(untimed, **kwargs)
+    # the TTFTs (overall, then by task) are not sorted again
+    assert timed - sum(added) == 2 * len(columns.columns["done_at"])
     assert one_pass["overall"]["unfinished"] > 0
     for group in (one_pass["overall"], *one_pass["tasks"].values()):
         assert group["ttft"] == group["latency"]
