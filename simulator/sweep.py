@@ -392,8 +392,7 @@ class ResultStore:
         if not len(rows):
             return
         packed = rows if isinstance(rows, Rows) else Rows(rows)
-        values_lines = iter(lines if lines is not None else
-                            [values_line(v) for block in packed.blocks.values() for v in block])
+        values_lines = iter(lines if lines is not None else packed.values_lines())
         journal: list[str] = []
         new_keys: dict[tuple[str, ...], int] = {}
         for keys, block in packed.blocks.items():
@@ -559,6 +558,10 @@ class Rows:
             for v in values:
                 yield dict(zip(keys, v, strict=True))
 
+    def values_lines(self) -> list[str]:
+        """Each row's :func:`values_line`, in the order iterating gives the rows."""
+        return [values_line(v) for values in self.blocks.values() for v in values]
+
     def extend(self, other: Rows) -> None:
         for keys, values in other.blocks.items():
             self.blocks.setdefault(keys, []).extend(values)
@@ -662,7 +665,7 @@ def _run_chunk(jobs: list, task: str | None, base: Base | None = None, lines: bo
     with sigint_deferred():
         rows = [run_job(job, task, base) for job in jobs]
     packed = Rows(rows)
-    return packed, [values_line(v) for block in packed.blocks.values() for v in block] if lines else None
+    return packed, packed.values_lines() if lines else None
 
 
 #: Seconds to reach a cluster's scheduler before a sweep gives up on it.
