@@ -583,7 +583,30 @@ class Rows:
             for column_values in columns.values():
                 if len(column_values) < total:
                     column_values.extend([math.nan] * (total - len(column_values)))
-        return pd.DataFrame(columns)
+        return pd.DataFrame({key: _typed(values) for key, values in columns.items()})
+
+
+#: The columns :func:`_typed` makes arrays of: the types of their values -> the array's dtype.
+_NUMERIC_COLUMNS: dict[frozenset[type], type] = {
+    frozenset({float}): np.float64, frozenset({float, type(None)}): np.float64,
+    frozenset({int, float}): np.float64, frozenset({int, float, type(None)}): np.float64,
+    frozenset({int, type(None)}): np.float64, frozenset({int}): np.int64,
+}
+
+
+def _typed(values: list[Any]) -> np.ndarray | list[Any]:
+    """A column's values as the array pandas would make of them, where they are numbers
+    (``None`` is NaN; ints alone are int64, else float64), made by numpy in one call; other
+    columns as they are, for pandas to infer. (pandas infers a list's dtype value by value: a
+    sweep's frame is thousands of rows of a few hundred figures, and that inference was most
+    of the time a finished sweep took to write its file.)"""
+    dtype = _NUMERIC_COLUMNS.get(frozenset(map(type, values)))
+    if dtype is None:
+        return values
+    try:
+        return np.array(values, dtype=dtype)
+    except OverflowError:  # an int beyond int64: pandas' own choice
+        return values
 
 
 #: Rows with their values' journal lines (:func:`values_line`), as a batch of finished replays comes back.

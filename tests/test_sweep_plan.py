@@ -442,3 +442,17 @@ def test_rows_sent_back_by_workers_make_the_frame_their_dicts_make():
     back = pickle.loads(pickle.dumps(packed))
     pd.testing.assert_frame_equal(back.frame().sort_values("config_key").reset_index(drop=True),
                                   pd.DataFrame(rows), check_exact=True)
+
+
+@pytest.mark.parametrize("values", [
+    [1, None, 3], [1, 2, 3], [1.5, None, 2.0], [None, None, None], [True, False, True], [True, None, False],
+    [1, 2**70, 3], ["a", None, "b"], [1, 2.5, None], [float("nan"), 1, 2], [2**63 - 1, -2**63, 0], [1, True, 2],
+    [1, 2.0, 3], [float("inf"), -1.0, 0.0], [np.float64(1.0), 2.0, 3.0],
+], ids=str)
+def test_a_column_of_the_results_frame_has_the_dtype_and_values_pandas_gives_its_list(values):
+    # The frame's numeric columns are made by numpy in one call (Rows.frame): each is what
+    # pandas infers from the column's values, None NaN, ints alone int64, else as pandas has it.
+    from simulator.sweep import Rows
+
+    rows = [{"config_key": str(i), "figure": v} for i, v in enumerate(values)]
+    pd.testing.assert_frame_equal(Rows(rows).frame(), pd.DataFrame(rows), check_exact=True)
