@@ -415,6 +415,11 @@ def test_harness_never_imports_simpy_and_replay_never_imports_torch():
              "import simulator.harness.profiler, simulator.harness.specdec, simulator.profile; "
              "assert 'torch' in sys.modules; "
              "assert replay_took_simpy or 'simpy' not in sys.modules, 'harness imported simpy'; "
+             # a decoder laid out on the meta device and drawn on its own (a GPU profile's)
+             # loads none of torch's compiler: seconds of CPU a process for nothing
+             "from simulator.harness.decoder import Decoder; from simulator.harness.presets import get_preset; "
+             "Decoder(get_preset('tiny'), 'cpu', init_on_device=True); "
+             "assert 'torch._dynamo' not in sys.modules, 'building a decoder imported torch._dynamo'; "
              "sys.exit(3 if replay_took_simpy else 0)")
     returncode = subprocess.run([sys.executable, "-c", check]).returncode
     assert returncode in (0, 3), "the check failed in its interpreter (its assertion is printed above)"

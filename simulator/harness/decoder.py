@@ -157,7 +157,11 @@ class Decoder(nn.Module):
         super().__init__()
         self.shape = shape
         with torch.device("meta") if init_on_device else contextlib.nullcontext():
-            self.embed = nn.Embedding(shape.vocab, shape.hidden)
+            # On the meta device the embedding is given its (empty) weight: its own normal_
+            # init, which every weight drawn below replaces, would load torch's Python meta
+            # kernels and their compiler (about 2 CPU-seconds a process) to do nothing.
+            self.embed = nn.Embedding(shape.vocab, shape.hidden,
+                                      _weight=torch.empty(shape.vocab, shape.hidden) if init_on_device else None)
             self.layers = nn.ModuleList(Layer(shape) for _ in range(shape.layers))
             self.norm = RMSNorm(shape.hidden, shape.norm_eps)
             self.head = None if shape.tied_embeddings else nn.Linear(shape.hidden, shape.vocab, bias=False)
