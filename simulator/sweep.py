@@ -586,12 +586,8 @@ class Rows:
         return pd.DataFrame({key: _typed(values) for key, values in columns.items()})
 
 
-#: The columns :func:`_typed` makes arrays of: the types of their values -> the array's dtype.
-_NUMERIC_COLUMNS: dict[frozenset[type], type] = {
-    frozenset({float}): np.float64, frozenset({float, type(None)}): np.float64,
-    frozenset({int, float}): np.float64, frozenset({int, float, type(None)}): np.float64,
-    frozenset({int, type(None)}): np.float64, frozenset({int}): np.int64,
-}
+#: The types of the values of a column :func:`_typed` makes an array of.
+_NUMBER_TYPES = frozenset({int, float, type(None)})
 
 
 def _typed(values: list[Any]) -> np.ndarray | list[Any]:
@@ -600,9 +596,10 @@ def _typed(values: list[Any]) -> np.ndarray | list[Any]:
     columns as they are, for pandas to infer. (pandas infers a list's dtype value by value: a
     sweep's frame is thousands of rows of a few hundred figures, and that inference was most
     of the time a finished sweep took to write its file.)"""
-    dtype = _NUMERIC_COLUMNS.get(frozenset(map(type, values)))
-    if dtype is None:
+    types = set(map(type, values))
+    if not types <= _NUMBER_TYPES or types <= {type(None)}:  # (None alone: pandas keeps an object column)
         return values
+    dtype = np.int64 if types == {int} else np.float64
     try:
         return np.array(values, dtype=dtype)
     except OverflowError:  # an int beyond int64: pandas' own choice
