@@ -44,16 +44,19 @@ from __future__ import annotations
 import copy
 import math
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from simulator import summary_layout as sl
 from simulator.errors import FigureError
 from simulator.events import LogColumns
 from simulator.memo import Memo
-from simulator.padding import batch_work, continuous_of, padding_totals
+from simulator.model.compiled import summary_pass
+from simulator.padding import batch_work, continuous_of, engine_of, padding_totals
 from simulator.scenario import Compositions
 
 if TYPE_CHECKING:
@@ -727,15 +730,18 @@ def _gpu_figures(gpu_of: np.ndarray, served: np.ndarray, started: np.ndarray, do
         busy = busy_time(my_started, my_done)
         total_busy += busy
         gpu_batches = batch_sizes_of(batch_ids[mine], sizes[mine])
-        gpu_rows.append({
-            "id": g,
-            "utilization": busy / makespan if makespan > 0 else 0.0,
-            "busy_s": busy,
-            "batches": int(gpu_batches.size),
-            "mean_batch_size": float(gpu_batches.mean()) if gpu_batches.size else None,
-            "mean_concurrency": float((my_done - my_started).sum() / busy) if busy > 0 else None,
-        })
+        gpu_rows.append(_gpu_row(g, busy, int(gpu_batches.size),
+                                 float(gpu_batches.mean()) if gpu_batches.size else None,
+                                 float((my_done - my_started).sum()), makespan))
     return gpu_rows, total_busy
+
+
+def _gpu_row(gpu: int, busy: float, batches: int, mean_batch: float | None, prompt_seconds: float,
+             makespan: float) -> dict[str, Any]:
+    """A GPU's figures from its busy time, batches, their mean size and the seconds its
+    prompts spent on it (module docstring)."""
+    return {"id": gpu, "utilization": busy / makespan if makespan > 0 else 0.0, "busy_s": busy, "batches": batches,
+            "mean_batch_size": mean_batch, "mean_concurrency": prompt_seconds / busy if busy > 0 else None}
 
 
 
@@ -877,8 +883,6 @@ def _groups_one_pass(n_tasks: int, task_codes: np.ndarray, served: np.ndarray, d
     group, taken for all groups at once (counts by ``bincount``, statistics by
     ``sorted_groups``, resolved by the caller). ``layout``: the log's calls and tasks. Sums over a group (means, padding's mean waste) are taken in another order than
     group by group: they can differ by floating-point rounding only."""
-    groups = n_tasks + 1
-
     def per_group(mask: np.ndarray | None = None, weights: np.ndarray | None = None) -> list[float]:
         """Overall, then per task: the count of rows in ``mask`` (or the sum of ``weights``)."""
         codes = task_codes if mask is None else task_codes[mask]
@@ -983,8 +987,23 @@ def _groups_one_pass(n_tasks: int, task_codes: np.ndarray, served: np.ndarray, d
         "tok_itl": sg.ask(tpot_s, tpot_n, pcts, 1000.0),  # (no measured gaps: a prompt's ITL is its TPOT)
         "tok_e2e": sg.ask(lat_s, e2e_n, pcts, 1000.0),
     }
+    return _group_dicts(prompts, completed, served_n, turned_n, preempted, calls, calls_ok, mean_batch, padding,
+                        produced, consumed, good, stats, makespan, options)
+
+
+def _group_dicts(prompts: Sequence[float], completed: Sequence[float], served: Sequence[float],
+                 turned: Mapping[str, Sequence[float]], preempted: Sequence[float], calls: Sequence[float],
+                 calls_ok: Sequence[float], mean_batch: Sequence[float | None], padding: Sequence[tuple[int, int, int, float]],
+                 produced: Sequence[float], consumed: Sequence[float], good: Sequence[float] | None,
+                 stats: dict[str, list[dict[str, Any]]], makespan: float,
+                 options: TokenOptions) -> list[dict[str, Any]]:
+    """The figures of each group (overall, then each task) from its counts and sums (a value a
+    group in each sequence, counts whole numbers; ``padding``: batches, padded and actual tokens, summed per-batch
+    waste) and its statistics (``stats[name][group]``, named as the figures are, the token
+    figures' as ``tok_ttft``, ``tok_tpot``, ``tok_itl``, ``tok_e2e``)."""
     out = []
-    for g in range(groups):
+    pcts = options.percentiles
+    for g in range(len(prompts)):
         done_g = int(completed[g])
         c, p, a, w = padding[g]
         tokens: dict[str, Any] = {"requests": int(prompts[g]), "completed": done_g, "percentiles": list(pcts),
@@ -1002,8 +1021,8 @@ def _groups_one_pass(n_tasks: int, task_codes: np.ndarray, served: np.ndarray, d
             tokens["goodput_fraction"] = good_g / int(prompts[g]) if prompts[g] else None
         out.append({
             "prompts": int(prompts[g]), "completed": done_g, "unfinished": int(prompts[g]) - done_g,
-            "timed_out": int(served_n[g]) - done_g,
-            **{k: int(v[g]) for k, v in turned_n.items()},
+            "timed_out": int(served[g]) - done_g,
+            **{k: int(v[g]) for k, v in turned.items()},
             "preemptions": int(preempted[g]), "calls": int(calls[g]), "calls_completed": int(calls_ok[g]),
             **{k: stats[k][g] for k in ("latency", "call_latency", "wait", "service", "ttft", "tpot")},
             "mean_batch_size": mean_batch[g],
@@ -1080,6 +1099,16 @@ class _Layout:
         self._pairs: tuple[np.ndarray, list[int], np.ndarray, np.ndarray] | None = None
         self._classes = Memo(8)
 
+    @cached_property
+    def codes64(self) -> np.ndarray:
+        """The task codes as 64-bit integers (as the compiled summary pass takes them)."""
+        return self.task_codes.astype(np.int64)
+
+    @cached_property
+    def calls64(self) -> np.ndarray:
+        """Each row's call as 64-bit integers (as the compiled summary pass takes them)."""
+        return self.call_of.astype(np.int64)
+
     def pairs(self) -> tuple[np.ndarray, list[int], np.ndarray, np.ndarray]:
         """Per call a bit per task it holds (calls × tasks), the calls holding each task
         (every call first), and the (call, task) pairs of held tasks by task, calls in order."""
@@ -1144,22 +1173,167 @@ def summarize_columns(log: LogColumns, config: dict[str, Any] | None = None,
     group, with temporaries bounded for memory. Percentiles, counts and maxima are the same
     either way; a mean (and padding's mean batch waste) is summed in another order, so it
     can differ by floating-point rounding."""
+    limit = math.inf if deadline is None else deadline
+    cols = log.columns
+    # calls and tasks: made once for every log of the same calls (a sweep's runs of a trace)
+    layout = _layout(cols["call_index"], cols["task"], log.labels["task"])
+    options = tokens or TokenOptions()
+    rules = compositions or Compositions()
+    kernel = summary_pass() if 0 < layout.task_codes.size <= _ONE_PASS else None
+    if kernel is not None:
+        overall, tasks, by_composition, gpu_rows, total_busy, makespan = _compiled_figures(
+            kernel, log, layout, limit, gpus, client_timeout, rules, options)
+    else:
+        overall, tasks, by_composition, gpu_rows, total_busy, makespan = _numpy_figures(
+            log, layout, limit, gpus, client_timeout, rules, options)
+    arrived, done = cols["arrived_at"], cols["done_at"]
+    return {
+        "overall": overall,
+        "tasks": tasks,
+        "compositions": by_composition,
+        "gpus": gpu_rows,
+        "gpu_seconds": total_busy,
+        "makespan_s": makespan,
+        "deadline_s": deadline,
+        "config": config or {},
+        **({"replicas": _replica_figures(log.attrs["replicas"], arrived, cols["dispatched_at"], done,
+                                         _served(log))} if "replicas" in log.attrs else {}),
+        **({"prefix_cache": prefix_cache_figures(cols["cached_tokens"], cols["prompt_tokens"], cols["batch_id"] >= 0,
+                                                 arrived, layout.task_codes, layout.task_names)}
+           if "cached_tokens" in cols else {}),
+    }
+
+
+def _served(log: LogColumns) -> np.ndarray:
+    """Whether each prompt of ``log`` was served (module docstring)."""
     from simulator.events import SERVED
 
-    limit = math.inf if deadline is None else deadline
+    status_code, status_names = log.columns["status"], log.labels["status"]
+    return np.array([str(n) in SERVED for n in status_names], dtype=bool)[status_code] if len(status_code) \
+        else np.zeros(0, dtype=bool)
+
+
+@lru_cache(maxsize=64)
+def _status_codes(names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Per status code (of ``names``) whether it is served; the codes of rejected, dropped and
+    sent-after-timeout (-2: none)."""
+    from simulator.events import SERVED
+
+    return (np.array([n in SERVED for n in names], dtype=bool),
+            np.array([names.index(k) if k in names else -2 for k in ("rejected", "dropped", "sent_after_timeout")],
+                     dtype=np.int64))
+
+
+@lru_cache(maxsize=64)
+def _summary_options(percentiles: tuple[float, ...], goodput: tuple[tuple[str, float], ...] | None,
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """The token percentiles, the goodput SLO's timings and bounds as the compiled pass takes
+    them, and the token statistics' keys."""
+    kinds = {"ttft": sl.GOODPUT_TTFT, "e2e": sl.GOODPUT_E2E}
+    slo = goodput or ()
+    return (np.array(percentiles, dtype=float), np.array([kinds.get(k, sl.GOODPUT_TPOT) for k, _ in slo], dtype=np.int64),
+            np.array([bound for _, bound in slo], dtype=float), ["mean", *(stat_name(p) for p in percentiles)])
+
+
+#: The percentiles :func:`describe` gives, as the compiled pass takes them.
+_DESCRIBED_ARRAY = np.array(_DESCRIBED, dtype=float)
+
+
+def _compiled_figures(kernel: Callable[..., tuple], log: LogColumns, layout: _Layout, limit: float, gpus: int | None,
+                      client_timeout: float | None, rules: Compositions, options: TokenOptions) -> Figures:
+    """The :data:`Figures` of ``log`` (:func:`summarize_columns`) by the compiled summary pass
+    (:mod:`simulator.summary_kernel`, through :func:`simulator.model.compiled.summary_pass`):
+    one call, then the arrays it returns read into the summary's dicts."""
+    cols, labels = log.columns, log.labels
+    served_status, turned_status = _status_codes(tuple(str(n) for n in labels["status"]))
+    token_qs, goodput_kind, goodput_bound, token_keys = _summary_options(tuple(options.percentiles), options.goodput)
+    n_tasks = len(layout.task_names)
+    classes = list(rules.labels)
+    _, calls, call_of_pair, task_of_pair = layout.pairs()
+    whole = np.int64
+    counts, stats, gpu, composition, scalars = kernel(
+        *(np.ascontiguousarray(cols[name], dtype=float) for name in _INSTANT_COLUMNS),
+        np.asarray(cols["status"], dtype=whole), served_status, turned_status, layout.codes64, n_tasks,
+        layout.calls64, layout.n_calls, call_of_pair, task_of_pair,
+        layout.classes(rules) if classes else _NO_CLASSES, len(classes),
+        *(np.asarray(cols[name], dtype=whole) for name in ("max_tokens", "prompt_tokens", "preemptions", "batch_id",
+                                                            "batch_size", "gpu", "queue")),
+        engine_of(tuple(str(q) for q in labels["queue"]), tuple(layout.task_names)),
+        limit, math.nan if client_timeout is None else client_timeout, -1 if gpus is None else gpus,
+        _DESCRIBED_ARRAY, token_qs, goodput_kind, goodput_bound)
+    makespan = float(scalars[0])
+    rows = stats.tolist()
+    late_keys = ("mean", "p50", "p90", "p95", "p99", "max")
+
+    def described(row: list[float]) -> dict[str, Any]:
+        if not row[sl.R_COUNT]:
+            return dict.fromkeys(late_keys)
+        mean, top, p50, p90, p95, p99 = row[sl.R_MEAN:sl.R_PERCENTILES + 4]
+        return {"mean": mean, "p50": p50, "p90": p90, "p95": p95, "p99": p99, "max": top}
+
+    def tokens(row: list[float]) -> dict[str, Any]:
+        if not row[sl.R_COUNT]:
+            return dict.fromkeys(token_keys)
+        return dict(zip(token_keys, (row[sl.R_MEAN], *row[sl.R_PERCENTILES:sl.R_PERCENTILES + len(token_qs)]),
+                        strict=True))
+
+    groups = range(n_tasks + 1)
+    per = sl.PER_GROUP
+    stat_rows = {name: [maker(rows[g * per + kind]) for g in groups] for name, kind, maker in (
+        ("latency", sl.S_LATENCY, described), ("call_latency", sl.S_CALL_LATENCY, described),
+        ("wait", sl.S_WAIT, described), ("service", sl.S_SERVICE, described), ("ttft", sl.S_TTFT, described),
+        ("tpot", sl.S_TPOT, described), ("tok_ttft", sl.S_TOK_TTFT, tokens), ("tok_tpot", sl.S_TOK_TPOT, tokens),
+        ("tok_itl", sl.S_TOK_TPOT, tokens), ("tok_e2e", sl.S_TOK_E2E, tokens))}
+    c = counts.T.tolist()
+    every = _group_dicts(
+        c[sl.C_PROMPTS], c[sl.C_COMPLETED], c[sl.C_SERVED],
+        {"rejected": c[sl.C_REJECTED], "dropped": c[sl.C_DROPPED], "sent_after_timeout": c[sl.C_SENT_LATE]},
+        c[sl.C_PREEMPTED], c[sl.C_CALLS], c[sl.C_CALLS_OK],
+        [t / n if n else None for t, n in zip(c[sl.C_BATCHED], c[sl.C_BATCHES], strict=True)],
+        [(int(n), int(p), int(a), w) for n, p, a, w in zip(c[sl.C_PAD_BATCHES], c[sl.C_PADDED], c[sl.C_ACTUAL],
+                                                           c[sl.C_WASTE], strict=True)],
+        c[sl.C_PRODUCED], c[sl.C_CONSUMED], c[sl.C_GOOD] if options.goodput is not None else None,
+        stat_rows, makespan, options)
+    by_composition: dict[str, dict[str, Any]] = {}
+    first = (n_tasks + 1) * per
+    for code, (n, ok) in enumerate(composition.tolist()):
+        if n:
+            by_composition[classes[code]] = {
+                "calls": int(n), "ok": int(ok), "failed": int(n) - int(ok),
+                "latency": described(rows[first + 2 * code]), "latency_censored": described(rows[first + 2 * code + 1])}
+    gpu_rows = []
+    total_busy = 0.0
+    for g, (busy, batches, batched, prompt_seconds) in enumerate(gpu.tolist()):
+        total_busy += busy
+        gpu_rows.append(_gpu_row(g, busy, int(batches), batched / batches if batches else None, prompt_seconds,
+                                 makespan))
+    return every[0], {str(name): every[i + 1] for i, name in enumerate(layout.task_names)}, by_composition, \
+        gpu_rows, total_busy, makespan
+
+
+#: The composition class of no call (a summary without rules).
+_NO_CLASSES = np.zeros(0, dtype=np.int64)
+
+
+#: Overall's figures, each task's, each composition class's, each GPU's, the GPU seconds and
+#: the makespan (:func:`_numpy_figures`, :func:`_compiled_figures`).
+Figures = tuple[dict[str, Any], dict[str, dict[str, Any]], dict[str, dict[str, Any]], list[dict[str, Any]], float, float]
+
+
+def _numpy_figures(log: LogColumns, layout: _Layout, limit: float, gpus: int | None, client_timeout: float | None,
+                   rules: Compositions, options: TokenOptions) -> Figures:
+    """The :data:`Figures` of ``log`` (:func:`summarize_columns`) by numpy's array operations."""
     cols = log.columns
     arrived, started, first, done = (cols[name] for name in _INSTANT_COLUMNS)
     status_code, status_names = cols["status"], log.labels["status"]
     max_tokens = cols["max_tokens"]
-    served = np.array([str(n) in SERVED for n in status_names], dtype=bool)[status_code] if len(status_code) \
-        else np.zeros(0, dtype=bool)
+    served = _served(log)
     turned = {k: status_code == (list(status_names).index(k) if k in set(status_names) else -2)
               for k in ("rejected", "dropped", "sent_after_timeout")}
     done_ok = served & (done <= limit)
     makespan = float(done[served].max() - arrived.min()) if served.any() else 0.0
 
     # calls: latency of the last prompt, completed if every prompt is
-    layout = _layout(cols["call_index"], cols["task"], log.labels["task"])
     call_of, n_calls, per_call = layout.call_of, layout.n_calls, layout.per_call
     call_done = per_call.reduce(np.maximum, np.where(served, done, np.inf), -np.inf)
     call_served = per_call.reduce(np.logical_and, served, True)
@@ -1190,7 +1364,6 @@ def summarize_columns(log: LogColumns, config: dict[str, Any] | None = None,
         ok_tokens = served & (done <= limit)
         # (the log's integer columns, uncopied: the token figures take them as they are)
         out_tokens, in_tokens = max_tokens, cols["prompt_tokens"]
-        options = tokens or TokenOptions()
 
         def group(rows: np.ndarray | None, task: int | None = None) -> dict[str, Any]:
             """The figures of the prompts at ``rows`` (increasing indices; ``None``: every
@@ -1284,7 +1457,6 @@ def summarize_columns(log: LogColumns, config: dict[str, Any] | None = None,
     # compositions: the figures call_figures(client_calls(log)) gives (a test holds them equal),
     # computed here with numpy because sweeps summarise thousands of runs. A call's task set
     # is a bit mask, mapped to its class (few distinct masks).
-    rules = compositions or Compositions()
     labels = list(rules.labels)
     by_composition: dict[str, dict[str, Any]] = {}
     if labels:  # (without rules no call is classed: nothing to compute)
@@ -1322,21 +1494,7 @@ def summarize_columns(log: LogColumns, config: dict[str, Any] | None = None,
                 }
     if sorted_groups is not None:
         sorted_groups.resolve()
-    return {
-        "overall": overall,
-        "tasks": tasks,
-        "compositions": by_composition,
-        "gpus": gpu_rows,
-        "gpu_seconds": total_busy,
-        "makespan_s": makespan,
-        "deadline_s": deadline,
-        "config": config or {},
-        **({"replicas": _replica_figures(log.attrs["replicas"], arrived, cols["dispatched_at"], done,
-                                         served)} if "replicas" in log.attrs else {}),
-        **({"prefix_cache": prefix_cache_figures(cols["cached_tokens"], cols["prompt_tokens"], batch_ids >= 0,
-                                                 arrived, task_codes, task_names)}
-           if "cached_tokens" in cols else {}),
-    }
+    return overall, tasks, by_composition, gpu_rows, total_busy, makespan
 
 
 #: Windows of the arrival span over which the prefix cache's hit rate is given.

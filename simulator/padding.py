@@ -61,16 +61,16 @@ def continuous_of(queue_codes: np.ndarray, queue_names: Sequence[str], task_code
     per distinct queue name, then looked up by the row's code: a byte a row, no sort)."""
     if not len(queue_codes):
         return np.zeros(0, dtype=bool)
-    return _engine_of(tuple(str(q) for q in queue_names), tuple(str(t) for t in task_names))[queue_codes] == task_codes
+    return engine_of(tuple(str(q) for q in queue_names), tuple(str(t) for t in task_names))[queue_codes] == task_codes
 
 
 @lru_cache(maxsize=64)
-def _engine_of(queue_names: tuple[str, ...], tasks: tuple[str, ...]) -> np.ndarray:
+def engine_of(queue_names: tuple[str, ...], tasks: tuple[str, ...]) -> np.ndarray:
     """Per queue name (then ``-1`` for code -1, no name), the task code whose continuous
     engine it names, else -1 (a sweep's runs share a few sets of names: matched once each)."""
     # A queue name names at most one task's engine; which task a row has is checked by the caller.
     engine_of = np.array([next((i for i, t in enumerate(tasks) if re.fullmatch(re.escape(t) + r"~\d+", q)), -1)
-                          for q in queue_names] + [-1], dtype=np.int32)
+                          for q in queue_names] + [-1], dtype=np.int64)
     engine_of.flags.writeable = False  # (shared by every caller of these names)
     return engine_of
 
@@ -231,4 +231,5 @@ def padding_figures(batch_ids: np.ndarray, prompt_tokens: np.ndarray, max_tokens
     return padding_totals(b["padded"], b["actual"])
 
 
-__all__ = ["PADDING_KEYS", "batch_padding", "batch_work", "continuous_of", "continuous_rows", "padding_figures", "padding_totals"]
+__all__ = ["PADDING_KEYS", "batch_padding", "batch_work", "continuous_of", "continuous_rows", "engine_of", "padding_figures",
+           "padding_totals"]

@@ -140,3 +140,10 @@ def group_prompts(call_start: np.ndarray, task_of: np.ndarray, rank: np.ndarray,
 
     with without_blas_probe():  # (a run's first call into numba's kernel)
         return numba_group_prompts(call_start, task_of, rank, n_tasks)
+
+
+def summary_pass() -> Any:
+    """The compiled summary pass (:func:`simulator.summary_kernel.summary_passes`) where the
+    extension is usable, else ``None``: the summary takes the same figures with numpy."""
+    module = extension()
+    return None if module is None else getattr(module, "summary_passes", None)

@@ -2,11 +2,12 @@
 
 :func:`build` compiles ``run_kernel`` (with the functions it calls) and ``group_prompts`` of
 :mod:`simulator.model.batch_kernel` — the same Python functions numba's just-in-time
-compiler compiles — for the argument types a replay passes, and the native trace reader's
-pass over call lines (:func:`simulator.trace.formats.native_scan.scan_call_lines`, compiled
-only here), into one shared library with its
-stamp (:data:`~simulator.model.compiled.EXTENSION_STAMP`). Loading it needs numpy only, not
-numba (:mod:`simulator.model.compiled`).
+compiler compiles — for the argument types a replay passes, the native trace reader's pass
+over call lines (:func:`simulator.trace.formats.native_scan.scan_call_lines`) and the
+summary's pass over a small run's log (:func:`simulator.summary_kernel.summary_passes`),
+these two compiled only here, into one shared library with its stamp
+(:data:`~simulator.model.compiled.EXTENSION_STAMP`). Loading it needs numpy only, not numba
+(:mod:`simulator.model.compiled`).
 
 Why this and not only numba's cache: a cache entry loads only through numba, whose import
 and type registries cost about 0.6 CPU-seconds in every process, however small the run. The
@@ -84,6 +85,24 @@ def _plain_reference_counts() -> Iterator[None]:
         nrtdynmod._define_atomic_inc_dec = atomic
 
 
+def _summary_signature() -> Any:
+    """The signature of :func:`simulator.summary_kernel.summary_passes` as
+    :func:`simulator.metrics._compiled_figures` calls it: read-only float and 64-bit integer
+    columns (the caller converts them: an exported function reads its arrays as typed here,
+    whatever they hold), integer counts, and five float arrays back."""
+    from numba import types
+
+    def column(dtype: Any) -> Any:
+        return types.Array(dtype, 1, "C", readonly=True)
+
+    floats, ints, flags = column(types.float64), column(types.int64), column(types.boolean)
+    table = types.Array(types.float64, 2, "C")
+    returns = types.Tuple((table, table, table, table, types.Array(types.float64, 1, "C")))
+    count, number = types.int64, types.float64
+    return returns(floats, floats, floats, floats, ints, flags, ints, ints, count, ints, count, ints, ints, ints, count,
+                   ints, ints, ints, ints, ints, ints, ints, ints, number, number, count, floats, floats, ints, floats)
+
+
 def build(folder: Path) -> Path:
     """Compile the extension into ``folder``, with its stamp; the library's path. The kernel's
     argument types are those of its specialisations compiled in this process (a replay of each
@@ -98,6 +117,7 @@ def build(folder: Path) -> Path:
         from numba.pycc import CC
 
     from simulator.model.batch_kernel import group_prompts, run_kernel
+    from simulator.summary_kernel import summary_passes
     from simulator.trace.formats.native_scan import scan_call_lines
 
     kernels: dict[tuple, Any] = run_kernel.overloads  # (argument types: their compiled results)
@@ -123,6 +143,8 @@ def build(folder: Path) -> Path:
     ints, chars = types.Array(types.int64, 1, "A"), types.Array(types.uint8, 1, "A")
     fields = types.Tuple((types.boolean, ints, ints, types.Array(types.float64, 1, "A"), chars, ints, types.boolean))
     cc.export("scan_call_lines", fields(lines, types.boolean))(scan_call_lines)
+    # the summary's pass over a small run's log (plain Python too: simulator.summary_kernel)
+    cc.export("summary_passes", _summary_signature())(summary_passes)
     with _plain_reference_counts():
         cc.compile()
     stamp = extension_stamp()

@@ -19,7 +19,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent
 #: The files whose code a compiled function of the package may include.
 KERNEL_SOURCES = ("model/*.py", "model/rules/continuous.py", "model/rules/queue.py", "profile/*.py", "profile/kinds/*.py",
-                  "trace/formats/native_scan.py")
+                  "trace/formats/native_scan.py", "summary_kernel.py", "summary_layout.py")
 #: What a build compiled (``python -m simulator.model.precompile``): numba's index and data
 #: files of every kernel function, in a folder per source folder (``model/``,
 #: ``profile/kinds/``), and the extension with its own stamp.
