@@ -746,8 +746,9 @@ def _gpu_row(gpu: int, busy: float, batches: int, mean_batch: float | None, prom
 
 
 #: Up to this many prompts the summary takes every group's figures (overall, each task) in
-#: one pass (:class:`_SortedGroups`): a sweep's runs are small, and one numpy call per group
-#: and figure was most of their summary. Above it, group by group with bounded temporaries.
+#: one pass (compiled, or :class:`_SortedGroups`): a sweep's runs are small, and one numpy call
+#: per group and figure was most of their summary. Above it, group by group with bounded
+#: temporaries.
 _ONE_PASS = 1 << 16
 
 
@@ -1169,7 +1170,9 @@ def summarize_columns(log: LogColumns, config: dict[str, Any] | None = None,
     ``dispatched_at`` and the ``replicas`` attr).
 
     A log of up to :data:`_ONE_PASS` prompts has every group's figures (overall, each task,
-    each composition class) taken at once (:class:`_SortedGroups`); a larger one group by
+    each composition class) taken at once: by one call of the compiled summary pass where the
+    kernel's extension has it (:mod:`simulator.summary_kernel`), else by numpy's passes
+    (:class:`_SortedGroups`), the same figures bit for bit. A larger log is summarised group by
     group, with temporaries bounded for memory. Percentiles, counts and maxima are the same
     either way; a mean (and padding's mean batch waste) is summed in another order, so it
     can differ by floating-point rounding."""
