@@ -107,6 +107,20 @@ def _describe(buf, n, qs, late, scale, out):
 
 
 @njit
+def _describe_where(values, keep, code, k, buf, qs, out):
+    """Write the statistics (late) of ``values[i]`` where ``keep[i]`` and ``code[i] == k``
+    into ``out``, sorting them in ``buf``."""
+    m = 0
+    for i in range(len(values)):
+        if keep[i] and code[i] == k:
+            buf[m] = values[i]
+            m += 1
+    part = buf[:m]
+    part.sort()
+    _describe(part, m, qs, True, 1.0, out)
+
+
+@njit
 def _before(a, b):
     """Whether ``a`` sorts before ``b`` (NaN last, as numpy and numba sort)."""
     return a < b or (b != b and a == a)
@@ -377,15 +391,11 @@ def summary_passes(arrived, started, first, done, status, served_status, turned_
     part[:] = call_values
     part.sort()
     _describe(part, n_calls, late_qs, True, 1.0, stats[S_CALL_LATENCY])
+    pair_values = call_values[call_of_pair]
+    every_pair = np.ones(len(call_of_pair), dtype=np.bool_)
     for k in range(n_tasks):
-        m = 0
-        for j in range(len(call_of_pair)):
-            if task_of_pair[j] == k:
-                buf[m] = call_values[call_of_pair[j]]
-                m += 1
-        part = buf[:m]
-        part.sort()
-        _describe(part, m, late_qs, True, 1.0, stats[(k + 1) * PER_GROUP + S_CALL_LATENCY])
+        _describe_where(pair_values, every_pair, task_of_pair, k, buf, late_qs,
+                        stats[(k + 1) * PER_GROUP + S_CALL_LATENCY])
 
     # composition classes: their completed calls' latency, and every call's censored at the timeout
     composition = np.zeros((n_classes, 2))
@@ -400,22 +410,8 @@ def summary_passes(arrived, started, first, done, status, served_status, turned_
                 composition[call_class[c], 1] += call_ok[c]
         base = groups * PER_GROUP
         for k in range(n_classes):
-            m = 0
-            for c in range(n_calls):
-                if call_class[c] == k and call_ok[c]:
-                    buf[m] = call_latency[c]
-                    m += 1
-            part = buf[:m]
-            part.sort()
-            _describe(part, m, late_qs, True, 1.0, stats[base + 2 * k])
-            m = 0
-            for c in range(n_calls):
-                if call_class[c] == k and kept[c]:
-                    buf[m] = censored[c]
-                    m += 1
-            part = buf[:m]
-            part.sort()
-            _describe(part, m, late_qs, True, 1.0, stats[base + 2 * k + 1])
+            _describe_where(call_latency, call_ok, call_class, k, buf, late_qs, stats[base + 2 * k])
+            _describe_where(censored, kept, call_class, k, buf, late_qs, stats[base + 2 * k + 1])
 
     # GPUs: each one's rows (served, in log order)
     n_gpus = gpus
