@@ -261,10 +261,12 @@ def summary_passes(arrived, started, first, done, status, served_status, turned_
             row[C_REJECTED] += status[i] == turned_status[0]
             row[C_DROPPED] += status[i] == turned_status[1]
             row[C_SENT_LATE] += status[i] == turned_status[2]
-            if ok:
-                row[C_PRODUCED] += float(max_tokens[i])
-                row[C_CONSUMED] += float(prompt_tokens[i])
-        counts[task[i] + 1, C_PREEMPTED] += float(preemptions[i])
+        # (sums by task alone: overall's is their sum, below)
+        row = counts[task[i] + 1]
+        row[C_PREEMPTED] += float(preemptions[i])
+        if ok:
+            row[C_PRODUCED] += float(max_tokens[i])
+            row[C_CONSUMED] += float(prompt_tokens[i])
     makespan = top_done - least_arrived if any_served else 0.0
     # (overall's weighted sums: the sum of the tasks' sums, as numpy sums their array)
     by_task = np.empty(n_tasks)
