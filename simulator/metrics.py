@@ -1252,19 +1252,17 @@ def _compiled_figures(kernel: Callable[..., tuple], log: LogColumns, layout: _La
     token_qs, goodput_kind, goodput_bound, token_keys = _summary_options(tuple(options.percentiles), options.goodput)
     n_tasks = len(layout.task_names)
     classes = list(rules.labels)
-    _, calls, call_of_pair, task_of_pair = layout.pairs()
-    whole = np.int64
-    counts, stats, gpu, composition, scalars = kernel(
+    _, _, call_of_pair, task_of_pair = layout.pairs()
+    counts, stats, gpu, composition, makespan = kernel(
         *(np.ascontiguousarray(cols[name], dtype=float) for name in _INSTANT_COLUMNS),
-        np.asarray(cols["status"], dtype=whole), served_status, turned_status, layout.codes64, n_tasks,
+        np.asarray(cols["status"], dtype=np.int64), served_status, turned_status, layout.codes64, n_tasks,
         layout.calls64, layout.n_calls, call_of_pair, task_of_pair,
         layout.classes(rules) if classes else _NO_CLASSES, len(classes),
-        *(np.asarray(cols[name], dtype=whole) for name in ("max_tokens", "prompt_tokens", "preemptions", "batch_id",
+        *(np.asarray(cols[name], dtype=np.int64) for name in ("max_tokens", "prompt_tokens", "preemptions", "batch_id",
                                                             "batch_size", "gpu", "queue")),
         engine_of(tuple(str(q) for q in labels["queue"]), tuple(layout.task_names)),
         limit, math.nan if client_timeout is None else client_timeout, -1 if gpus is None else gpus,
         _DESCRIBED_ARRAY, token_qs, goodput_kind, goodput_bound)
-    makespan = float(scalars[0])
     rows = stats.tolist()
     late_keys = ("mean", "p50", "p90", "p95", "p99", "max")
 
@@ -1293,7 +1291,7 @@ def _compiled_figures(kernel: Callable[..., tuple], log: LogColumns, layout: _La
         {"rejected": c[sl.C_REJECTED], "dropped": c[sl.C_DROPPED], "sent_after_timeout": c[sl.C_SENT_LATE]},
         c[sl.C_PREEMPTED], c[sl.C_CALLS], c[sl.C_CALLS_OK],
         [t / n if n else None for t, n in zip(c[sl.C_BATCHED], c[sl.C_BATCHES], strict=True)],
-        [(int(n), int(p), int(a), w) for n, p, a, w in zip(c[sl.C_PAD_BATCHES], c[sl.C_PADDED], c[sl.C_ACTUAL],
+        [(int(n), int(p), int(a), w) for n, p, a, w in zip(c[sl.C_BATCHES], c[sl.C_PADDED], c[sl.C_ACTUAL],
                                                            c[sl.C_WASTE], strict=True)],
         c[sl.C_PRODUCED], c[sl.C_CONSUMED], c[sl.C_GOOD] if options.goodput is not None else None,
         stat_rows, makespan, options)

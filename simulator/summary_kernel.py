@@ -40,7 +40,6 @@ from simulator.summary_layout import (
     C_CONSUMED,
     C_DROPPED,
     C_GOOD,
-    C_PAD_BATCHES,
     C_PADDED,
     C_PREEMPTED,
     C_PRODUCED,
@@ -233,7 +232,7 @@ def summary_passes(arrived, started, first, done, status, served_status, turned_
     and ``goodput_bound``: the goodput SLO's timings (:data:`~simulator.summary_layout.GOODPUT_TTFT` ...) and bounds, empty for
     none.
 
-    Returns ``(counts, stats, gpu_figures, composition_counts, scalars)``: a row of
+    Returns ``(counts, stats, gpu_figures, composition_counts, makespan)``: a row of
     :data:`N_COUNTS` per group, the statistics rows (:mod:`simulator.summary_layout`), a row per GPU, per
     composition class its calls and completed calls, and the makespan."""
     n = len(arrived)
@@ -340,8 +339,6 @@ def summary_passes(arrived, started, first, done, status, served_status, turned_
         counts[k, C_PADDED] += float(padded)
         counts[k, C_ACTUAL] += float(actual[b])
         counts[k, C_WASTE] += w
-    for g in range(groups):
-        counts[g, C_PAD_BATCHES] = counts[g, C_BATCHES]
     counts[0, C_WASTE] = pairwise_sum(waste, 0, n_batches)
 
     # goodput: the completed prompts that meet every bound
@@ -453,6 +450,4 @@ def summary_passes(arrived, started, first, done, status, served_status, turned_
         f[G_BATCHES] = batches
         f[G_BATCHED] = batched
         f[G_PROMPT_SECONDS] = pairwise_sum(spent, 0, m)
-    scalars = np.empty(1)
-    scalars[0] = makespan
-    return counts, stats, gpu_figures, composition, scalars
+    return counts, stats, gpu_figures, composition, makespan

@@ -13,12 +13,12 @@ UNFINISHED = 1e300
 
 #: The columns of the counts array, a row per group (overall, then each task code): prompts,
 #: completed, served, rejected, dropped, sent after timeout, preemptions, calls holding the
-#: group's prompts and how many completed, batches and the prompts in them, padding's batches,
+#: group's prompts and how many completed, batches and the prompts in them, padding's
 #: padded and actual tokens and summed per-batch waste, output and input tokens of completed
 #: prompts, prompts that meet the goodput SLO.
 (C_PROMPTS, C_COMPLETED, C_SERVED, C_REJECTED, C_DROPPED, C_SENT_LATE, C_PREEMPTED, C_CALLS, C_CALLS_OK,
- C_BATCHES, C_BATCHED, C_PAD_BATCHES, C_PADDED, C_ACTUAL, C_WASTE, C_PRODUCED, C_CONSUMED, C_GOOD) = range(18)
-N_COUNTS = 18
+ C_BATCHES, C_BATCHED, C_PADDED, C_ACTUAL, C_WASTE, C_PRODUCED, C_CONSUMED, C_GOOD) = range(17)
+N_COUNTS = 17
 
 #: The statistics rows of a group, in this order (row ``group × PER_GROUP + kind``): latency,
 #: call latency, wait, service, TTFT, TPOT as :func:`simulator.metrics.describe` gives them,

@@ -89,7 +89,7 @@ def _summary_signature() -> Any:
     """The signature of :func:`simulator.summary_kernel.summary_passes` as
     :func:`simulator.metrics._compiled_figures` calls it: read-only float and 64-bit integer
     columns (the caller converts them: an exported function reads its arrays as typed here,
-    whatever they hold), integer counts, and five float arrays back."""
+    whatever they hold), integer counts; four float arrays and the makespan back."""
     from numba import types
 
     def column(dtype: Any) -> Any:
@@ -97,7 +97,7 @@ def _summary_signature() -> Any:
 
     floats, ints, flags = column(types.float64), column(types.int64), column(types.boolean)
     table = types.Array(types.float64, 2, "C")
-    returns = types.Tuple((table, table, table, table, types.Array(types.float64, 1, "C")))
+    returns = types.Tuple((table, table, table, table, types.float64))
     count, number = types.int64, types.float64
     return returns(floats, floats, floats, floats, ints, flags, ints, ints, count, ints, count, ints, ints, ints, count,
                    ints, ints, ints, ints, ints, ints, ints, ints, number, number, count, floats, floats, ints, floats)
