@@ -38,10 +38,9 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
-import pandas as pd
 
 from simulator import inputs
 from simulator.cost import PriceTable
@@ -54,6 +53,9 @@ from simulator.replay import simulate_and_summarize
 from simulator.scenario import Scenario, check_tasks
 from simulator.settings import AXES, RUN_AXES, SETTINGS, TASK_AXES, ignored_by
 from simulator.trace.model import Trace
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 META_KEY = b"simctl.sweep"
 #: Every setting a sweep may vary, by name: its type parses an axis's values, its check checks them.
@@ -112,9 +114,14 @@ class SweepSpec:
         return [(k, dict(c), s) for k, c in self._keyed().items() for s in self.seeds]
 
 
+#: :func:`config_key`'s encoder, made once (``json.dumps`` with an option makes one a call).
+_KEY_ENCODER = json.JSONEncoder(sort_keys=True)
+
+
 def config_key(config: Mapping[str, Any]) -> str:
-    """A canonical text key of a configuration (sorted axis names, JSON values)."""
-    return json.dumps({k: config[k] for k in sorted(config)}, sort_keys=True)
+    """A canonical text key of a configuration (sorted axis names, JSON values): the text of
+    ``json.dumps(config, sort_keys=True)``."""
+    return _KEY_ENCODER.encode(dict(config))
 
 
 def content_hash(obj: Any) -> str:
@@ -315,7 +322,8 @@ class ResultStore:
         self.journal = self.path.with_name(self.path.name + ".journal")
         self.meta = meta
         self.rows: list[dict[str, Any]] = []
-        self.packed = Rows()
+        # rows the pool's workers sent, column by column as they come (see Columns)
+        self.columns = Columns()
         # The journal's key lines by their keys, numbered in order (a row line names its own)
         self.key_lines: dict[tuple[str, ...], int] = {}
         if force:
@@ -379,7 +387,7 @@ class ResultStore:
                 self.key_lines = {keys: i for i, keys in enumerate(keys_of)}
 
     def done(self) -> set[tuple[str, int]]:
-        return {(r["config_key"], int(r["seed"])) for r in (*self.rows, *self.packed)}
+        return {(r["config_key"], int(r["seed"])) for r in self.rows} | self.columns.keys()
 
     def add(self, row: dict[str, Any]) -> None:
         """Save one finished row (journal line written and flushed)."""
@@ -410,7 +418,7 @@ class ResultStore:
                               f"{os_reason(exc)}; the rows saved so far are kept, "
                               "run the same command again to resume") from None
         if isinstance(rows, Rows):
-            self.packed.extend(rows)  # (kept as they came: the frame is made column by column)
+            self.columns.add(rows)
         else:
             self.rows.extend(rows)
 
@@ -428,9 +436,11 @@ class ResultStore:
         self._handle.flush()
 
     def frame(self) -> pd.DataFrame:
+        import pandas as pd
+
         df = pd.DataFrame(self.rows)
-        if len(self.packed):
-            df = self.packed.frame() if df.empty else pd.concat([df, self.packed.frame()], ignore_index=True, sort=False)
+        if len(self.columns):
+            df = self.columns.frame() if df.empty else pd.concat([df, self.columns.frame()], ignore_index=True, sort=False)
         if df.empty:
             return df
         df = df.drop_duplicates(["config_key", "seed"], keep="first")
@@ -457,7 +467,10 @@ class ResultStore:
         table = table.replace_schema_metadata({**(table.schema.metadata or {}),
                                                META_KEY: json.dumps(self.meta).encode()})
         with open_output(self.path, "wb", force=True) as fh:
-            pq.write_table(table, fh)
+            # Dictionary encoding for the columns of names alone: a figure's values are mostly
+            # distinct, and trying it on each of a few hundred figure columns was most of the write.
+            names = [f.name for f in table.schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+            pq.write_table(table, fh, use_dictionary=names)
         self.journal.unlink(missing_ok=True)
         return df
 
@@ -562,49 +575,142 @@ class Rows:
         """Each row's :func:`values_line`, in the order iterating gives the rows."""
         return [values_line(v) for values in self.blocks.values() for v in values]
 
-    def extend(self, other: Rows) -> None:
-        for keys, values in other.blocks.items():
-            self.blocks.setdefault(keys, []).extend(values)
-
     def frame(self) -> pd.DataFrame:
-        """The rows as a frame, column by column (no dict a row): columns in order of first
-        appearance, a column missing from some rows NaN there, as ``pd.DataFrame(rows)``."""
-        # One list a column over every block (NaN where a block lacks it) before pandas reads
-        # its dtype: frames made block by block and concatenated could differ (a figure None
-        # in one block, a number in another, is an object column there, float here).
-        columns: dict[str, list[Any]] = {}
-        total = 0
-        for keys, values in self.blocks.items():
-            for key, column in zip(keys, zip(*values, strict=True), strict=True):
-                if key not in columns:
-                    columns[key] = [math.nan] * total
-                columns[key].extend(column)
-            total += len(values)
-            for column_values in columns.values():
-                if len(column_values) < total:
-                    column_values.extend([math.nan] * (total - len(column_values)))
-        return pd.DataFrame({key: _typed(values) for key, values in columns.items()})
+        """The rows as a frame, as ``pd.DataFrame`` of the rows as dicts makes it (:class:`Columns`)."""
+        columns = Columns()
+        columns.add(self)
+        return columns.frame()
 
 
-#: The types of the values of a column :func:`_typed` makes an array of.
+#: The types of the values of a column :class:`Columns` makes an array of.
 _NUMBER_TYPES = frozenset({int, float, type(None)})
 
 
-def _typed(values: list[Any]) -> np.ndarray | list[Any]:
+class Columns:
+    """Rows' values column by column, added a batch of :class:`Rows` at a time, made into the
+    frame ``pd.DataFrame`` would make of the rows as dicts (columns in order of first
+    appearance, a column missing from some rows NaN there, the same dtypes and values) with
+    no dict a row and no value-by-value inference by pandas.
+
+    A sweep's frame is thousands of rows of a few hundred figures. Made at the end from the
+    rows' values, it was most of the time a finished sweep took to write its file, and those
+    values, a Python object each, most of the memory the sweep's process held. Here each
+    column's values are typed :data:`SEGMENT` rows at a time as batches come in, while the
+    pool's workers are still running replays, and only the arrays are kept: the end has a
+    last segment and one join a column left. A column of numbers alone (``None`` is NaN)
+    is an array, int64 where every value is an int, else float64; any other column is its
+    values, for pandas to infer."""
+
+    #: Rows whose values are typed together: few enough that the last segment, typed at
+    #: the end, is small; enough that the work per segment is the values', not the calls'.
+    SEGMENT = 1024
+
+    def __init__(self) -> None:
+        #: the rows not yet typed, per key order (a batch's rows are added to them as they
+        #: are: a column at a time is a segment's work, not a batch's)
+        self.pending = Rows()
+        #: per column, its typed segments: (the types of its values, their array or, where
+        #: they are not numbers alone or hold an int beyond int64, the values themselves;
+        #: the values as well where the array cannot give them back: of numbers of several
+        #: types, None among them)
+        self.segments: dict[str, list[tuple[frozenset[type], np.ndarray | list[Any], list[Any] | None]]] = {}
+        self.rows = 0
+        self.typed = 0  # rows typed into segments so far
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def keys(self) -> set[tuple[str, int]]:
+        """The ``(config_key, seed)`` of every row."""
+        if not self.rows:
+            return set()
+        self._type_segment()
+        return set(zip(self._values("config_key"), map(int, self._values("seed")), strict=True))
+
+    def add(self, rows: Rows) -> None:
+        for keys, values in rows.blocks.items():
+            self.pending.blocks.setdefault(keys, []).extend(values)
+            self.rows += len(values)
+        if self.rows - self.typed >= self.SEGMENT:
+            self._type_segment()
+
+    def _type_segment(self) -> None:
+        """Type the pending rows' values into a segment of every column."""
+        if self.typed == self.rows:
+            return
+        columns: dict[str, list[Any]] = {}
+        done = 0
+        for keys, values in self.pending.blocks.items():
+            for key, column in zip(keys, zip(*values, strict=True), strict=True):
+                known = columns.get(key)
+                if known is None:
+                    known = columns[key] = [math.nan] * done
+                known.extend(column)
+            done += len(values)
+            for known in columns.values():
+                if len(known) < done:  # a column this block's rows lack: NaN there
+                    known.extend([math.nan] * (done - len(known)))
+        for key in self.segments.keys() - columns.keys():  # a column none of these rows has
+            columns[key] = [math.nan] * done
+        for key, values in columns.items():
+            segments = self.segments.get(key)
+            if segments is None:  # a column new to the frame: NaN in every row before
+                segments = self.segments[key] = [(frozenset({float}), np.full(self.typed, math.nan), None)] \
+                    if self.typed else []
+            types = frozenset(map(type, values))
+            part = _typed(values, types)
+            segments.append((types, part, values if len(types) > 1 and isinstance(part, np.ndarray) else None))
+        self.pending = Rows()
+        self.typed = self.rows
+
+    def _values(self, key: str) -> list[Any]:
+        """Column ``key``'s values as they came."""
+        out: list[Any] = []
+        for _, part, values in self.segments[key]:
+            out.extend(values if values is not None else part.tolist() if isinstance(part, np.ndarray) else part)
+        return out
+
+    def frame(self) -> pd.DataFrame:
+        import pandas as pd
+
+        self._type_segment()
+        return pd.DataFrame({key: self._column(key) for key in self.segments})
+
+    def _column(self, key: str) -> np.ndarray | list[Any]:
+        segments = self.segments[key]
+        types = frozenset().union(*(kinds for kinds, _, _ in segments))
+        if not types <= _NUMBER_TYPES or types <= {type(None)} \
+                or any(isinstance(part, list) and not kinds <= {type(None)} for kinds, part, _ in segments):
+            return self._values(key)  # (an int beyond int64 among the numbers: pandas' own choice)
+        # numbers: int64 where ints alone, else float64, None NaN (a segment of None alone
+        # was left as values)
+        parts = [part if isinstance(part, np.ndarray) else np.full(len(part), math.nan) for _, part, _ in segments]
+        joined = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        return joined if types == {int} else joined.astype(np.float64, copy=False)
+
+
+def _typed(values: list[Any], types: frozenset[type] | None = None) -> np.ndarray | list[Any]:
     """A column's values as the array pandas would make of them, where they are numbers
     (``None`` is NaN; ints alone are int64, else float64), made by numpy in one call; other
-    columns as they are, for pandas to infer. (pandas infers a list's dtype value by value: a
-    sweep's frame is thousands of rows of a few hundred figures, and that inference was most
-    of the time a finished sweep took to write its file.)"""
-    types = set(map(type, values))
+    columns, and numbers with an int beyond int64, as they are, for pandas to infer.
+    ``types``: the types of the values, where known."""
+    if types is None:
+        types = frozenset(map(type, values))
     if not types <= _NUMBER_TYPES or types <= {type(None)}:  # (None alone: pandas keeps an object column)
         return values
-    try:
-        if len(types) == 1:  # (floats alone or ints alone, read one by one: twice as fast as np.array)
-            return np.fromiter(values, dtype=np.int64 if types == {int} else np.float64, count=len(values))
-        return np.array(values, dtype=np.float64)
-    except OverflowError:  # an int beyond int64: pandas' own choice
+    # (floats alone or ints alone, read one by one: twice as fast as np.array)
+    if types == {int}:
+        try:
+            return np.fromiter(values, dtype=np.int64, count=len(values))
+        except OverflowError:
+            return values
+    if types == {float}:
+        return np.fromiter(values, dtype=np.float64, count=len(values))
+    array = np.array(values, dtype=np.float64)
+    if int in types and (np.abs(array) >= 2.0 ** 63).any() \
+            and any(type(v) is int and not -2 ** 63 <= v < 2 ** 63 for v in values):
         return values
+    return array
 
 
 #: Rows with their values' journal lines (:func:`values_line`), as a batch of finished replays comes back.
@@ -667,15 +773,42 @@ def _local_results(jobs: list, task: str | None, base: Base, workers: int | None
         # and appends them.
         chunk = chunk_size(len(jobs), min(workers, len(jobs)))
         futures: list[cf.Future] = []
+        warming: threading.Thread | None = None
         try:
             with sigint_deferred():  # the first submit forks every worker (see simulator.interrupts)
                 futures = [pool.submit(_run_chunk, jobs[i:i + chunk], task, None, lines) for i in range(0, len(jobs), chunk)]
+            warming = _import_in_background(RESULT_MODULES)
             for fut in cf.as_completed(futures):
                 yield fut.result()
         except BaseException:
             for fut in futures:
                 fut.cancel()
             raise
+        finally:
+            if warming is not None:
+                # (done long before: joined so that no later fork, a plan's next pool, meets an import half made)
+                warming.join()
+
+
+#: What writing a results file imports (the frame, the Parquet writer), none of which a
+#: replay needs: a pool's workers are forked without them.
+RESULT_MODULES = ("pandas", "pyarrow.parquet")
+
+
+def _import_in_background(modules: Sequence[str]) -> threading.Thread:
+    """Import ``modules`` in a thread of their own, started after a pool's workers are forked:
+    while they run the replays, this process mostly waits on them, and the imports (about a
+    quarter of a second) are then not added to the end of the sweep."""
+    import importlib
+
+    def load() -> None:
+        for name in modules:
+            with contextlib.suppress(ImportError):  # (reported where the module is used)
+                importlib.import_module(name)
+
+    thread = threading.Thread(target=load, name="simctl-sweep-imports", daemon=True)
+    thread.start()
+    return thread
 
 
 def _run_chunk(jobs: list, task: str | None, base: Base | None = None, lines: bool = True) -> Batch:

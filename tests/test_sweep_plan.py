@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from helpers import assert_one_line_error
+from hypothesis import given, settings, strategies as st
 from theory import mmc_wait
 from typer.testing import CliRunner
 
@@ -442,6 +443,39 @@ def test_rows_sent_back_by_workers_make_the_frame_their_dicts_make():
     back = pickle.loads(pickle.dumps(packed))
     pd.testing.assert_frame_equal(back.frame().sort_values("config_key").reset_index(drop=True),
                                   pd.DataFrame(rows), check_exact=True)
+
+
+_CELL = st.one_of(st.none(), st.integers(-2**70, 2**70), st.integers(-5, 5), st.floats(allow_nan=True),
+                  st.booleans(), st.sampled_from(["a", "b"]))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.lists(st.sampled_from("wxyz"), unique=True, max_size=4), st.tuples(*[_CELL] * 4)),
+                         min_size=1, max_size=5),
+                min_size=1, max_size=8),
+       st.integers(1, 6))
+def test_a_results_frame_made_in_segments_as_batches_come_is_the_frame_of_the_rows(batches, segment):
+    # The results frame is typed a few rows at a time as the workers' batches come in
+    # (Columns.SEGMENT rows a segment): whatever the values of a column are across the
+    # segments (ints, ints beyond int64, floats, None alone, bools, names) and wherever a
+    # column first appears (rows of several key orders in a batch), the joined frame is
+    # pandas' frame of the rows as dicts.
+    from simulator.sweep import Columns, Rows
+
+    rows: list[dict] = []
+    columns = Columns()
+    columns.SEGMENT = segment
+    for batch in batches:
+        made = [{"config_key": str(len(rows) + i), "seed": 0, **dict(zip(keys, values[:len(keys)], strict=True))}
+                for i, (keys, values) in enumerate(batch)]
+        rows.extend(made)
+        columns.add(Rows(made))
+    assert len(columns) == len(rows)
+    assert columns.keys() == {(row["config_key"], 0) for row in rows}
+    expected = pd.DataFrame(rows)
+    # (a batch's rows come key order by key order: compared in the rows' order)
+    frame = columns.frame().set_index("config_key").loc[expected["config_key"]].reset_index()
+    pd.testing.assert_frame_equal(frame, expected, check_exact=True)
 
 
 @pytest.mark.parametrize("values", [
