@@ -151,6 +151,27 @@ def test_confidence_intervals_over_seeds():
     assert agg.iloc[1]["ci95"] == 0
 
 
+def test_aggregated_cells_are_in_the_order_axis_order_sorts_them():
+    # Axes holding numbers, names and absent values (an axis a topology ignores) side by side,
+    # in a scrambled order: the cells come out as sorting their values by axis_order puts them.
+    from simulator.sweep import axis_order
+
+    rng = np.random.default_rng(3)
+    flush = [0.5, None, 2.0, 0.25, math.nan, 10.0]
+    topology = ["split", "shared", "continuous"]
+    gpus = [3, 1, 2]
+    cells = [(f, t, g) for f in flush for t in topology for g in gpus]
+    picked = [cells[i] for i in rng.permutation(len(cells))]
+    frame = pd.DataFrame({"flush": pd.Series([f for f, _, _ in picked], dtype=object),
+                          "topology": [t for _, t, _ in picked], "gpus": [g for _, _, g in picked],
+                          "m": rng.random(len(picked))})
+    agg = aggregate(frame, "m", ["flush", "topology", "gpus"])
+    got = list(zip(agg["flush"], agg["topology"], agg["gpus"], strict=True))
+    order = [tuple(axis_order(v) for v in cell) for cell in got]
+    assert order == sorted(order) and len(got) == len(picked) - len(topology) * len(gpus)  # (None, NaN: one cell)
+    assert got[0] == (0.25, "continuous", 1) and got[-1][1:] == ("split", 3) and pd.isna(got[-1][0])
+
+
 def test_sweep_and_compare_cli(tmp_path):
     out = tmp_path / "s.parquet"
     result = runner.invoke(app, ["sweep", str(TRACE), "--flush", "0,2", "--max-batch", "1,10",
