@@ -293,7 +293,9 @@ def run_job(job: tuple[str, dict[str, Any], int], task: str | None, base: Base |
     # (no event log frame: the row needs the summary alone)
     _, summary = simulate_and_summarize(base.trace, scenario, base.profile_of(config), seed, prices=base.prices,
                                         tokens=base.tokens, keep_log=False)
-    return {"config_key": key, "seed": seed, **config, **flatten(summary)}
+    row = {"config_key": key, "seed": seed, **config}
+    _flatten_into(row, summary, "", True)  # (the row's figures: flatten(summary), made in place)
+    return row
 
 
 # -- durable results --------------------------------------------------------------------
