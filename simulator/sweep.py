@@ -683,7 +683,7 @@ class Columns:
         types = frozenset().union(*(kinds for kinds, _, _ in segments))
         if not types <= _NUMBER_TYPES or types <= {type(None)} \
                 or any(isinstance(part, list) and not kinds <= {type(None)} for kinds, part, _ in segments):
-            return self._values(key)  # (an int beyond int64 among the numbers: pandas' own choice)
+            return self._values(key)  # (names, flags, an int beyond int64 among numbers: pandas infers them)
         # numbers: int64 where ints alone, else float64, None NaN (a segment of None alone
         # was left as values)
         parts = [part if isinstance(part, np.ndarray) else np.full(len(part), math.nan) for _, part, _ in segments]
