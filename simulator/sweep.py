@@ -595,11 +595,11 @@ class Columns:
     no dict a row and no value-by-value inference by pandas.
 
     A sweep's frame is thousands of rows of a few hundred figures. Made at the end from the
-    rows' values, it was most of the time a finished sweep took to write its file, and those
-    values, a Python object each, most of the memory the sweep's process held. Here each
-    column's values are typed :data:`SEGMENT` rows at a time as batches come in, while the
-    pool's workers are still running replays, and only the arrays are kept: the end has a
-    last segment and one join a column left. A column of numbers alone (``None`` is NaN)
+    rows' values (a Python object each, all held until then), it was most of the time a
+    finished sweep took to write its file. Here each column's values are typed
+    :data:`SEGMENT` rows at a time as batches come in, while the pool's workers are still
+    running replays, and only the arrays are kept: the end has a last segment and one join
+    a column left. A column of numbers alone (``None`` is NaN)
     is an array, int64 where every value is an int, else float64; any other column is its
     values, for pandas to infer."""
 
