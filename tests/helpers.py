@@ -59,3 +59,31 @@ def assert_one_line_error(result, *needles: str) -> None:
     assert "Traceback" not in result.stdout + result.stderr
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])
+
+
+def assert_same_figures(got: Any, want: Any, *, exact_types: bool = True, close: tuple[str, ...] = (),
+                        where: str = "") -> None:
+    """``got`` is ``want`` leaf for leaf: the same keys in the same order, lists as long, NaN
+    where NaN, every other leaf equal. ``exact_types``: each leaf of ``want``'s own type (else
+    any float matches a float); ``close``: the names of leaves (a mean summed in another
+    order) equal within floating-point rounding, not bit for bit."""
+    import math
+
+    import pytest
+
+    assert type(got) is type(want) or (not exact_types and isinstance(got, float) and isinstance(want, float)), \
+        f"{where}: {got!r} against {want!r}"
+    if isinstance(want, dict):
+        assert list(got) == list(want), where
+        for k in want:
+            assert_same_figures(got[k], want[k], exact_types=exact_types, close=close, where=f"{where}.{k}")
+    elif isinstance(want, list):
+        assert len(got) == len(want), where
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            assert_same_figures(g, w, exact_types=exact_types, close=close, where=f"{where}.{i}")
+    elif isinstance(want, float) and where.rsplit(".", 1)[-1] in close:
+        assert got == pytest.approx(want, rel=1e-12, abs=0.0) or (math.isnan(got) and math.isnan(want)), where
+    elif isinstance(want, float) and math.isnan(want):
+        assert math.isnan(got), where
+    else:
+        assert got == want, f"{where}: {got!r} against {want!r}"

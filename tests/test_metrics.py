@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import assert_same_figures
 
 from simulator.events import EVENT_COLUMNS, with_durations
 from simulator.metrics import (
@@ -342,24 +343,10 @@ def test_a_runs_columns_give_the_summary_of_its_log_frame(topology):
     assert summarize_columns(recoded, **kwargs) == expected
 
 
-def _same_figures(got, want, where=""):
+def _same_figures(got, want):
     """``got`` equals ``want`` leaf for leaf, means (sums over a group taken in another order)
     within floating-point rounding."""
-    assert type(got) is type(want) or (isinstance(got, float) and isinstance(want, float)), where
-    if isinstance(want, dict):
-        assert list(got) == list(want), where
-        for k in want:
-            _same_figures(got[k], want[k], f"{where}.{k}")
-    elif isinstance(want, list):
-        assert len(got) == len(want), where
-        for i, (g, w) in enumerate(zip(got, want, strict=True)):
-            _same_figures(g, w, f"{where}.{i}")
-    elif isinstance(want, float) and where.rsplit(".", 1)[-1] in ("mean", "mean_batch_waste"):
-        assert got == pytest.approx(want, rel=1e-12, abs=0.0) or (math.isnan(got) and math.isnan(want)), where
-    elif isinstance(want, float) and math.isnan(want):
-        assert math.isnan(got), where
-    else:
-        assert got == want, where
+    assert_same_figures(got, want, exact_types=False, close=("mean", "mean_batch_waste"))
 
 
 @pytest.mark.parametrize("topology, rate, single_task, complete", [

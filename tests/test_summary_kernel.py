@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from helpers import assert_same_figures
 
 import simulator.metrics as metrics
 from simulator.events import LogColumns
@@ -31,24 +32,6 @@ def kernel():
     found = compiled.summary_pass()
     assert found is not None, f"{COMPILED} holds no extension with the summary pass (its build said why)"
     return found
-
-
-def _identical(got, want, where=""):
-    """``got`` is ``want``: the same keys in the same order, the same types, floats equal bit
-    for bit (NaN where NaN)."""
-    assert type(got) is type(want), f"{where}: {got!r} against {want!r}"
-    if isinstance(want, dict):
-        assert list(got) == list(want), where
-        for k in want:
-            _identical(got[k], want[k], f"{where}.{k}")
-    elif isinstance(want, list):
-        assert len(got) == len(want), where
-        for i, (g, w) in enumerate(zip(got, want, strict=True)):
-            _identical(g, w, f"{where}.{i}")
-    elif isinstance(want, float) and math.isnan(want):
-        assert math.isnan(got), where
-    else:
-        assert got == want, f"{where}: {got!r} against {want!r}"
 
 
 def _both(monkeypatch, kernel, log, **kwargs):
@@ -129,7 +112,7 @@ def random_log(rng: np.random.Generator) -> tuple[LogColumns, dict]:
 def test_the_compiled_pass_gives_numpys_summary_of_a_random_log(monkeypatch, kernel, seed):
     log, options = random_log(np.random.default_rng(seed))
     by_numpy, by_kernel = _both(monkeypatch, kernel, log, **options)
-    _identical(by_kernel, by_numpy)
+    assert_same_figures(by_kernel, by_numpy)
 
 
 def test_random_logs_take_every_shape_the_summary_distinguishes():
@@ -167,7 +150,7 @@ def test_the_compiled_pass_gives_numpys_summary_of_an_engines_log(monkeypatch, k
     by_numpy, by_kernel = _both(monkeypatch, kernel, log, deadline=scenario.deadline, gpus=scenario.gpus,
                                 client_timeout=scenario.client_timeout, compositions=scenario.compositions)
     assert by_numpy["compositions"] and (by_numpy["overall"]["unfinished"] == 0) == complete
-    _identical(by_kernel, by_numpy)
+    assert_same_figures(by_kernel, by_numpy)
 
 
 def test_a_summary_of_a_small_run_calls_the_compiled_pass_where_the_extension_has_it(monkeypatch, kernel):
